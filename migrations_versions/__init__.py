@@ -1,0 +1,1 @@
+"""Alembic revisions of sqlqueue_orm: queue table upgrades and shared tables."""

@@ -1,0 +1,33 @@
+"""sqlqueue_orm: durable message queues in SQL Server, PostgreSQL and SQLite tables.
+
+Queue tables have the NServiceBus SQL Server transport's layout and header format, so Python
+and .NET endpoints can share them. Sends join your transaction; receives skip rows other
+receivers hold; an outbox and a dispatcher carry messages to other databases.
+"""
+
+from sqlqueue_orm.addressing import QueueAddress
+from sqlqueue_orm.exceptions import (
+    ConfigurationError,
+    DatabaseError,
+    QueueNotFound,
+    SqlQueueError,
+)
+from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage
+from sqlqueue_orm.models import queue_model, queue_table
+from sqlqueue_orm.transport import Transport
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ConfigurationError",
+    "DatabaseError",
+    "IncomingMessage",
+    "OutgoingMessage",
+    "QueueAddress",
+    "QueueNotFound",
+    "SqlQueueError",
+    "Transport",
+    "__version__",
+    "queue_model",
+    "queue_table",
+]

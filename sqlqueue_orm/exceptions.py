@@ -1,0 +1,68 @@
+"""The exceptions sqlqueue_orm raises: one root, :class:`SqlQueueError`, and a few precise children.
+
+Every exception's docstring is its default message. Driver errors are translated in one place,
+:func:`sqlqueue_orm.db.wrap_db_errors`.
+"""
+
+from __future__ import annotations
+
+
+class SqlQueueError(Exception):
+    """An error in sqlqueue_orm."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+
+class ConfigurationError(SqlQueueError, ValueError):
+    """A setting, a queue name or an address is not valid."""
+
+
+class InvalidQueueName(ConfigurationError):
+    """The queue name cannot be used on this database."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        self.name = name
+        self.reason = reason
+        super().__init__(f"invalid queue name {name!r}: {reason}")
+
+
+class InvalidMessage(SqlQueueError, ValueError):
+    """The message cannot be sent as it is."""
+
+
+class QueueNotFound(SqlQueueError):
+    """The queue table does not exist."""
+
+    def __init__(self, queue: str) -> None:
+        self.queue = queue
+        super().__init__(f"queue table {queue!r} does not exist; create it with create_queue()")
+
+
+class SchemaOutdated(SqlQueueError):
+    """A table does not have the schema this version of sqlqueue_orm needs."""
+
+    def __init__(self, table: str, missing: str) -> None:
+        self.table = table
+        self.missing = missing
+        super().__init__(f"table {table!r} is outdated: {missing}; run `sqlqueue migrate`")
+
+
+class DuplicateMessage(SqlQueueError):
+    """A message with this id was already handled."""
+
+    def __init__(self, message_id: str) -> None:
+        self.message_id = message_id
+        super().__init__(f"message {message_id!r} was already handled")
+
+
+class DispatchError(SqlQueueError):
+    """Outgoing messages could not be dispatched."""
+
+
+class DatabaseError(SqlQueueError):
+    """The database failed; the operation was not carried out (its transaction rolled back)."""
+
+    def __init__(self, message: str | None = None, *, transient: bool = False) -> None:
+        self.transient = transient
+        super().__init__(message)

@@ -1,0 +1,174 @@
+"""Outgoing and incoming messages.
+
+An :class:`OutgoingMessage` is what a user sends: a body (bytes, text or a pydantic model), headers
+and an optional time to be received. :meth:`OutgoingMessage.prepare` turns it into the row the
+queue table stores, setting the headers every NServiceBus endpoint expects. An
+:class:`IncomingMessage` is one row taken off a queue.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import math
+import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from sqlqueue_orm import exceptions, headers
+
+if TYPE_CHECKING:
+    import pydantic
+
+ModelT = TypeVar("ModelT", bound="pydantic.BaseModel")
+
+#: The largest TTBR we store (Expires is a SQL Server ``datetime``; ~100 years is plenty).
+_MAX_TTBR_MS = 100 * 366 * 86_400_000
+
+
+def _message_type_name(model: type[Any]) -> str:
+    return f"{model.__module__}.{model.__qualname__}"
+
+
+@dataclasses.dataclass(frozen=True)
+class PreparedMessage:
+    """A message as one row of a queue table (internal to the send path)."""
+
+    id: uuid.UUID
+    message_id: str
+    headers: str
+    body: bytes | None
+    ttbr_ms: int | None
+
+
+@dataclasses.dataclass
+class OutgoingMessage:
+    """A message to send.
+
+    :param body: bytes as they are, ``str`` as UTF-8, a pydantic model as JSON (which also sets
+        ``NServiceBus.ContentType`` and ``NServiceBus.EnclosedMessageTypes``), or ``None``.
+    :param headers: extra headers, strings to strings.
+    :param message_id: ``NServiceBus.MessageId``; a new GUID unless given here or in *headers*.
+    :param time_to_be_received: seconds or a timedelta; the message expires that long after the
+        database receives the send (TTBR, measured by the database's clock).
+    """
+
+    body: bytes | str | pydantic.BaseModel | None = None
+    headers: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    message_id: str | None = None
+    time_to_be_received: dt.timedelta | float | None = None
+    id: uuid.UUID = dataclasses.field(default_factory=uuid.uuid4)
+
+    def prepare(self, now: dt.datetime | None = None) -> PreparedMessage:
+        """Validate the message and build its row.
+
+        :raises InvalidMessage: naming the bad body, header or TTBR.
+        """
+        out = dict(self.headers)
+        body = self.body
+        data: bytes | None
+        if body is None or isinstance(body, bytes):
+            data = body
+        elif isinstance(body, bytearray | memoryview):
+            data = bytes(body)
+        elif isinstance(body, str):
+            data = body.encode("utf-8")
+        elif hasattr(body, "model_dump_json"):
+            data = body.model_dump_json().encode("utf-8")
+            out.setdefault(headers.CONTENT_TYPE, "application/json")
+            out.setdefault(headers.ENCLOSED_MESSAGE_TYPES, _message_type_name(type(body)))
+        else:
+            raise exceptions.InvalidMessage(
+                f"message body {body!r} is a {type(body).__name__}; "
+                "send bytes, str or a pydantic model"
+            )
+        message_id = self.message_id or out.get(headers.MESSAGE_ID) or str(uuid.uuid4())
+        if not isinstance(message_id, str) or not message_id.strip():
+            raise exceptions.InvalidMessage(f"message id {message_id!r} is empty")
+        out[headers.MESSAGE_ID] = message_id
+        if headers.TIME_SENT not in out:
+            out[headers.TIME_SENT] = headers.format_time(now or dt.datetime.now(dt.UTC))
+        ttbr_ms = self._ttbr_ms()
+        if ttbr_ms is not None:
+            out.setdefault(headers.TIME_TO_BE_RECEIVED, headers.format_timespan(ttbr_ms / 1000))
+        if not isinstance(self.id, uuid.UUID):
+            raise exceptions.InvalidMessage(f"native id {self.id!r} is not a uuid.UUID")
+        return PreparedMessage(self.id, message_id, headers.serialize(out), data, ttbr_ms)
+
+    def _ttbr_ms(self) -> int | None:
+        value = self.time_to_be_received
+        if value is None:
+            return None
+        seconds = value.total_seconds() if isinstance(value, dt.timedelta) else value
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+            raise exceptions.InvalidMessage(
+                f"time_to_be_received {value!r} is not a number of seconds or a timedelta"
+            )
+        if not math.isfinite(seconds) or seconds <= 0:
+            raise exceptions.InvalidMessage(
+                f"time_to_be_received {value!r} must be a positive, finite duration"
+            )
+        ms = max(1, round(seconds * 1000))
+        if ms > _MAX_TTBR_MS:
+            raise exceptions.InvalidMessage(
+                f"time_to_be_received {value!r} is longer than 100 years; leave it unset instead"
+            )
+        return ms
+
+
+@dataclasses.dataclass(frozen=True)
+class IncomingMessage:
+    """A message taken off a queue.
+
+    ``expired`` is true when its TTBR had passed: the row is gone from the queue all the same, and
+    a handler should discard it. ``headers_error`` is set (and ``headers`` empty) when the stored
+    headers are not a JSON object of strings; ``raw_headers`` always holds them as stored, so a
+    poison message can be moved to an error queue unchanged.
+    """
+
+    id: uuid.UUID
+    row_version: int
+    headers: dict[str, str]
+    body: bytes | None
+    expired: bool
+    raw_headers: str
+    headers_error: str | None = None
+    queue: str = ""
+
+    @property
+    def message_id(self) -> str:
+        """``NServiceBus.MessageId``, falling back to the native id as NServiceBus does."""
+        return self.headers.get(headers.MESSAGE_ID) or str(self.id)
+
+    @property
+    def text(self) -> str:
+        """The body as UTF-8 text (``""`` for no body); undecodable bytes are replaced."""
+        return (self.body or b"").decode("utf-8", errors="replace")
+
+    def model(self, model_type: type[ModelT]) -> ModelT:
+        """Parse the JSON body into *model_type* (a pydantic model class)."""
+        return model_type.model_validate_json(self.body or b"")
+
+    def to_outgoing(self) -> OutgoingMessage:
+        """A copy to forward elsewhere (error or audit queue): same headers, body and message id."""
+        return OutgoingMessage(
+            body=self.body, headers=dict(self.headers), message_id=self.message_id
+        )
+
+    @classmethod
+    def from_row(
+        cls,
+        native_id: uuid.UUID,
+        row_version: int,
+        raw_headers: str,
+        body: bytes | None,
+        expired: bool,
+        queue: str = "",
+    ) -> IncomingMessage:
+        """Build a message from a received row, flagging headers that cannot be parsed."""
+        try:
+            parsed = headers.deserialize(raw_headers)
+            error = None
+        except ValueError as exc:
+            parsed, error = {}, str(exc)
+        return cls(native_id, row_version, parsed, body, expired, raw_headers, error, queue)

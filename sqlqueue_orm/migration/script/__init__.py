@@ -1,0 +1,1 @@
+"""Alembic script directory shipped inside the package (env.py lives here)."""

@@ -1,0 +1,255 @@
+"""Every statement of the hot path (send, receive, peek, purge), one frozen set per dialect.
+
+Like NServiceBus's ``ISqlConstants``: one :class:`SqlText` per dialect, looked up by
+``dialect.name``. Templates use ``{table}`` for the queue table and ``:name`` for parameters.
+:func:`render` substitutes the table name *as SQLAlchemy's identifier preparer quotes it* (which
+also doubles ``%`` for pyformat drivers) and turns the parameters into the driver's paramstyle,
+so statements run through ``exec_driver_sql`` with no per-call compilation. No queue name ever
+reaches SQL any other way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Dialect
+from sqlalchemy.sql.elements import quoted_name
+
+from sqlqueue_orm import addressing, exceptions
+
+
+@dataclasses.dataclass(frozen=True)
+class SqlText:
+    """The statements of one dialect. ``None`` means the dialect does not need that variant."""
+
+    send: str
+    send_without_recoverable: str
+    receive: str
+    peek: str
+    purge_expired: str
+    purge_all: str
+    #: Receive and purge for a role without UPDATE privilege (PostgreSQL): skips rows other
+    #: receivers hold with transaction-scoped advisory locks instead of FOR UPDATE SKIP LOCKED.
+    receive_without_row_locks: str | None = None
+    purge_expired_without_row_locks: str | None = None
+    #: How native ids go to and come back from the driver.
+    id_to_driver: Callable[[uuid.UUID], Any] = str
+    # Max rows one receive may ask for (SQL Server: TOP takes a bigint; keep batches sane).
+    max_batch: int = 10_000
+
+
+_MSSQL_EXPIRES = (
+    "CASE WHEN :ttbr IS NULL THEN NULL "
+    "ELSE DATEADD(ms, :ttbr % 86400000, DATEADD(day, :ttbr / 86400000, GETUTCDATE())) END"
+)
+
+MSSQL: Final = SqlText(
+    # TTBR is split into days and milliseconds: DATEADD(ms, ...) alone overflows past 24.8 days.
+    send=(
+        "INSERT INTO {table} ([Id], [Recoverable], [Expires], [Headers], [Body]) "
+        f"VALUES (:id, 1, {_MSSQL_EXPIRES}, :headers, :body)"
+    ),
+    send_without_recoverable=(
+        "INSERT INTO {table} ([Id], [Expires], [Headers], [Body]) "
+        f"VALUES (:id, {_MSSQL_EXPIRES}, :headers, :body)"
+    ),
+    receive=(
+        "WITH message AS (SELECT TOP(:n) * FROM {table} WITH (UPDLOCK, READPAST, ROWLOCK) "
+        "ORDER BY [RowVersion]) "
+        "DELETE FROM message "
+        "OUTPUT deleted.[Id], deleted.[RowVersion], "
+        "CASE WHEN deleted.[Expires] IS NULL THEN 0 "
+        "WHEN deleted.[Expires] > GETUTCDATE() THEN 0 ELSE 1 END, "
+        "deleted.[Headers], deleted.[Body];"
+    ),
+    # READCOMMITTEDLOCK: READPAST needs locking reads, which RCSI (Azure SQL's default) turns off.
+    peek=(
+        "SELECT ISNULL(CAST(MAX([RowVersion]) - MIN([RowVersion]) + 1 AS bigint), 0) "
+        "FROM {table} WITH (READPAST, READCOMMITTEDLOCK);"
+    ),
+    # Same lock order as receive (UPDLOCK, READPAST, ROWLOCK by RowVersion): no deadlock with it
+    # (NServiceBus #308 came from the purge locking rows in another order).
+    purge_expired=(
+        "WITH message AS (SELECT TOP(:n) * FROM {table} WITH (UPDLOCK, READPAST, ROWLOCK) "
+        "WHERE [Expires] < GETUTCDATE() ORDER BY [RowVersion]) "
+        "DELETE FROM message;"
+    ),
+    purge_all="DELETE FROM {table};",
+    id_to_driver=str,
+)
+
+_PG_NOW = "timezone('UTC', clock_timestamp())"
+_PG_RETURNING = (
+    'RETURNING "Id", "RowVersion", '
+    f'("Expires" IS NOT NULL AND "Expires" <= {_PG_NOW}) AS expired, "Headers", "Body"'
+)
+_PG_EXPIRES = (
+    f"CASE WHEN CAST(:ttbr AS bigint) IS NULL THEN NULL "
+    f"ELSE {_PG_NOW} + CAST(:ttbr AS bigint) * interval '1 millisecond' END"
+)
+# Advisory-lock claim: a bounded window of the oldest rows, keyed by (table oid, RowVersion).
+_PG_ADVISORY = (
+    'SELECT c."RowVersion" FROM (SELECT "RowVersion", tableoid FROM {table} {where}'
+    'ORDER BY "RowVersion" LIMIT CAST(:window AS bigint)) AS c '
+    'WHERE pg_try_advisory_xact_lock(CAST(c.tableoid AS integer), '
+    'CAST(c."RowVersion" % 2147483648 AS integer)) LIMIT CAST(:n AS bigint)'
+)
+
+POSTGRESQL: Final = SqlText(
+    send=(
+        'INSERT INTO {table} ("Id", "Recoverable", "Expires", "Headers", "Body") '
+        f"VALUES (:id, true, {_PG_EXPIRES}, :headers, :body)"
+    ),
+    send_without_recoverable=(
+        'INSERT INTO {table} ("Id", "Expires", "Headers", "Body") '
+        f"VALUES (:id, {_PG_EXPIRES}, :headers, :body)"
+    ),
+    # = ANY(ARRAY(...)) runs the claim once, as an InitPlan, before the delete.
+    receive=(
+        'DELETE FROM {table} WHERE "RowVersion" = ANY(ARRAY('
+        'SELECT "RowVersion" FROM {table} ORDER BY "RowVersion" LIMIT CAST(:n AS bigint) '
+        f"FOR UPDATE SKIP LOCKED)) {_PG_RETURNING}"
+    ),
+    peek='SELECT COALESCE(MAX("RowVersion") - MIN("RowVersion") + 1, 0) FROM {table}',
+    purge_expired=(
+        'DELETE FROM {table} WHERE "RowVersion" = ANY(ARRAY('
+        f'SELECT "RowVersion" FROM {{table}} WHERE "Expires" < {_PG_NOW} '
+        'ORDER BY "RowVersion" LIMIT CAST(:n AS bigint) FOR UPDATE SKIP LOCKED))'
+    ),
+    purge_all="DELETE FROM {table}",
+    receive_without_row_locks=(
+        'DELETE FROM {table} WHERE "RowVersion" = ANY(ARRAY('
+        + _PG_ADVISORY.replace("{where}", "")
+        + f")) {_PG_RETURNING}"
+    ),
+    purge_expired_without_row_locks=(
+        'DELETE FROM {table} WHERE "RowVersion" = ANY(ARRAY('
+        + _PG_ADVISORY.replace("{where}", f'WHERE "Expires" < {_PG_NOW} ')
+        + "))"
+    ),
+    id_to_driver=lambda value: value,
+)
+
+# SQLite writes Expires as UTC text 'YYYY-MM-DD HH:MM:SS.SSS', which sorts as it compares.
+_SQLITE_NOW = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
+_SQLITE_EXPIRES = (
+    "CASE WHEN :ttbr IS NULL THEN NULL "
+    "ELSE strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || (:ttbr / 1000.0) || ' seconds') END"
+)
+
+SQLITE: Final = SqlText(
+    send=(
+        'INSERT INTO {table} ("Id", "Recoverable", "Expires", "Headers", "Body") '
+        f"VALUES (:id, 1, {_SQLITE_EXPIRES}, :headers, :body)"
+    ),
+    send_without_recoverable=(
+        'INSERT INTO {table} ("Id", "Expires", "Headers", "Body") '
+        f"VALUES (:id, {_SQLITE_EXPIRES}, :headers, :body)"
+    ),
+    # SQLite serializes writers, so the oldest rows are never held by another receiver.
+    receive=(
+        'DELETE FROM {table} WHERE "RowVersion" IN ('
+        'SELECT "RowVersion" FROM {table} ORDER BY "RowVersion" LIMIT :n) '
+        'RETURNING "Id", "RowVersion", '
+        f'("Expires" IS NOT NULL AND "Expires" <= {_SQLITE_NOW}), "Headers", "Body"'
+    ),
+    peek='SELECT COALESCE(MAX("RowVersion") - MIN("RowVersion") + 1, 0) FROM {table}',
+    purge_expired=(
+        'DELETE FROM {table} WHERE "RowVersion" IN ('
+        f'SELECT "RowVersion" FROM {{table}} WHERE "Expires" < {_SQLITE_NOW} '
+        'ORDER BY "RowVersion" LIMIT :n)'
+    ),
+    purge_all="DELETE FROM {table}",
+    id_to_driver=lambda value: value.hex,
+)
+
+DIALECTS: Final[Mapping[str, SqlText]] = {
+    "mssql": MSSQL,
+    "postgresql": POSTGRESQL,
+    "sqlite": SQLITE,
+}
+
+
+def for_dialect(dialect: Dialect) -> SqlText:
+    """The statements of *dialect*, or :class:`ConfigurationError` naming an unsupported one."""
+    try:
+        return DIALECTS[dialect.name]
+    except KeyError:
+        raise exceptions.ConfigurationError(
+            f"database dialect {dialect.name!r} is not supported; use one of {sorted(DIALECTS)}"
+        ) from None
+
+
+def format_table(dialect: Dialect, address: addressing.QueueAddress) -> str:
+    """The queue table's name as *dialect* quotes it (catalog, schema and table)."""
+    preparer = dialect.identifier_preparer
+    parts = []
+    if address.catalog is not None:
+        parts.append(preparer.quote_identifier(address.catalog))
+    if address.schema is not None:
+        parts.append(preparer.quote_schema(quoted_name(address.schema, quote=True)))
+    elif address.catalog is not None:
+        parts.append("")  # [catalog]..[table]: the default schema of that catalog
+    parts.append(preparer.quote_identifier(address.table))
+    return ".".join(parts)
+
+
+_PARAM = re.compile(r"(?<![:\w]):([a-z_]+)\b")
+
+
+@dataclasses.dataclass(frozen=True)
+class Statement:
+    """One statement rendered for a driver: its text and how to lay out its parameters."""
+
+    text: str
+    names: tuple[str, ...]
+    positional: bool
+
+    def params(self, values: Mapping[str, Any]) -> Sequence[Any] | Mapping[str, Any]:
+        """Parameters for ``exec_driver_sql``: a tuple (qmark) or a dict (pyformat/named)."""
+        if self.positional:
+            return tuple(values[name] for name in self.names)
+        return values
+
+
+def render(template: str, dialect: Dialect, table: str) -> Statement:
+    """Render *template* for *dialect*'s driver, with the already-quoted *table* name."""
+    style = dialect.paramstyle
+    names: list[str] = []
+
+    def replace(match: re.Match[str]) -> str:
+        name = match.group(1)
+        names.append(name)
+        if style == "qmark":
+            return "?"
+        if style == "format":
+            return "%s"
+        if style == "pyformat":
+            return f"%({name})s"
+        if style == "named":
+            return f":{name}"
+        if style == "numeric":
+            return f":{len(names)}"
+        raise exceptions.ConfigurationError(f"driver paramstyle {style!r} is not supported")
+
+    text = _PARAM.sub(replace, template)
+    if style in ("format", "pyformat"):
+        # Literal % in the template (SQL Server's modulo) must reach these drivers doubled.
+        text = text.replace("%", "%%").replace("%%s", "%s").replace("%%(", "%(")
+    text = text.replace("{table}", table)
+    if not names and style in ("format", "pyformat"):
+        # Without parameters the driver does no %-substitution, so nothing may stay doubled
+        # (SQLAlchemy's preparer doubled any % in the quoted name for these drivers).
+        text = text.replace("%%", "%")
+    positional = style in ("qmark", "format", "numeric")
+    return Statement(text, tuple(names), positional)
+
+
+def compile_ddl(element: sa.schema.ExecutableDDLElement, dialect: Dialect) -> str:
+    """Compile a DDL element to the text a DBA would run (used by ``sqlqueue ddl``)."""
+    return str(element.compile(dialect=dialect)).strip()

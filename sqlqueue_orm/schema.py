@@ -1,0 +1,187 @@
+"""Installers and schema inspection for queue tables.
+
+:class:`QueueInstaller` creates queue tables idempotently and safely when several processes start
+at once: under ``sp_getapplock`` on SQL Server and a transaction-scoped advisory lock on
+PostgreSQL (SQLite serializes writers itself). :class:`SchemaInspector` finds queue tables by
+their column signature and warns, as NServiceBus does, about legacy shapes (no Expires index,
+non-Unicode Headers), naming the fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterable
+
+import sqlalchemy as sa
+from sqlalchemy import exc
+from sqlalchemy.engine import Connection
+
+from sqlqueue_orm import addressing, db, exceptions
+from sqlqueue_orm.models import ddl, queue_table
+
+log = logging.getLogger(__name__)
+
+#: Columns that make a table a queue table, whatever its name (Recoverable, CorrelationId and
+#: ReplyToAddress may have been dropped: NServiceBus 7+ tolerates that).
+QUEUE_SIGNATURE = frozenset({"Id", "Expires", "Headers", "Body", "RowVersion"})
+
+
+def _lock_resource(address: addressing.QueueAddress) -> str:
+    return f"sqlqueue_orm:create:{address}"
+
+
+def _take_install_lock(connection: Connection, address: addressing.QueueAddress) -> None:
+    name = connection.dialect.name
+    if name == "mssql":
+        status = connection.execute(
+            sa.text(
+                "DECLARE @status int; "
+                "EXEC @status = sp_getapplock @Resource = :resource, @LockMode = 'Exclusive', "
+                "@LockOwner = 'Transaction', @LockTimeout = 60000; SELECT @status"
+            ),
+            {"resource": _lock_resource(address)[:255]},
+        ).scalar()
+        if status is None or int(status) < 0:
+            raise exceptions.DatabaseError(
+                f"queue {str(address)!r}: could not take the install lock (sp_getapplock {status})",
+                transient=True,
+            )
+    elif name == "postgresql":
+        connection.execute(
+            sa.text("SELECT pg_advisory_xact_lock(hashtextextended(:resource, 0))"),
+            {"resource": _lock_resource(address)},
+        )
+
+
+def body_string_statement(dialect: sa.engine.Dialect, address: addressing.QueueAddress) -> str:
+    """``ALTER TABLE`` adding the optional ``BodyString`` computed column (run without params)."""
+    from sqlqueue_orm.queuing import sql  # local: models must not depend on queuing
+
+    expression = str(ddl.BodyAsText().compile(dialect=dialect))
+    if dialect.name == "mssql":
+        template = f"ALTER TABLE {{table}} ADD [BodyString] AS {expression}"
+    else:
+        kind = "STORED" if dialect.name == "postgresql" else "VIRTUAL"
+        template = (
+            f'ALTER TABLE {{table}} ADD COLUMN "BodyString" TEXT GENERATED ALWAYS AS '
+            f"({expression}) {kind}"
+        )
+    return sql.render(template, dialect, sql.format_table(dialect, address)).text
+
+
+class QueueInstaller:
+    """Creates queue tables: idempotent, and safe when several processes install at once."""
+
+    def create(
+        self, connection: Connection, address: addressing.QueueAddress, body_string: bool = False
+    ) -> bool:
+        """Create the queue table and its indexes if missing; return whether it was created.
+
+        Runs in the caller's transaction, which should commit right after (the lock is
+        transaction-scoped).
+        """
+        address.check_for(connection.dialect.name)
+        schema = db.schema_argument(address)
+        table = queue_table(address.table, schema)
+        _take_install_lock(connection, address)
+        inspector = sa.inspect(connection)
+        if address.schema is not None and address.catalog is None and connection.dialect.name in (
+            "postgresql",
+            "mssql",
+        ):
+            if not inspector.has_schema(address.schema):
+                connection.execute(sa.schema.CreateSchema(table.schema))
+                log.info("queue %s: created schema %r", address, address.schema)
+        if inspector.has_table(address.table, schema=schema):
+            created = False
+        else:
+            try:
+                table.create(connection, checkfirst=False)
+            except exc.OperationalError as error:  # SQLite without our BEGIN IMMEDIATE: a race
+                if "already exists" not in str(error.orig):
+                    raise
+                created = False
+            else:
+                created = True
+                log.info("queue %s: created table", address)
+        if body_string and "BodyString" not in db.column_names(connection, address):
+            connection.exec_driver_sql(body_string_statement(connection.dialect, address))
+            log.info("queue %s: added computed column BodyString", address)
+        return created
+
+    def ddl(self, address: addressing.QueueAddress, dialect: sa.engine.Dialect,
+            body_string: bool = False) -> list[str]:
+        """The statements :meth:`create` would run on an empty database, for review by a DBA."""
+        schema = db.schema_argument(address)
+        table = queue_table(address.table, schema)
+        statements = [str(sa.schema.CreateTable(table).compile(dialect=dialect)).strip()]
+        for index in sorted(table.indexes, key=lambda item: str(item.name)):
+            ddl_if = index._ddl_if
+            if ddl_if is not None and ddl_if.dialect is not None:
+                allowed = ddl_if.dialect
+                if dialect.name not in ((allowed,) if isinstance(allowed, str) else allowed):
+                    continue
+            statements.append(str(sa.schema.CreateIndex(index).compile(dialect=dialect)).strip())
+        if body_string:
+            statements.append(body_string_statement(dialect, address))
+        return statements
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueTableInfo:
+    """A queue table found in the database."""
+
+    address: addressing.QueueAddress
+    columns: frozenset[str]
+
+
+class SchemaInspector:
+    """Finds queue tables and checks them against the current layout."""
+
+    def find_queue_tables(
+        self, connection: Connection, schemas: Iterable[str | None] = (None,)
+    ) -> list[QueueTableInfo]:
+        """Tables in *schemas* (``None``: the default) whose columns carry the queue signature."""
+        inspector = sa.inspect(connection)
+        found = []
+        for schema in schemas:
+            for name in sorted(inspector.get_table_names(schema=schema)):
+                columns = frozenset(
+                    str(column["name"]) for column in inspector.get_columns(name, schema=schema)
+                )
+                if QUEUE_SIGNATURE <= columns:
+                    found.append(QueueTableInfo(addressing.QueueAddress(name, schema), columns))
+        return found
+
+    def problems(self, connection: Connection, address: addressing.QueueAddress) -> list[str]:
+        """What is outdated in the queue table, each with its fix; empty when it is current."""
+        schema = db.schema_argument(address)
+        inspector = sa.inspect(connection)
+        try:
+            columns = {str(c["name"]): c for c in inspector.get_columns(address.table, schema=schema)}
+            indexes = inspector.get_indexes(address.table, schema=schema)
+        except exc.NoSuchTableError:
+            return []
+        found = []
+        if not any((index["column_names"] or [None])[0] == "Expires" for index in indexes):
+            found.append(
+                "does not contain an index for column 'Expires'; purging and receiving expired "
+                "messages will scan the table (fix: `sqlqueue migrate`)"
+            )
+        headers = columns.get("Headers")
+        if headers is not None and connection.dialect.name == "mssql":
+            type_name = type(headers["type"]).__name__.upper()
+            if type_name in ("VARCHAR", "TEXT", "STRING"):
+                found.append(
+                    "has a non Unicode-compatible Headers column (varchar); non-ASCII headers "
+                    "may be lost (fix: `sqlqueue migrate`)"
+                )
+        return found
+
+    def warn(self, connection: Connection, address: addressing.QueueAddress) -> list[str]:
+        """Log each problem of the table as a warning naming the queue; return them."""
+        found = self.problems(connection, address)
+        for problem in found:
+            log.warning("queue %s: table %s", address, problem)
+        return found

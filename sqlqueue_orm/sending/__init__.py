@@ -1,0 +1,1 @@
+"""sqlqueue_orm.sending."""

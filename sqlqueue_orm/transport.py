@@ -1,0 +1,206 @@
+"""Transport: the entry point. Queues by address, on one engine, joining the caller's transaction.
+
+::
+
+    transport = Transport("sqlite:///app.db")
+    transport.create_queue("orders")
+    with transport.engine.begin() as connection:     # your transaction
+        connection.execute(...)                       # your data
+        transport.send("orders", OutgoingMessage(b"..."), connection=connection)
+    [message] = transport.receive("orders")
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+
+from sqlalchemy.engine import Connection, Engine
+
+from sqlqueue_orm import addressing, db, exceptions
+from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage
+from sqlqueue_orm.queuing.table_queue import PURGE_BATCH_SIZE, TableQueue
+from sqlqueue_orm.schema import QueueInstaller, SchemaInspector
+
+log = logging.getLogger(__name__)
+
+QueueRef = str | addressing.QueueAddress
+
+
+class Transport:
+    """Message queues in the tables of one database.
+
+    :param url_or_engine: a SQLAlchemy URL (an engine is made by :func:`sqlqueue_orm.db.create_engine`)
+        or your own :class:`~sqlalchemy.engine.Engine`.
+    :param default_schema: schema of queue addresses that name none.
+    :param verify_schema: warn once per queue, on first use, about legacy table shapes.
+    """
+
+    def __init__(
+        self,
+        url_or_engine: str | Engine,
+        *,
+        default_schema: str | None = None,
+        verify_schema: bool = True,
+    ) -> None:
+        if isinstance(url_or_engine, Engine):
+            self.engine = url_or_engine
+            self._owns_engine = False
+        elif isinstance(url_or_engine, str):
+            try:
+                self.engine = db.create_engine(url_or_engine)
+            except Exception as error:  # noqa: BLE001  (bad URL, missing driver: say which)
+                raise exceptions.ConfigurationError(
+                    f"cannot use database URL {url_or_engine!r}: {error}"
+                ) from error
+            self._owns_engine = True
+        else:
+            raise exceptions.ConfigurationError(
+                f"Transport needs a URL or an Engine, not {url_or_engine!r}"
+            )
+        self.default_schema = default_schema
+        self.verify_schema = verify_schema
+        self.installer = QueueInstaller()
+        self.inspector = SchemaInspector()
+        self._queues: dict[addressing.QueueAddress, TableQueue] = {}
+        self._verified: set[addressing.QueueAddress] = set()
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> Transport:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Dispose of the engine if this transport created it."""
+        if self._owns_engine:
+            self.engine.dispose()
+
+    # -- addressing ------------------------------------------------------------------------
+    def address(self, queue: QueueRef) -> addressing.QueueAddress:
+        """Parse *queue* and apply the default schema."""
+        address = addressing.QueueAddress.coerce(queue)
+        if address.schema is None and self.default_schema is not None:
+            address = addressing.QueueAddress(address.table, self.default_schema, address.catalog)
+        return address
+
+    def queue(self, queue: QueueRef) -> TableQueue:
+        """The :class:`TableQueue` of *queue* (cached)."""
+        address = self.address(queue)
+        table_queue = self._queues.get(address)
+        if table_queue is None:
+            with self._lock:
+                table_queue = self._queues.get(address)
+                if table_queue is None:
+                    table_queue = TableQueue(address, self.engine.dialect)
+                    self._queues[address] = table_queue
+        return table_queue
+
+    @contextmanager
+    def _connection(self, connection: Connection | None) -> Iterator[Connection]:
+        if connection is not None:
+            yield connection
+            return
+        with self.engine.begin() as own:
+            yield own
+
+    def _verify(self, connection: Connection, table_queue: TableQueue) -> None:
+        address = table_queue.address
+        if not self.verify_schema or address in self._verified:
+            return
+        self._verified.add(address)
+        with db.wrap_db_errors(table_queue.name):
+            self.inspector.warn(connection, address)
+
+    # -- installing ------------------------------------------------------------------------
+    def create_queue(self, queue: QueueRef, *, body_string: bool = False) -> bool:
+        """Create the queue table if it does not exist; return whether it was created.
+
+        Safe to call from several processes at once. Needs CREATE TABLE rights; running needs
+        only SELECT, INSERT and DELETE.
+        """
+        address = self.address(queue)
+        with db.wrap_db_errors(str(address)), self.engine.begin() as connection:
+            return self.installer.create(connection, address, body_string=body_string)
+
+    def create_queues(self, queues: Iterable[QueueRef]) -> None:
+        """Create each of *queues* (see :meth:`create_queue`)."""
+        for queue in queues:
+            self.create_queue(queue)
+
+    # -- sending ---------------------------------------------------------------------------
+    def send(
+        self, queue: QueueRef, message: OutgoingMessage, connection: Connection | None = None
+    ) -> str:
+        """Send *message*; with *connection*, inside its transaction. Return the message id."""
+        return self.send_many(queue, [message], connection)[0]
+
+    def send_many(
+        self,
+        queue: QueueRef,
+        messages: Sequence[OutgoingMessage],
+        connection: Connection | None = None,
+    ) -> list[str]:
+        """Send *messages* in one batch (all or none); return their message ids."""
+        table_queue = self.queue(queue)
+        prepared = [message.prepare() for message in messages]
+        with self._connection(connection) as conn:
+            self._verify(conn, table_queue)
+            table_queue.send(conn, prepared)
+        return [item.message_id for item in prepared]
+
+    # -- receiving -------------------------------------------------------------------------
+    def receive(
+        self, queue: QueueRef, max_messages: int = 1, connection: Connection | None = None
+    ) -> list[IncomingMessage]:
+        """Take up to *max_messages* off the queue, oldest first.
+
+        With *connection*, the rows are deleted in its transaction: roll it back and they return
+        to their places. Without, they are deleted and committed before this returns (handle them
+        or lose them: pass a connection for at-least-once processing). Expired messages come
+        back with ``expired=True``; they are gone from the queue all the same.
+        """
+        table_queue = self.queue(queue)
+        with self._connection(connection) as conn:
+            self._verify(conn, table_queue)
+            return table_queue.receive(conn, max_messages)
+
+    def peek(self, queue: QueueRef, connection: Connection | None = None) -> int:
+        """Estimated message count (max - min RowVersion): cheap at any queue size."""
+        table_queue = self.queue(queue)
+        with self._connection(connection) as conn:
+            return table_queue.peek(conn)
+
+    def purge_expired(self, queue: QueueRef, batch_size: int = PURGE_BATCH_SIZE) -> int:
+        """Delete expired messages, one transaction per batch; return how many were deleted."""
+        table_queue = self.queue(queue)
+        total = 0
+        while True:
+            with self.engine.begin() as connection:
+                deleted = table_queue.purge_expired(connection, batch_size)
+            total += deleted
+            if deleted:
+                log.info("queue %s: purged %d expired message(s) (%d so far)",
+                         table_queue.name, deleted, total)
+            if deleted < batch_size:
+                return total
+
+    def purge_all(self, queue: QueueRef) -> int:
+        """Delete every message of the queue; return how many."""
+        table_queue = self.queue(queue)
+        with self.engine.begin() as connection:
+            deleted = table_queue.purge_all(connection)
+        log.info("queue %s: purged all %d message(s)", table_queue.name, deleted)
+        return deleted
+
+    def list_queues(self, schemas: Iterable[str | None] | None = None) -> list[tuple[str, int]]:
+        """The queue tables found in *schemas* (default: the default schema), with estimated counts."""
+        chosen = list(schemas) if schemas is not None else [self.default_schema]
+        with db.wrap_db_errors(), self.engine.begin() as connection:
+            found = self.inspector.find_queue_tables(connection, chosen)
+            return [
+                (str(info.address), self.queue(info.address).peek(connection)) for info in found
+            ]
