@@ -13,7 +13,7 @@ from sqlqueue_orm.exceptions import (
     SqlQueueError,
 )
 from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage
-from sqlqueue_orm.models import queue_model, queue_table
+from sqlqueue_orm.models.queue_table import queue_model, queue_table
 from sqlqueue_orm.transport import Transport
 
 __version__ = "0.1.0"

@@ -67,13 +67,15 @@ class QueueAddress:
     catalog: str | None = None
 
     def __post_init__(self) -> None:
-        for what, value in (("table", self.table), ("schema", self.schema), ("catalog", self.catalog)):
+        for what, value in (
+            ("table", self.table),
+            ("schema", self.schema),
+            ("catalog", self.catalog),
+        ):
             if value is None:
                 continue
             if not isinstance(value, str):
-                raise exceptions.ConfigurationError(
-                    f"queue {what} must be a string, not {value!r}"
-                )
+                raise exceptions.ConfigurationError(f"queue {what} must be a string, not {value!r}")
             if value == "":
                 raise exceptions.InvalidQueueName(str(value), f"the {what} name is empty")
             if "\x00" in value:
@@ -81,7 +83,7 @@ class QueueAddress:
 
     @classmethod
     def parse(cls, address: str) -> QueueAddress:
-        """Parse ``table@[schema]@[catalog]``; raise :class:`ConfigurationError` naming it if bad."""
+        """Parse ``table@[schema]@[catalog]``; a bad one raises :class:`ConfigurationError`."""
         if not isinstance(address, str) or address == "":
             raise exceptions.InvalidQueueName(str(address), "the address is empty")
         table, rest, more = _read_part(address)
@@ -118,7 +120,11 @@ class QueueAddress:
     def check_for(self, dialect_name: str) -> None:
         """Raise :class:`InvalidQueueName` if the dialect cannot hold these names."""
         limit = MAX_IDENTIFIER_LENGTH.get(dialect_name, 128)
-        for what, value in (("table", self.table), ("schema", self.schema), ("catalog", self.catalog)):
+        for what, value in (
+            ("table", self.table),
+            ("schema", self.schema),
+            ("catalog", self.catalog),
+        ):
             if value is None:
                 continue
             size = len(value.encode("utf-8")) if dialect_name == "postgresql" else len(value)

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from sqlalchemy.dialects import mssql, postgresql, sqlite
+from sqlalchemy.engine import Dialect
 
 from sqlqueue_orm import db, exceptions
 from sqlqueue_orm.addressing import QueueAddress
@@ -93,7 +94,9 @@ def _cmd_receive(args: argparse.Namespace) -> int:
             record = {
                 "id": str(message.id),
                 "message_id": message.message_id,
-                "headers": message.headers if message.headers_error is None else message.raw_headers,
+                "headers": message.headers
+                if message.headers_error is None
+                else message.raw_headers,
                 "body": message.text,
                 "expired": message.expired,
             }
@@ -125,17 +128,17 @@ def _cmd_list_queues(args: argparse.Namespace) -> int:
     return 0
 
 
-def ddl_dialect(name: str, target_version: int | None = None) -> object:
+def ddl_dialect(name: str, target_version: int | None = None) -> Dialect:
     """A dialect for printing DDL: named paramstyle, so nothing in a name is %-doubled."""
     if name == "mssql":
-        dialect = mssql.dialect(paramstyle="named")
+        dialect: Dialect = mssql.dialect(paramstyle="named")  # type: ignore[no-untyped-call]
         if target_version is not None:
             # SQL Server 2019 is major version 15, 2017 is 14, 2016 is 13.
             major = {2016: 13, 2017: 14, 2019: 15, 2022: 16}.get(target_version, 16)
             dialect.server_version_info = (major,)
         return dialect
     if name == "postgresql":
-        return postgresql.dialect(paramstyle="named")
+        return postgresql.dialect(paramstyle="named")  # type: ignore[no-untyped-call]
     return sqlite.dialect(paramstyle="named")
 
 
@@ -147,7 +150,7 @@ def _cmd_ddl(args: argparse.Namespace) -> int:
         address = QueueAddress.parse(name)
         address.check_for(args.dialect)
         print(f"-- queue {address}")
-        statements = installer.ddl(address, dialect, body_string=args.body_string)  # type: ignore[arg-type]
+        statements = installer.ddl(address, dialect, body_string=args.body_string)
         print(separator.join(statements) + separator)
     return 0
 
@@ -155,7 +158,9 @@ def _cmd_ddl(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``sqlqueue``, with every extension's sub-commands."""
     parser = argparse.ArgumentParser(prog="sqlqueue", description=__doc__.splitlines()[0])
-    parser.add_argument("--url", help="database URL (default: $SQLQUEUE_URL, else sqlite:///sqlqueue.db)")
+    parser.add_argument(
+        "--url", help="database URL (default: $SQLQUEUE_URL, else sqlite:///sqlqueue.db)"
+    )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -193,8 +198,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub = commands.add_parser("ddl", help="print the DDL of queue tables for a DBA")
     sub.add_argument("--dialect", required=True, choices=("mssql", "postgresql", "sqlite"))
-    sub.add_argument("--target-version", type=int, default=None, metavar="YEAR",
-                     help="SQL Server version (2016, 2017, 2019, 2022); default: 2019 or later")
+    sub.add_argument(
+        "--target-version",
+        type=int,
+        default=None,
+        metavar="YEAR",
+        help="SQL Server version (2016, 2017, 2019, 2022); default: 2019 or later",
+    )
     sub.add_argument("--body-string", action="store_true")
     sub.add_argument("names", nargs="+", metavar="NAME")
     sub.set_defaults(func=_cmd_ddl)

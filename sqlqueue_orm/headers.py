@@ -1,4 +1,4 @@
-"""The NServiceBus header wire format: a flat JSON object of strings, ``/`` written as ``\\/``.
+r"""The NServiceBus header wire format: a flat JSON object of strings, ``/`` written as ``\\/``.
 
 .NET's DataContractJsonSerializer (transport 3.x to 7.x) writes ``/`` as ``\\/``, and 8.x keeps
 doing so for compatibility, so we do too. Non-ASCII characters are written as themselves, as both

@@ -18,13 +18,23 @@ from sqlalchemy import exc
 from sqlalchemy.engine import Connection
 
 from sqlqueue_orm import addressing, db, exceptions
-from sqlqueue_orm.models import ddl, queue_table
+from sqlqueue_orm.models import ddl
+from sqlqueue_orm.models.queue_table import queue_table
 
 log = logging.getLogger(__name__)
 
 #: Columns that make a table a queue table, whatever its name (Recoverable, CorrelationId and
 #: ReplyToAddress may have been dropped: NServiceBus 7+ tolerates that).
 QUEUE_SIGNATURE = frozenset({"Id", "Expires", "Headers", "Body", "RowVersion"})
+
+
+#: Serializes installers: the lock lives until the installing transaction ends (so an error
+#: that rolls it back also releases it, which NServiceBus 6.3.1+ does with TRY/CATCH).
+_MSSQL_INSTALL_LOCK = (
+    "DECLARE @status int; "
+    "EXEC @status = sp_getapplock @Resource = :resource, @LockMode = 'Exclusive', "
+    "@LockOwner = 'Transaction', @LockTimeout = 60000; SELECT @status"
+)
 
 
 def _lock_resource(address: addressing.QueueAddress) -> str:
@@ -35,11 +45,7 @@ def _take_install_lock(connection: Connection, address: addressing.QueueAddress)
     name = connection.dialect.name
     if name == "mssql":
         status = connection.execute(
-            sa.text(
-                "DECLARE @status int; "
-                "EXEC @status = sp_getapplock @Resource = :resource, @LockMode = 'Exclusive', "
-                "@LockOwner = 'Transaction', @LockTimeout = 60000; SELECT @status"
-            ),
+            sa.text(_MSSQL_INSTALL_LOCK),
             {"resource": _lock_resource(address)[:255]},
         ).scalar()
         if status is None or int(status) < 0:
@@ -70,6 +76,11 @@ def body_string_statement(dialect: sa.engine.Dialect, address: addressing.QueueA
     return sql.render(template, dialect, sql.format_table(dialect, address)).text
 
 
+def _run_ddl(connection: Connection, statement: str) -> None:
+    # Rendered for the driver, so pass (empty) parameters: a pyformat driver un-doubles any %.
+    connection.exec_driver_sql(statement, () if connection.dialect.positional else {})
+
+
 class QueueInstaller:
     """Creates queue tables: idempotent, and safe when several processes install at once."""
 
@@ -86,37 +97,50 @@ class QueueInstaller:
         table = queue_table(address.table, schema)
         _take_install_lock(connection, address)
         inspector = sa.inspect(connection)
-        if address.schema is not None and address.catalog is None and connection.dialect.name in (
-            "postgresql",
-            "mssql",
+        if (
+            address.schema is not None
+            and address.catalog is None
+            and connection.dialect.name
+            in (
+                "postgresql",
+                "mssql",
+            )
         ):
             if not inspector.has_schema(address.schema):
-                connection.execute(sa.schema.CreateSchema(table.schema))
+                connection.execute(sa.schema.CreateSchema(address.schema))
                 log.info("queue %s: created schema %r", address, address.schema)
         if inspector.has_table(address.table, schema=schema):
             created = False
         else:
             try:
                 table.create(connection, checkfirst=False)
-            except exc.OperationalError as error:  # SQLite without our BEGIN IMMEDIATE: a race
-                if "already exists" not in str(error.orig):
+            except exc.OperationalError as error:
+                # SQLite engines not made by db.create_engine (no BEGIN IMMEDIATE): another
+                # process created the table between our check and our CREATE.
+                message = str(error.orig)
+                if not (message.startswith("table ") and "already exists" in message):
                     raise
                 created = False
             else:
                 created = True
                 log.info("queue %s: created table", address)
         if body_string and "BodyString" not in db.column_names(connection, address):
-            connection.exec_driver_sql(body_string_statement(connection.dialect, address))
+            _run_ddl(connection, body_string_statement(connection.dialect, address))
             log.info("queue %s: added computed column BodyString", address)
         return created
 
-    def ddl(self, address: addressing.QueueAddress, dialect: sa.engine.Dialect,
-            body_string: bool = False) -> list[str]:
+    def ddl(
+        self,
+        address: addressing.QueueAddress,
+        dialect: sa.engine.Dialect,
+        body_string: bool = False,
+    ) -> list[str]:
         """The statements :meth:`create` would run on an empty database, for review by a DBA."""
         schema = db.schema_argument(address)
         table = queue_table(address.table, schema)
         statements = [str(sa.schema.CreateTable(table).compile(dialect=dialect)).strip()]
-        for index in sorted(table.indexes, key=lambda item: str(item.name)):
+        # The clustered index first: built after, it would rebuild every other index.
+        for index in sorted(table.indexes, key=lambda item: "RowVersion" not in str(item.name)):
             ddl_if = index._ddl_if
             if ddl_if is not None and ddl_if.dialect is not None:
                 allowed = ddl_if.dialect
@@ -159,7 +183,9 @@ class SchemaInspector:
         schema = db.schema_argument(address)
         inspector = sa.inspect(connection)
         try:
-            columns = {str(c["name"]): c for c in inspector.get_columns(address.table, schema=schema)}
+            columns = {
+                str(c["name"]): c for c in inspector.get_columns(address.table, schema=schema)
+            }
             indexes = inspector.get_indexes(address.table, schema=schema)
         except exc.NoSuchTableError:
             return []

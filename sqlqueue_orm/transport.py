@@ -32,8 +32,8 @@ QueueRef = str | addressing.QueueAddress
 class Transport:
     """Message queues in the tables of one database.
 
-    :param url_or_engine: a SQLAlchemy URL (an engine is made by :func:`sqlqueue_orm.db.create_engine`)
-        or your own :class:`~sqlalchemy.engine.Engine`.
+    :param url_or_engine: a SQLAlchemy URL (the engine is made by
+        :func:`sqlqueue_orm.db.create_engine`) or your own :class:`~sqlalchemy.engine.Engine`.
     :param default_schema: schema of queue addresses that name none.
     :param verify_schema: warn once per queue, on first use, about legacy table shapes.
     """
@@ -51,7 +51,7 @@ class Transport:
         elif isinstance(url_or_engine, str):
             try:
                 self.engine = db.create_engine(url_or_engine)
-            except Exception as error:  # noqa: BLE001  (bad URL, missing driver: say which)
+            except Exception as error:
                 raise exceptions.ConfigurationError(
                     f"cannot use database URL {url_or_engine!r}: {error}"
                 ) from error
@@ -183,8 +183,12 @@ class Transport:
                 deleted = table_queue.purge_expired(connection, batch_size)
             total += deleted
             if deleted:
-                log.info("queue %s: purged %d expired message(s) (%d so far)",
-                         table_queue.name, deleted, total)
+                log.info(
+                    "queue %s: purged %d expired message(s) (%d so far)",
+                    table_queue.name,
+                    deleted,
+                    total,
+                )
             if deleted < batch_size:
                 return total
 
@@ -197,7 +201,7 @@ class Transport:
         return deleted
 
     def list_queues(self, schemas: Iterable[str | None] | None = None) -> list[tuple[str, int]]:
-        """The queue tables found in *schemas* (default: the default schema), with estimated counts."""
+        """Queue tables found in *schemas* (default: the default schema), with estimated counts."""
         chosen = list(schemas) if schemas is not None else [self.default_schema]
         with db.wrap_db_errors(), self.engine.begin() as connection:
             found = self.inspector.find_queue_tables(connection, chosen)

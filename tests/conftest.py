@@ -46,7 +46,7 @@ def postgres_admin_url() -> str:
 
     try:
         cluster = pg_cluster.start()
-    except Exception as error:  # noqa: BLE001
+    except Exception as error:
         pytest.fail(f"PostgreSQL is required and could not be started: {error}")
     return cluster.url()
 
@@ -86,7 +86,7 @@ def mssql_admin_url() -> Iterator[str]:
         import docker  # type: ignore[import-untyped]
 
         docker.from_env().ping()
-    except Exception as error:  # noqa: BLE001
+    except Exception as error:
         pytest.skip(
             "SQL Server tests need SQLQUEUE_TEST_MSSQL_URL or a Docker engine for "
             f"testcontainers; none here ({type(error).__name__})"
@@ -111,7 +111,8 @@ def drop_mssql_database(admin_url: str, url: str) -> None:
     engine = _admin_engine(admin_url)
     with engine.connect() as connection:
         connection.exec_driver_sql(
-            f"ALTER DATABASE [{name}] SET SINGLE_USER WITH ROLLBACK IMMEDIATE; DROP DATABASE [{name}]"
+            f"ALTER DATABASE [{name}] SET SINGLE_USER WITH ROLLBACK IMMEDIATE; "
+            f"DROP DATABASE [{name}]"
         )
     engine.dispose()
 

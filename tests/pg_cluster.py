@@ -60,8 +60,16 @@ class Cluster:
         return f"postgresql+psycopg://{auth}@127.0.0.1:{self.port}/{database}"
 
     def stop(self) -> None:
-        _run(self.bindir, "pg_ctl", "-D", os.path.join(self.directory, "data"), "-m", "immediate",
-             "stop", check=False)
+        _run(
+            self.bindir,
+            "pg_ctl",
+            "-D",
+            os.path.join(self.directory, "data"),
+            "-m",
+            "immediate",
+            "stop",
+            check=False,
+        )
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
@@ -69,7 +77,9 @@ def _as_postgres() -> list[str]:
     return ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
 
 
-def _run(bindir: str, tool: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+def _run(
+    bindir: str, tool: str, *args: str, check: bool = True
+) -> subprocess.CompletedProcess[str]:
     cmd = [*_as_postgres(), os.path.join(bindir, tool), *args]
     result = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=120)
     if check and result.returncode != 0:
@@ -86,16 +96,38 @@ def start() -> Cluster:
     if os.geteuid() == 0:
         shutil.chown(directory, "postgres", "postgres")
     user = "postgres" if os.geteuid() == 0 else os.environ.get("USER", "postgres")
-    _run(bindir, "initdb", "-D", data, "-U", user, "--auth=trust", "-E", "UTF8",
-         "--locale=C.UTF-8" if _has_locale("C.UTF-8") else "--locale=C")
+    _run(
+        bindir,
+        "initdb",
+        "-D",
+        data,
+        "-U",
+        user,
+        "--auth=trust",
+        "-E",
+        "UTF8",
+        "--locale=C.UTF-8" if _has_locale("C.UTF-8") else "--locale=C",
+    )
     port = _free_port()
     options = (
         f"-c port={port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={directory} "
         "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 "
         "-c shared_buffers=256MB"
     )
-    _run(bindir, "pg_ctl", "-D", data, "-o", options, "-l", os.path.join(directory, "log"),
-         "-w", "-t", "60", "start")
+    _run(
+        bindir,
+        "pg_ctl",
+        "-D",
+        data,
+        "-o",
+        options,
+        "-l",
+        os.path.join(directory, "log"),
+        "-w",
+        "-t",
+        "60",
+        "start",
+    )
     cluster = Cluster(directory, port, bindir, user)
     atexit.register(cluster.stop)
     deadline = time.monotonic() + 30

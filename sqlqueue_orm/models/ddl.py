@@ -41,10 +41,15 @@ def mssql_index_options(options: dict[str, str], server_version: tuple[int, ...]
 
 @compiles(CreateIndex, "mssql")
 def _create_index_mssql(create: CreateIndex, compiler: DDLCompiler, **kw: Any) -> str:
-    text = compiler.visit_create_index(create, **kw)
+    text: str = compiler.visit_create_index(create, **kw)  # type: ignore[no-untyped-call]
     options = create.element.dialect_options["mssql"].get("with")
     if options:
-        text += mssql_index_options(dict(options), compiler.dialect.server_version_info)
+        version = tuple(
+            int(part)
+            for part in compiler.dialect.server_version_info or ()
+            if isinstance(part, int)
+        )
+        text += mssql_index_options(dict(options), version or None)
     return text
 
 

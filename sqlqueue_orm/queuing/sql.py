@@ -43,9 +43,11 @@ class SqlText:
     max_batch: int = 10_000
 
 
+# Explicit CASTs: the driver may bind NULL without a type, and SQL Server cannot deduce one there.
 _MSSQL_EXPIRES = (
-    "CASE WHEN :ttbr IS NULL THEN NULL "
-    "ELSE DATEADD(ms, :ttbr % 86400000, DATEADD(day, :ttbr / 86400000, GETUTCDATE())) END"
+    "CASE WHEN CAST(:ttbr AS bigint) IS NULL THEN NULL "
+    "ELSE DATEADD(ms, CAST(:ttbr AS bigint) % 86400000, "
+    "DATEADD(day, CAST(:ttbr AS bigint) / 86400000, GETUTCDATE())) END"
 )
 
 MSSQL: Final = SqlText(
@@ -96,7 +98,7 @@ _PG_EXPIRES = (
 _PG_ADVISORY = (
     'SELECT c."RowVersion" FROM (SELECT "RowVersion", tableoid FROM {table} {where}'
     'ORDER BY "RowVersion" LIMIT CAST(:window AS bigint)) AS c '
-    'WHERE pg_try_advisory_xact_lock(CAST(c.tableoid AS integer), '
+    "WHERE pg_try_advisory_xact_lock(CAST(c.tableoid AS integer), "
     'CAST(c."RowVersion" % 2147483648 AS integer)) LIMIT CAST(:n AS bigint)'
 )
 
@@ -204,7 +206,11 @@ _PARAM = re.compile(r"(?<![:\w]):([a-z_]+)\b")
 
 @dataclasses.dataclass(frozen=True)
 class Statement:
-    """One statement rendered for a driver: its text and how to lay out its parameters."""
+    """One statement rendered for a driver: its text and how to lay out its parameters.
+
+    Always execute it with :meth:`params` (even when it takes none): for pyformat drivers the
+    text has every literal ``%`` doubled, which only parameter substitution turns back.
+    """
 
     text: str
     names: tuple[str, ...]
@@ -242,10 +248,6 @@ def render(template: str, dialect: Dialect, table: str) -> Statement:
         # Literal % in the template (SQL Server's modulo) must reach these drivers doubled.
         text = text.replace("%", "%%").replace("%%s", "%s").replace("%%(", "%(")
     text = text.replace("{table}", table)
-    if not names and style in ("format", "pyformat"):
-        # Without parameters the driver does no %-substitution, so nothing may stay doubled
-        # (SQLAlchemy's preparer doubled any % in the quoted name for these drivers).
-        text = text.replace("%%", "%")
     positional = style in ("qmark", "format", "numeric")
     return Statement(text, tuple(names), positional)
 

@@ -50,7 +50,9 @@ class TableQueue:
         self._purge_all = sql.render(self._text.purge_all, dialect, table)
         self._receive_advisory = self._purge_advisory = None
         if self._text.receive_without_row_locks and self._text.purge_expired_without_row_locks:
-            self._receive_advisory = sql.render(self._text.receive_without_row_locks, dialect, table)
+            self._receive_advisory = sql.render(
+                self._text.receive_without_row_locks, dialect, table
+            )
             self._purge_advisory = sql.render(
                 self._text.purge_expired_without_row_locks, dialect, table
             )
@@ -64,7 +66,7 @@ class TableQueue:
 
     # -- sending -----------------------------------------------------------------------------
     def send(self, connection: Connection, messages: Sequence[PreparedMessage]) -> None:
-        """Insert *messages* (one statement, executemany for several) in the caller's transaction."""
+        """Insert *messages* in the caller's transaction (one statement; executemany for many)."""
         if not messages:
             return
         statement = self._send if self._recoverable(connection) else self._send_plain
@@ -82,9 +84,9 @@ class TableQueue:
         ]
         with db.wrap_db_errors(self.name, on_missing_column=self._forget_columns):
             if len(rows) == 1:
-                connection.exec_driver_sql(statement.text, rows[0])  # type: ignore[arg-type]
+                connection.exec_driver_sql(statement.text, rows[0])
             else:
-                connection.exec_driver_sql(statement.text, rows)  # type: ignore[arg-type]
+                connection.exec_driver_sql(statement.text, rows)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("queue %s: sent %d message(s)", self.name, len(rows))
 
@@ -95,8 +97,10 @@ class TableQueue:
         Expired rows are deleted too and come back with ``expired=True``. The rows are gone only
         when the caller's transaction commits; a rollback puts them back in their places.
         """
-        if isinstance(max_messages, bool) or not isinstance(max_messages, int) or not (
-            1 <= max_messages <= self._text.max_batch
+        if (
+            isinstance(max_messages, bool)
+            or not isinstance(max_messages, int)
+            or not (1 <= max_messages <= self._text.max_batch)
         ):
             raise ValueError(
                 f"max_messages {max_messages!r} must be an integer from 1 to {self._text.max_batch}"
@@ -107,7 +111,9 @@ class TableQueue:
             statement = self._receive_advisory
             values["window"] = max_messages + 256
         with db.wrap_db_errors(self.name):
-            rows = connection.exec_driver_sql(statement.text, statement.params(values)).fetchall()  # type: ignore[arg-type]
+            rows = list(
+                connection.exec_driver_sql(statement.text, statement.params(values)).fetchall()
+            )
         if len(rows) > 1:
             rows.sort(key=lambda row: row[1])  # OUTPUT/RETURNING order is not guaranteed
         messages = [
@@ -118,13 +124,15 @@ class TableQueue:
         ]
         if messages:
             expired = sum(1 for message in messages if message.expired)
-            log.debug("queue %s: received %d message(s), %d expired", self.name, len(messages), expired)
+            log.debug(
+                "queue %s: received %d message(s), %d expired", self.name, len(messages), expired
+            )
         return messages
 
     def peek(self, connection: Connection) -> int:
         """Estimated number of messages: max - min of RowVersion, the same cost at any size."""
         with db.wrap_db_errors(self.name):
-            value = connection.exec_driver_sql(self._peek.text).scalar()
+            value = connection.exec_driver_sql(self._peek.text, self._peek.params({})).scalar()
         return int(value or 0)
 
     def purge_expired(self, connection: Connection, batch_size: int = PURGE_BATCH_SIZE) -> int:
@@ -137,13 +145,15 @@ class TableQueue:
             statement = self._purge_advisory
             values["window"] = batch_size + 256
         with db.wrap_db_errors(self.name):
-            result = connection.exec_driver_sql(statement.text, statement.params(values))  # type: ignore[arg-type]
+            result = connection.exec_driver_sql(statement.text, statement.params(values))
         return max(result.rowcount, 0)
 
     def purge_all(self, connection: Connection) -> int:
         """Delete every message in the queue; return how many."""
         with db.wrap_db_errors(self.name):
-            result = connection.exec_driver_sql(self._purge_all.text)
+            result = connection.exec_driver_sql(
+                self._purge_all.text, self._purge_all.params({})
+            )
         return max(result.rowcount, 0)
 
     # -- schema probes (cached) -------------------------------------------------------------
@@ -177,17 +187,22 @@ class TableQueue:
                 log.warning(
                     "queue %s: this role may not UPDATE the table, so receives skip busy rows "
                     "with advisory locks instead of FOR UPDATE SKIP LOCKED; grant UPDATE on one "
-                    "column (e.g. GRANT UPDATE (\"Recoverable\") ON ...) for the usual path",
+                    'column (e.g. GRANT UPDATE ("Recoverable") ON ...) for the usual path',
                     self.name,
                 )
         return allowed
 
     def _regclass_text(self) -> str:
         # regclass input takes the quoted name; SQLAlchemy's PostgreSQL preparer quoted it.
-        return self.quoted_table.replace("%%", "%") if self._dialect.paramstyle in (
-            "format",
-            "pyformat",
-        ) else self.quoted_table
+        return (
+            self.quoted_table.replace("%%", "%")
+            if self._dialect.paramstyle
+            in (
+                "format",
+                "pyformat",
+            )
+            else self.quoted_table
+        )
 
 
 def _to_uuid(value: Any) -> uuid.UUID:

@@ -1,0 +1,62 @@
+import datetime as dt
+import math
+import uuid
+
+import pydantic
+import pytest
+
+from sqlqueue_orm import IncomingMessage, OutgoingMessage, headers
+from sqlqueue_orm.exceptions import InvalidMessage
+
+
+class OrderPlaced(pydantic.BaseModel):
+    order_id: int
+    customer: str
+
+
+def test_every_send_gets_message_id_and_time_sent():
+    prepared = OutgoingMessage(b"x").prepare(now=dt.datetime(2026, 5, 1, 12, 0, tzinfo=dt.UTC))
+    values = headers.deserialize(prepared.headers)
+    assert uuid.UUID(values[headers.MESSAGE_ID])
+    assert values[headers.TIME_SENT] == "2026-05-01 12:00:00:000000 Z"
+    assert prepared.message_id == values[headers.MESSAGE_ID]
+
+
+def test_given_message_id_wins():
+    prepared = OutgoingMessage(b"x", message_id="abc").prepare()
+    assert headers.deserialize(prepared.headers)[headers.MESSAGE_ID] == "abc"
+
+
+def test_pydantic_body_sets_content_type_and_enclosed_types():
+    prepared = OutgoingMessage(OrderPlaced(order_id=7, customer="ü")).prepare()
+    values = headers.deserialize(prepared.headers)
+    assert values[headers.CONTENT_TYPE] == "application/json"
+    assert values[headers.ENCLOSED_MESSAGE_TYPES].endswith("test_messages.OrderPlaced")
+    assert OrderPlaced.model_validate_json(prepared.body or b"") == OrderPlaced(
+        order_id=7, customer="ü"
+    )
+
+
+@pytest.mark.parametrize("ttbr", [0, -1, math.inf, math.nan, "10", True])
+def test_bad_ttbr_is_refused_naming_it(ttbr):
+    with pytest.raises(InvalidMessage) as info:
+        OutgoingMessage(b"x", time_to_be_received=ttbr).prepare()
+    assert repr(ttbr) in str(info.value)
+
+
+def test_ttbr_in_ms():
+    assert OutgoingMessage(b"x", time_to_be_received=dt.timedelta(days=30)).prepare().ttbr_ms == (
+        30 * 86_400_000
+    )
+
+
+def test_bad_body_is_refused_naming_its_type():
+    with pytest.raises(InvalidMessage, match="dict"):
+        OutgoingMessage({"a": 1}).prepare()  # type: ignore[arg-type]
+
+
+def test_poison_headers_are_kept_raw():
+    message = IncomingMessage.from_row(uuid.uuid4(), 1, "{not json", b"b", False)
+    assert message.headers == {}
+    assert message.headers_error
+    assert message.raw_headers == "{not json"
