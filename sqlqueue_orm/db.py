@@ -2,8 +2,9 @@
 
 :func:`create_engine` sets up each database the way a queue needs it: SQLite in WAL mode with
 ``BEGIN IMMEDIATE`` transactions (writers queue up on the busy timeout instead of failing with
-"database is locked" when a reader upgrades), pyodbc with ``fast_executemany``, and pre-ping
-everywhere so a dispatcher survives the database going away and coming back.
+"database is locked" when a reader upgrades) and pyodbc with ``fast_executemany``. No pre-ping
+(it costs a round trip per transaction): a connection that died is invalidated by the error it
+raises, reported as a transient :class:`DatabaseError`, and the next checkout gets a fresh one.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ def create_engine(url: str | sa.URL, **kwargs: Any) -> Engine:
     """Create an engine configured for queue work (see the module docstring)."""
     parsed = sa.make_url(url)
     backend = parsed.get_backend_name()
-    kwargs.setdefault("pool_pre_ping", True)
+    # Every code path here ends its transactions (Connection.close() rolls back an open one),
+    # so the pool's reset-on-return ROLLBACK is a second, paid-for safety net per checkout.
+    kwargs.setdefault("pool_reset_on_return", None)
     if backend == "sqlite":
         connect_args = kwargs.setdefault("connect_args", {})
         connect_args.setdefault("timeout", _SQLITE_BUSY_TIMEOUT_S)
@@ -61,7 +64,8 @@ def _setup_sqlite(engine: Engine, in_memory: bool) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Connection) -> None:
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+        # Straight to the driver: this runs once per transaction, on the hot path.
+        connection.connection.driver_connection.execute("BEGIN IMMEDIATE")  # type: ignore[union-attr]
 
 
 # -- error translation ----------------------------------------------------------------------
@@ -100,12 +104,22 @@ def is_transient(error: BaseException) -> bool:
 
 @contextlib.contextmanager
 def wrap_db_errors(
-    queue: str | None = None, on_missing_column: Callable[[], None] | None = None
+    queue: str | None = None,
+    on_missing_column: Callable[[], None] | None = None,
+    dbapi_error: type[BaseException] | None = None,
 ) -> Iterator[None]:
-    """Translate driver errors into :class:`SqlQueueError` children, naming the queue."""
+    """Translate driver errors into :class:`SqlQueueError` children, naming the queue.
+
+    :param dbapi_error: the driver's own ``Error`` class, for code that runs statements on a
+        DBAPI cursor directly (SQLAlchemy's wrappers are always translated).
+    """
+    caught: tuple[type[BaseException], ...] = (exc.DBAPIError,)
+    if dbapi_error is not None:
+        caught += (dbapi_error,)
     try:
         yield
-    except exc.DBAPIError as error:
+    except caught as error:
+        original = getattr(error, "orig", None) or error
         text = _describe(error)
         where = f"queue {queue!r}: " if queue else ""
         if queue and any(marker in text for marker in _MISSING_TABLE):
@@ -113,10 +127,10 @@ def wrap_db_errors(
         if on_missing_column is not None and any(marker in text for marker in _MISSING_COLUMN):
             on_missing_column()
             raise exceptions.DatabaseError(
-                f"{where}the table's columns changed under us; retry: {error.orig}", transient=True
+                f"{where}the table's columns changed under us; retry: {original}", transient=True
             ) from error
         raise exceptions.DatabaseError(
-            f"{where}{type(error.orig).__name__}: {error.orig}", transient=is_transient(error)
+            f"{where}{type(original).__name__}: {original}", transient=is_transient(error)
         ) from error
 
 

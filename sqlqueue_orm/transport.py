@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 from sqlalchemy.engine import Connection, Engine
 
@@ -27,6 +29,28 @@ from sqlqueue_orm.schema import QueueInstaller, SchemaInspector
 log = logging.getLogger(__name__)
 
 QueueRef = str | addressing.QueueAddress
+
+
+class _HeldConnection:
+    """A pooled connection a thread keeps between short transactions; returned when dropped."""
+
+    def __init__(self, fairy: Any, transport: Transport) -> None:
+        self.fairy = fairy
+        self._transport = transport
+        self._closed = False
+        transport._held_all.add(self)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._transport._release(self)
+            self.fairy.close()
+
+    def __del__(self) -> None:  # the thread ended: its threading.local let go of us
+        try:
+            self.close()
+        except Exception:  # noqa: S110  (interpreter shutdown: nothing to give back to)
+            pass
 
 
 class Transport:
@@ -65,8 +89,17 @@ class Transport:
         self.installer = QueueInstaller()
         self.inspector = SchemaInspector()
         self._queues: dict[addressing.QueueAddress, TableQueue] = {}
+        self._by_reference: dict[QueueRef, TableQueue] = {}
+        self._local = threading.local()
+        # Weak: a thread that ends drops its _HeldConnection, whose __del__ gives it back.
+        self._held_all: weakref.WeakSet[_HeldConnection] = weakref.WeakSet()
+        self._held_count = 0
+        pool_size = getattr(self.engine.pool, "size", lambda: 2)()
+        self._held_limit = max(1, int(pool_size) // 2)
         self._verified: set[addressing.QueueAddress] = set()
         self._lock = threading.Lock()
+        # SQLite: take the write lock up front (see db.create_engine); others begin implicitly.
+        self._begin_statement = "BEGIN IMMEDIATE" if self.engine.dialect.name == "sqlite" else ""
 
     def __enter__(self) -> Transport:
         return self
@@ -75,7 +108,10 @@ class Transport:
         self.close()
 
     def close(self) -> None:
-        """Dispose of the engine if this transport created it."""
+        """Give back the connections threads hold; dispose of the engine if we created it."""
+        for held in list(self._held_all):
+            held.close()
+        self._local = threading.local()
         if self._owns_engine:
             self.engine.dispose()
 
@@ -88,15 +124,18 @@ class Transport:
         return address
 
     def queue(self, queue: QueueRef) -> TableQueue:
-        """The :class:`TableQueue` of *queue* (cached)."""
+        """The :class:`TableQueue` of *queue* (cached, also by the text it was named with)."""
+        table_queue = self._by_reference.get(queue)
+        if table_queue is not None:
+            return table_queue
         address = self.address(queue)
-        table_queue = self._queues.get(address)
-        if table_queue is None:
-            with self._lock:
-                table_queue = self._queues.get(address)
-                if table_queue is None:
-                    table_queue = TableQueue(address, self.engine.dialect)
-                    self._queues[address] = table_queue
+        with self._lock:
+            table_queue = self._queues.get(address)
+            if table_queue is None:
+                table_queue = TableQueue(address, self.engine.dialect)
+                self._queues[address] = table_queue
+            if len(self._by_reference) < 10_000:
+                self._by_reference[queue] = table_queue
         return table_queue
 
     @contextmanager
@@ -114,6 +153,79 @@ class Transport:
         self._verified.add(address)
         with db.wrap_db_errors(table_queue.name):
             self.inspector.warn(connection, address)
+
+    def _ready(self, table_queue: TableQueue) -> None:
+        """Run the one-time checks (schema warnings, probes) on a connection of our own."""
+        if table_queue.probed and table_queue.address in self._verified:
+            return
+        with self.engine.connect() as connection:
+            self._verify(connection, table_queue)
+            table_queue.probe(connection)
+
+    def _checkout(self) -> tuple[Any, bool]:
+        """A pooled DBAPI connection for this thread, and whether it stays with the thread.
+
+        Up to half the pool's size, threads keep the connection of their short transactions
+        between calls (a consumer loop then pays no checkout per message); it goes back to the
+        pool when the thread ends or the transport is closed. Other threads check out per call.
+        """
+        held: _HeldConnection | None = getattr(self._local, "held", None)
+        if held is not None:
+            return held.fairy, True
+        fairy = self.engine.raw_connection()
+        with self._lock:
+            keep = self._held_count < self._held_limit
+            if keep:
+                self._held_count += 1
+        if keep:
+            self._local.held = _HeldConnection(fairy, self)
+        return fairy, keep
+
+    def _release(self, held: _HeldConnection) -> None:
+        with self._lock:
+            self._held_count -= 1
+        self._held_all.discard(held)
+
+    @contextmanager
+    def _own_cursor(self) -> Iterator[Any]:
+        """A short transaction of our own on a pooled DBAPI connection: commit or roll back.
+
+        The hot path without a caller's connection: the same statements, minus SQLAlchemy's
+        per-transaction machinery. A connection that died is invalidated, not pooled again.
+        """
+        fairy, kept = self._checkout()
+        cursor = fairy.cursor()
+        try:
+            if self._begin_statement:
+                cursor.execute(self._begin_statement)
+            yield cursor
+            fairy.commit()
+        except BaseException as error:
+            original = error.__cause__ or error
+            dead = isinstance(original, Exception) and self.engine.dialect.is_disconnect(
+                original,  # type: ignore[arg-type]
+                fairy.dbapi_connection,
+                cursor,
+            )
+            if not dead:
+                try:
+                    fairy.rollback()
+                except Exception:
+                    dead = True
+            if dead:
+                held = getattr(self._local, "held", None)
+                if held is not None:
+                    self._local.held = None
+                    held.close()
+                else:
+                    fairy.invalidate()
+                    fairy.close()
+                kept = True  # already given back
+            raise
+        finally:
+            cursor.close()
+            if not kept:
+                fairy.close()
 
     # -- installing ------------------------------------------------------------------------
     def create_queue(self, queue: QueueRef, *, body_string: bool = False) -> bool:
@@ -147,9 +259,13 @@ class Transport:
         """Send *messages* in one batch (all or none); return their message ids."""
         table_queue = self.queue(queue)
         prepared = [message.prepare() for message in messages]
-        with self._connection(connection) as conn:
-            self._verify(conn, table_queue)
-            table_queue.send(conn, prepared)
+        if connection is not None:
+            self._verify(connection, table_queue)
+            table_queue.send(connection, prepared)
+        elif prepared:
+            self._ready(table_queue)
+            with self._own_cursor() as cursor:
+                table_queue.send_on_cursor(cursor, prepared)
         return [item.message_id for item in prepared]
 
     # -- receiving -------------------------------------------------------------------------
@@ -164,9 +280,12 @@ class Transport:
         back with ``expired=True``; they are gone from the queue all the same.
         """
         table_queue = self.queue(queue)
-        with self._connection(connection) as conn:
-            self._verify(conn, table_queue)
-            return table_queue.receive(conn, max_messages)
+        if connection is not None:
+            self._verify(connection, table_queue)
+            return table_queue.receive(connection, max_messages)
+        self._ready(table_queue)
+        with self._own_cursor() as cursor:
+            return table_queue.receive_on_cursor(cursor, max_messages)
 
     def peek(self, queue: QueueRef, connection: Connection | None = None) -> int:
         """Estimated message count (max - min RowVersion): cheap at any queue size."""

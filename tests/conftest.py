@@ -150,6 +150,22 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("database_url", list(wanted), indirect=True, ids=list(wanted))
 
 
+_skipped_postgres: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and "[postgresql" in report.nodeid:
+        _skipped_postgres.append(report.nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A skipped PostgreSQL test fails the run: PostgreSQL is the real server of every run."""
+    if _skipped_postgres:
+        print(f"\nFAILED: {len(_skipped_postgres)} PostgreSQL test(s) were skipped, e.g. "
+              f"{_skipped_postgres[0]}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def only(*dialects: str):  # type: ignore[no-untyped-def]
     """Decorator: run a ``database`` test only on these dialects."""
 

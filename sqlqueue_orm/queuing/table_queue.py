@@ -3,12 +3,16 @@
 Every operation takes a :class:`~sqlalchemy.engine.Connection` and runs on it, so it joins
 whatever transaction the caller has open (NServiceBus's ``TableBasedQueue`` takes the caller's
 ``DbConnection`` and ``DbTransaction`` the same way). Nothing here commits.
+
+The hot path runs its pre-rendered statements on the DBAPI cursor of that same connection and
+transaction, skipping SQLAlchemy's per-statement execution machinery (that is what keeps us near
+the raw driver's rate). When the engine has ``before/after_cursor_execute`` listeners or echo
+(tracing, SQL logging), statements go through ``exec_driver_sql`` instead, so those still see them.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -16,7 +20,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Dialect
 
-from sqlqueue_orm import addressing, db
+from sqlqueue_orm import addressing, db, exceptions
 from sqlqueue_orm.messages import IncomingMessage, PreparedMessage
 from sqlqueue_orm.queuing import sql
 
@@ -24,6 +28,18 @@ log = logging.getLogger(__name__)
 
 #: Default batch of :meth:`TableQueue.purge_expired`, as NServiceBus.
 PURGE_BATCH_SIZE = 10_000
+#: How far past the batch the advisory-lock claim (PostgreSQL, no UPDATE privilege) looks.
+_ADVISORY_WINDOW = 256
+
+
+def _driver_cursor(connection: Connection) -> Any | None:
+    """A DBAPI cursor in the connection's transaction, or None to go through SQLAlchemy."""
+    dispatch = connection.dispatch
+    if dispatch.before_cursor_execute or dispatch.after_cursor_execute or connection.engine.echo:
+        return None
+    if not connection.in_transaction():
+        connection.begin()  # what autobegin would do: the caller commits or rolls back
+    return connection.connection.cursor()
 
 
 class TableQueue:
@@ -57,19 +73,81 @@ class TableQueue:
                 self._text.purge_expired_without_row_locks, dialect, table
             )
         self._id_to_driver = self._text.id_to_driver
-        self._lock = threading.Lock()
+        dbapi = getattr(dialect, "loaded_dbapi", None) or getattr(dialect, "dbapi", None)
+        self._dbapi_error: type[BaseException] = getattr(dbapi, "Error", sa.exc.DBAPIError)
         self._has_recoverable: bool | None = None
-        self._may_lock_rows: bool | None = None
+        self._may_lock_rows: bool | None = None if self._receive_advisory is not None else True
 
     def __repr__(self) -> str:
         return f"TableQueue({self.name!r}, {self.dialect_name!r})"
 
-    # -- sending -----------------------------------------------------------------------------
+    # -- public operations on a SQLAlchemy Connection ---------------------------------------
     def send(self, connection: Connection, messages: Sequence[PreparedMessage]) -> None:
         """Insert *messages* in the caller's transaction (one statement; executemany for many)."""
-        if not messages:
-            return
-        statement = self._send if self._recoverable(connection) else self._send_plain
+        if messages:
+            self.probe(connection)
+            self._on(connection, self._send_args(messages))
+
+    def receive(self, connection: Connection, max_messages: int = 1) -> list[IncomingMessage]:
+        """Delete and return up to *max_messages* of the oldest rows no other receiver holds.
+
+        Expired rows are deleted too and come back with ``expired=True``. The rows are gone only
+        when the caller's transaction commits; a rollback puts them back in their places.
+        """
+        self.probe(connection)
+        rows = self._on(connection, self._receive_args(max_messages), fetch=True)
+        return self._messages(rows)
+
+    def peek(self, connection: Connection) -> int:
+        """Estimated number of messages: max - min of RowVersion, the same cost at any size."""
+        rows = self._on(connection, (self._peek, self._peek.params({}), False), fetch=True)
+        return int(rows[0][0] or 0) if rows else 0
+
+    def purge_expired(self, connection: Connection, batch_size: int = PURGE_BATCH_SIZE) -> int:
+        """Delete one batch of expired messages; return how many were deleted."""
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size {batch_size!r} must be a positive integer")
+        self.probe(connection)
+        statement, values = self._purge, {"n": batch_size}
+        if not self._may_lock_rows and self._purge_advisory is not None:
+            statement = self._purge_advisory
+            values["window"] = batch_size + _ADVISORY_WINDOW
+        return int(self._on(connection, (statement, statement.params(values), False)))
+
+    def purge_all(self, connection: Connection) -> int:
+        """Delete every message in the queue; return how many."""
+        return int(self._on(connection, (self._purge_all, self._purge_all.params({}), False)))
+
+    # -- the same on a DBAPI cursor (the Transport's own short transactions) ------------------
+    def send_on_cursor(self, cursor: Any, messages: Sequence[PreparedMessage]) -> None:
+        """:meth:`send` on a DBAPI cursor; :meth:`probe` must have run once before."""
+        if messages:
+            self._run(cursor, self._send_args(messages))
+
+    def receive_on_cursor(self, cursor: Any, max_messages: int = 1) -> list[IncomingMessage]:
+        """:meth:`receive` on a DBAPI cursor; :meth:`probe` must have run once before."""
+        return self._messages(self._run(cursor, self._receive_args(max_messages), fetch=True))
+
+    @property
+    def probed(self) -> bool:
+        """Whether the one-time schema probes have run (needed by the cursor methods)."""
+        return self._has_recoverable is not None and self._may_lock_rows is not None
+
+    def probe(self, connection: Connection) -> None:
+        """Run the one-time, cached schema probes: Recoverable column, row-lock privilege."""
+        if self._has_recoverable is None:
+            with db.wrap_db_errors(self.name):
+                columns = db.column_names(connection, self.address)
+            if columns:  # no table yet: do not cache; the statement will say QueueNotFound
+                self._has_recoverable = "Recoverable" in columns
+                if not self._has_recoverable:
+                    log.info("queue %s: no Recoverable column; sending without it", self.name)
+        if self._may_lock_rows is None:
+            self._may_lock_rows = self._check_update_privilege(connection)
+
+    # -- internals -------------------------------------------------------------------------
+    def _send_args(self, messages: Sequence[PreparedMessage]) -> tuple[sql.Statement, Any, bool]:
+        statement = self._send if self._has_recoverable is not False else self._send_plain
         to_driver = self._id_to_driver
         rows = [
             statement.params(
@@ -82,38 +160,55 @@ class TableQueue:
             )
             for message in messages
         ]
-        with db.wrap_db_errors(self.name, on_missing_column=self._forget_columns):
-            if len(rows) == 1:
-                connection.exec_driver_sql(statement.text, rows[0])
-            else:
-                connection.exec_driver_sql(statement.text, rows)
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("queue %s: sent %d message(s)", self.name, len(rows))
+            log.debug("queue %s: sending %d message(s)", self.name, len(rows))
+        return (statement, rows, True) if len(rows) > 1 else (statement, rows[0], False)
 
-    # -- receiving ---------------------------------------------------------------------------
-    def receive(self, connection: Connection, max_messages: int = 1) -> list[IncomingMessage]:
-        """Delete and return up to *max_messages* of the oldest rows no other receiver holds.
-
-        Expired rows are deleted too and come back with ``expired=True``. The rows are gone only
-        when the caller's transaction commits; a rollback puts them back in their places.
-        """
+    def _receive_args(self, max_messages: int) -> tuple[sql.Statement, Any, bool]:
         if (
             isinstance(max_messages, bool)
             or not isinstance(max_messages, int)
-            or not (1 <= max_messages <= self._text.max_batch)
+            or not 1 <= max_messages <= self._text.max_batch
         ):
             raise ValueError(
                 f"max_messages {max_messages!r} must be an integer from 1 to {self._text.max_batch}"
             )
-        statement = self._receive
-        values: dict[str, Any] = {"n": max_messages}
-        if self._receive_advisory is not None and not self._row_locks_allowed(connection):
+        if not self._may_lock_rows and self._receive_advisory is not None:
             statement = self._receive_advisory
-            values["window"] = max_messages + 256
-        with db.wrap_db_errors(self.name):
-            rows = list(
-                connection.exec_driver_sql(statement.text, statement.params(values)).fetchall()
-            )
+            return statement, statement.params(
+                {"n": max_messages, "window": max_messages + _ADVISORY_WINDOW}
+            ), False
+        return self._receive, self._receive.params({"n": max_messages}), False
+
+    def _on(self, connection: Connection, args: tuple[sql.Statement, Any, bool],
+            fetch: bool = False) -> Any:
+        cursor = _driver_cursor(connection)
+        if cursor is not None:
+            try:
+                return self._run(cursor, args, fetch)
+            finally:
+                cursor.close()
+        statement, params, _many = args
+        with db.wrap_db_errors(self.name, on_missing_column=self._forget_columns):
+            result = connection.exec_driver_sql(statement.text, params)
+            if fetch:
+                return list(result.fetchall())
+            return max(result.rowcount, 0)
+
+    def _run(self, cursor: Any, args: tuple[sql.Statement, Any, bool], fetch: bool = False) -> Any:
+        statement, params, many = args
+        with db.wrap_db_errors(
+            self.name, on_missing_column=self._forget_columns, dbapi_error=self._dbapi_error
+        ):
+            if many:
+                cursor.executemany(statement.text, params)
+            else:
+                cursor.execute(statement.text, params)
+            if fetch:
+                return list(cursor.fetchall())
+            return max(cursor.rowcount, 0)
+
+    def _messages(self, rows: list[Any]) -> list[IncomingMessage]:
         if len(rows) > 1:
             rows.sort(key=lambda row: row[1])  # OUTPUT/RETURNING order is not guaranteed
         messages = [
@@ -122,87 +217,33 @@ class TableQueue:
             )
             for row in rows
         ]
-        if messages:
+        if messages and log.isEnabledFor(logging.DEBUG):
             expired = sum(1 for message in messages if message.expired)
-            log.debug(
-                "queue %s: received %d message(s), %d expired", self.name, len(messages), expired
-            )
+            log.debug("queue %s: received %d message(s), %d expired", self.name, len(messages),
+                      expired)
         return messages
-
-    def peek(self, connection: Connection) -> int:
-        """Estimated number of messages: max - min of RowVersion, the same cost at any size."""
-        with db.wrap_db_errors(self.name):
-            value = connection.exec_driver_sql(self._peek.text, self._peek.params({})).scalar()
-        return int(value or 0)
-
-    def purge_expired(self, connection: Connection, batch_size: int = PURGE_BATCH_SIZE) -> int:
-        """Delete one batch of expired messages; return how many were deleted."""
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size {batch_size!r} must be a positive integer")
-        statement = self._purge
-        values: dict[str, Any] = {"n": batch_size}
-        if self._purge_advisory is not None and not self._row_locks_allowed(connection):
-            statement = self._purge_advisory
-            values["window"] = batch_size + 256
-        with db.wrap_db_errors(self.name):
-            result = connection.exec_driver_sql(statement.text, statement.params(values))
-        return max(result.rowcount, 0)
-
-    def purge_all(self, connection: Connection) -> int:
-        """Delete every message in the queue; return how many."""
-        with db.wrap_db_errors(self.name):
-            result = connection.exec_driver_sql(
-                self._purge_all.text, self._purge_all.params({})
-            )
-        return max(result.rowcount, 0)
-
-    # -- schema probes (cached) -------------------------------------------------------------
-    def _recoverable(self, connection: Connection) -> bool:
-        """Whether the table still has ``Recoverable`` (NServiceBus 7+ tolerates dropping it)."""
-        known = self._has_recoverable
-        if known is None:
-            with db.wrap_db_errors(self.name):
-                columns = db.column_names(connection, self.address)
-            known = self._has_recoverable = "Recoverable" in columns
-            if not known:
-                log.info("queue %s: no Recoverable column; sending without it", self.name)
-        return known
 
     def _forget_columns(self) -> None:
         self._has_recoverable = None
 
-    def _row_locks_allowed(self, connection: Connection) -> bool:
+    def _check_update_privilege(self, connection: Connection) -> bool:
         """PostgreSQL: FOR UPDATE needs UPDATE privilege; without it, claim by advisory lock."""
-        allowed = self._may_lock_rows
-        if allowed is None:
-            with db.wrap_db_errors(self.name):
-                allowed = bool(
-                    connection.execute(
-                        sa.text("SELECT has_any_column_privilege(CAST(:t AS regclass), 'UPDATE')"),
-                        {"t": self._regclass_text()},
-                    ).scalar()
-                )
-            self._may_lock_rows = allowed
-            if not allowed:
-                log.warning(
-                    "queue %s: this role may not UPDATE the table, so receives skip busy rows "
-                    "with advisory locks instead of FOR UPDATE SKIP LOCKED; grant UPDATE on one "
-                    'column (e.g. GRANT UPDATE ("Recoverable") ON ...) for the usual path',
-                    self.name,
-                )
-        return allowed
-
-    def _regclass_text(self) -> str:
-        # regclass input takes the quoted name; SQLAlchemy's PostgreSQL preparer quoted it.
-        return (
-            self.quoted_table.replace("%%", "%")
-            if self._dialect.paramstyle
-            in (
-                "format",
-                "pyformat",
+        with db.wrap_db_errors(self.name):
+            allowed = bool(
+                connection.execute(
+                    sa.text("SELECT has_any_column_privilege(CAST(:t AS regclass), 'UPDATE')"),
+                    # regclass takes the quoted name, as a value: undo the driver's %-doubling
+                    {"t": self.quoted_table.replace("%%", "%")},
+                ).scalar()
             )
-            else self.quoted_table
-        )
+        if not allowed:
+            log.warning(
+                "queue %s: this role may not UPDATE the table, so receives skip busy rows "
+                "with advisory locks instead of FOR UPDATE SKIP LOCKED; grant UPDATE on one "
+                'column (e.g. GRANT UPDATE ("Recoverable") ON ...) for the usual path',
+                self.name,
+            )
+        return allowed
 
 
 def _to_uuid(value: Any) -> uuid.UUID:
@@ -213,3 +254,6 @@ def _to_bytes(value: Any) -> bytes | None:
     if value is None or isinstance(value, bytes):
         return value
     return bytes(value)
+
+
+__all__ = ["PURGE_BATCH_SIZE", "TableQueue", "exceptions"]

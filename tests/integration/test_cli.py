@@ -52,7 +52,9 @@ def test_create_send_receive_json_round_trip(database):
 def test_bad_input_exits_2_naming_the_value(database):
     result = sqlqueue(database.url, "receive", "orders", "--count", "0", check=False)
     assert result.returncode == 2 and "'0'" in result.stderr
-    result = sqlqueue(database.url, "send", "orders", "--body", "x", "--header", "nokey", check=False)
+    result = sqlqueue(
+        database.url, "send", "orders", "--body", "x", "--header", "nokey", check=False
+    )
     assert result.returncode == 2 and "nokey" in result.stderr
     result = sqlqueue(database.url, "send", "nowhere", "--body", "x", check=False)
     assert result.returncode == 1 and "nowhere" in result.stderr

@@ -50,7 +50,8 @@ def test_a_role_with_select_insert_delete_only_can_run(database, roles, caplog):
         assert [m.body for m in received] == [b"one", b"two"]
         assert runner.purge_expired("jobs@app") == 0
         assert [m.body for m in runner.receive("jobs@app")] == [b"three"]
-    assert any("advisory locks" in r.getMessage() and "jobs" in r.getMessage() for r in caplog.records)
+    lines = [record.getMessage() for record in caplog.records]
+    assert any("advisory locks" in line and "jobs" in line for line in lines)
     with pytest.raises(DatabaseError, match="permission denied"):
         runner.create_queue("jobs2@app")
     runner.close()
