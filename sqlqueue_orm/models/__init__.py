@@ -7,8 +7,9 @@ only the shared tables Alembic manages with autogenerate.
 
 from sqlqueue_orm.models.base import NAMING_CONVENTION as NAMING_CONVENTION
 from sqlqueue_orm.models.base import Base as Base
+from sqlqueue_orm.models.outbox import OutboxData as OutboxData
 from sqlqueue_orm.models.queue_table import QUEUE_METADATA as QUEUE_METADATA
 from sqlqueue_orm.models.queue_table import QueueMessage as QueueMessage
 from sqlqueue_orm.models.queue_table import build_queue_table as build_queue_table
 from sqlqueue_orm.models.queue_table import queue_model as queue_model
-from sqlqueue_orm.models.queue_table import queue_table as queue_table
+from sqlqueue_orm.models.spark_ledger import SparkSendLedger as SparkSendLedger

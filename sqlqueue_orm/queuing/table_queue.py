@@ -75,6 +75,7 @@ class TableQueue:
         self._id_to_driver = self._text.id_to_driver
         dbapi = getattr(dialect, "loaded_dbapi", None) or getattr(dialect, "dbapi", None)
         self._dbapi_error: type[BaseException] = getattr(dbapi, "Error", sa.exc.DBAPIError)
+        self._fast_executemany = bool(getattr(dialect, "fast_executemany", False))
         self._has_recoverable: bool | None = None
         self._may_lock_rows: bool | None = None if self._receive_advisory is not None else True
 
@@ -201,6 +202,8 @@ class TableQueue:
             self.name, on_missing_column=self._forget_columns, dbapi_error=self._dbapi_error
         ):
             if many:
+                if self._fast_executemany:  # what SQLAlchemy's pyodbc dialect does per cursor
+                    cursor.fast_executemany = True
                 cursor.executemany(statement.text, params)
             else:
                 cursor.execute(statement.text, params)

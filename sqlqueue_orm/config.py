@@ -1,0 +1,129 @@
+"""Settings: frozen dataclasses validated when built, so a bad value fails at start-up, by name.
+
+Each ``__post_init__`` raises :class:`~sqlqueue_orm.exceptions.ConfigurationError` naming the bad
+value, and logs a warning for values that work but are probably a mistake (as NServiceBus's
+option setters do).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+import math
+import re
+
+from sqlqueue_orm import exceptions
+
+log = logging.getLogger(__name__)
+
+#: Outbox cleanup batch: below 5,000 row locks, so SQL Server never escalates to a table lock
+#: (NServiceBus SQL persistence deletes 4,000 at a time for the same reason).
+CLEANUP_BATCH_SIZE = 4_000
+#: How long dispatched outbox records are kept by default (NServiceBus: 7 days).
+CLEANUP_OLDER_THAN = dt.timedelta(days=7)
+
+_DURATION = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$", re.IGNORECASE)
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
+
+
+def parse_duration(text: str) -> dt.timedelta:
+    """Parse ``45s``, ``30m``, ``12h``, ``7d`` or ``2w`` into a timedelta.
+
+    :param text: a whole number followed by one unit letter.
+    :raises ConfigurationError: naming *text* when it is not in that form.
+    """
+    match = _DURATION.match(text) if isinstance(text, str) else None
+    if match is None:
+        raise exceptions.ConfigurationError(
+            f"duration {text!r} is not a whole number followed by s, m, h, d or w "
+            "(for example 45s, 30m, 12h, 7d)"
+        )
+    amount, unit = int(match.group(1)), match.group(2).lower()
+    return dt.timedelta(seconds=amount * _UNIT_SECONDS[unit])
+
+
+def _number(name: str, value: object, *, minimum: float, allow_equal: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise exceptions.ConfigurationError(f"{name} {value!r} is not a finite number of seconds")
+    if value < minimum or (value == minimum and not allow_equal):
+        bound = f"at least {minimum:g}" if allow_equal else f"more than {minimum:g}"
+        raise exceptions.ConfigurationError(f"{name} {value!r} must be {bound} seconds")
+    return float(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class DispatcherSettings:
+    """How the outbox dispatcher claims, paces and retries.
+
+    :param batch_size: outbox records claimed (and committed) per transaction.
+    :param interval: seconds to wait when nothing is due before looking again.
+    :param grace_period: seconds a record is left to the inline dispatch of the unit of work
+        that stored it before the dispatcher claims it (0 in tests).
+    :param retry_delay: seconds a record whose dispatch failed waits before it is tried again.
+    :param initial_backoff: first wait after the database failed (doubles on each failure).
+    :param max_backoff: cap of that wait.
+    """
+
+    batch_size: int = 100
+    interval: float = 1.0
+    grace_period: float = 10.0
+    retry_delay: float = 30.0
+    initial_backoff: float = 0.5
+    max_backoff: float = 30.0
+
+    def __post_init__(self) -> None:
+        size = self.batch_size
+        if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= 10_000:
+            raise exceptions.ConfigurationError(
+                f"batch_size {size!r} must be a whole number from 1 to 10000"
+            )
+        _number("interval", self.interval, minimum=0, allow_equal=False)
+        _number("grace_period", self.grace_period, minimum=0, allow_equal=True)
+        _number("retry_delay", self.retry_delay, minimum=0, allow_equal=True)
+        _number("initial_backoff", self.initial_backoff, minimum=0, allow_equal=False)
+        _number("max_backoff", self.max_backoff, minimum=0, allow_equal=False)
+        if self.max_backoff < self.initial_backoff:
+            raise exceptions.ConfigurationError(
+                f"max_backoff {self.max_backoff!r} is below initial_backoff "
+                f"{self.initial_backoff!r}"
+            )
+        if self.interval > 300:
+            log.warning(
+                "dispatcher interval %ss: committed messages may wait that long", self.interval
+            )
+        if size > 1_000:
+            log.warning(
+                "dispatcher batch_size %d: one transaction holds that many row locks; "
+                "SQL Server escalates to a table lock at about 5,000",
+                size,
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class CleanupSettings:
+    """What ``sqlqueue outbox cleanup`` deletes, and how many rows per transaction.
+
+    :param older_than: dispatched records older than this are deleted.
+    :param batch_size: rows per delete (4,000 keeps SQL Server from escalating locks).
+    """
+
+    older_than: dt.timedelta = CLEANUP_OLDER_THAN
+    batch_size: int = CLEANUP_BATCH_SIZE
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.older_than, dt.timedelta) or self.older_than < dt.timedelta(0):
+            raise exceptions.ConfigurationError(
+                f"older_than {self.older_than!r} must be a timedelta of zero or more"
+            )
+        size = self.batch_size
+        if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= 100_000:
+            raise exceptions.ConfigurationError(
+                f"batch_size {size!r} must be a whole number from 1 to 100000"
+            )
+        if size > 4_999:
+            log.warning(
+                "outbox cleanup batch_size %d: SQL Server escalates to a table lock at about "
+                "5,000 row locks, blocking stores while it deletes",
+                size,
+            )

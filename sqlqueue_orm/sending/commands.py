@@ -1,0 +1,119 @@
+"""``sqlqueue outbox dispatch`` and ``sqlqueue outbox cleanup``.
+
+``dispatch`` runs the :class:`~sqlqueue_orm.sending.dispatcher.OutboxDispatcher` until SIGTERM or
+SIGINT (exit code 0), or with ``--once`` until nothing is due. ``cleanup`` deletes dispatched
+records older than ``--older-than`` (default ``7d``) in batches of 4,000.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+def register(subparsers: Any) -> None:
+    """Add ``outbox dispatch`` and ``outbox cleanup`` to the ``sqlqueue`` command line."""
+    from sqlqueue_orm.config import CLEANUP_BATCH_SIZE, DispatcherSettings
+
+    defaults = DispatcherSettings()
+    outbox = subparsers.add_parser("outbox", help="dispatch and clean up the transactional outbox")
+    commands = outbox.add_subparsers(dest="outbox_command", required=True, metavar="COMMAND")
+
+    sub = commands.add_parser(
+        "dispatch", help="deliver committed outbox messages (a service; --once for one pass)"
+    )
+    sub.add_argument("--once", action="store_true", help="dispatch what is due, then exit")
+    sub.add_argument(
+        "--batch",
+        type=int,
+        default=defaults.batch_size,
+        metavar="N",
+        help=f"records per transaction (default {defaults.batch_size})",
+    )
+    sub.add_argument(
+        "--interval",
+        type=float,
+        default=defaults.interval,
+        metavar="S",
+        help=f"seconds between polls when idle (default {defaults.interval:g})",
+    )
+    sub.add_argument(
+        "--grace-period",
+        type=float,
+        default=defaults.grace_period,
+        metavar="S",
+        help="leave records younger than this to the inline dispatch "
+        f"(default {defaults.grace_period:g})",
+    )
+    sub.add_argument(
+        "--retry-delay",
+        type=float,
+        default=defaults.retry_delay,
+        metavar="S",
+        help=f"wait before retrying a failed record ({defaults.retry_delay:g})",
+    )
+    sub.add_argument(
+        "--routes", metavar="FILE", help="JSON or TOML map of queue address to database URL"
+    )
+    sub.set_defaults(func=_cmd_dispatch)
+
+    sub = commands.add_parser("cleanup", help="delete dispatched outbox records, in batches")
+    sub.add_argument(
+        "--older-than",
+        default="7d",
+        metavar="AGE",
+        help="delete records dispatched longer ago than this: 45s, 30m, 12h, 7d (default 7d)",
+    )
+    sub.add_argument(
+        "--batch",
+        type=int,
+        default=CLEANUP_BATCH_SIZE,
+        metavar="N",
+        help=f"rows per delete (default {CLEANUP_BATCH_SIZE})",
+    )
+    sub.set_defaults(func=_cmd_cleanup)
+
+
+def _cmd_dispatch(args: argparse.Namespace) -> int:
+    from sqlqueue_orm import cli
+    from sqlqueue_orm.config import DispatcherSettings
+    from sqlqueue_orm.sending.dispatcher import OutboxDispatcher
+    from sqlqueue_orm.sending.outbox import Outbox
+    from sqlqueue_orm.sending.routing import Routing
+    from sqlqueue_orm.transport import Transport
+
+    settings = DispatcherSettings(
+        batch_size=args.batch,
+        interval=args.interval,
+        grace_period=args.grace_period,
+        retry_delay=args.retry_delay,
+    )
+    routing = Routing.load(args.routes) if args.routes else None
+    if not args.verbose:
+        # A service says what it did: one line per batch, even at the CLI's default level.
+        logging.getLogger("sqlqueue_orm.sending").setLevel(logging.INFO)
+    with Transport(cli.resolve_url(args)) as transport, Outbox(transport, routing) as outbox:
+        dispatcher = OutboxDispatcher(outbox, settings)
+        dispatcher.install_signal_handlers()
+        if args.once:
+            report = dispatcher.dispatch_pending()
+            print(report.describe())
+            return 0
+        dispatcher.run()
+    return 0
+
+
+def _cmd_cleanup(args: argparse.Namespace) -> int:
+    from sqlqueue_orm import cli
+    from sqlqueue_orm.config import CleanupSettings, parse_duration
+    from sqlqueue_orm.sending.outbox import Outbox
+    from sqlqueue_orm.transport import Transport
+
+    settings = CleanupSettings(older_than=parse_duration(args.older_than), batch_size=args.batch)
+    with Transport(cli.resolve_url(args)) as transport, Outbox(transport) as outbox:
+        deleted = outbox.cleanup(settings.older_than, batch_size=settings.batch_size)
+    print(f"deleted {deleted} dispatched outbox record(s) older than {args.older_than}")
+    return 0

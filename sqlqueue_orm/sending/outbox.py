@@ -1,0 +1,626 @@
+"""The outbox: store outgoing messages with the business data, dispatch them after commit.
+
+Every statement on ``OutboxData`` lives in this module (store, get, claim, mark, defer,
+cleanup), with the per-dialect claim hints in one place: ``FOR UPDATE SKIP LOCKED`` on
+PostgreSQL, ``WITH (UPDLOCK, READPAST, ROWLOCK)`` on SQL Server (whose SQLAlchemy dialect drops
+``with_for_update()`` silently), and nothing on SQLite, where ``BEGIN IMMEDIATE`` (set up by
+:func:`sqlqueue_orm.db.create_engine`) already serializes writers.
+
+``Operations`` is a JSON array in the shape of NServiceBus SQL persistence's
+``SerializableOperation`` (Newtonsoft serializes ``byte[]`` as base64)::
+
+    [{"MessageId": "9f0c...",                                 # NServiceBus.MessageId
+      "Options": {"Destination": "billing@[dbo]",             # queue address
+                  "TimeToBeReceived": "00:05:00"},            # .NET TimeSpan, only with a TTBR
+      "Headers": {"NServiceBus.MessageId": "9f0c...", ...},   # every header, as sent
+      "Body": "eyJvcmRlciI6IDQyfQ=="}]                        # base64, or null for no body
+
+Dispatching a record sends its operations and marks it dispatched (``Dispatched = 1``,
+``DispatchedAt`` = now, ``Operations = '[]'``, as NServiceBus does). Operations whose
+destination is in the same database are sent *in the transaction that marks the record*, so
+they are delivered exactly once. Operations for other databases are committed there first; a
+crash before the mark can only send them again, with the same ``NServiceBus.MessageId``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import collections
+import contextlib
+import dataclasses
+import datetime as dt
+import importlib.metadata
+import json
+import logging
+import re
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import exc
+from sqlalchemy.engine import Connection
+
+from sqlqueue_orm import addressing, db, exceptions, headers
+from sqlqueue_orm.config import CLEANUP_BATCH_SIZE
+from sqlqueue_orm.messages import PreparedMessage
+from sqlqueue_orm.models.base import Base
+from sqlqueue_orm.models.outbox import TABLE_NAME, outbox_table
+from sqlqueue_orm.sending.routing import Router, Routing
+from sqlqueue_orm.transport import Transport
+
+log = logging.getLogger(__name__)
+
+
+def _persistence_version() -> str:
+    try:
+        version = importlib.metadata.version("sqlqueue_orm")
+    except importlib.metadata.PackageNotFoundError:
+        version = "0"
+    return f"sqlqueue_orm {version}"[:23]
+
+
+#: Written to ``PersistenceVersion`` (varchar(23)), as NServiceBus writes its own version.
+PERSISTENCE_VERSION = _persistence_version()
+
+#: Option keys NServiceBus Core uses in outbox operations (``DispatchProperties``).
+DESTINATION = "Destination"
+TIME_TO_BE_RECEIVED = "TimeToBeReceived"
+
+#: SQL Server hints of every claim: skip rows another dispatcher holds, lock only rows.
+MSSQL_CLAIM_HINT = "WITH (UPDLOCK, READPAST, ROWLOCK)"
+
+_MISSING_TABLE = ("42p01", "invalid object name", "no such table", "undefinedtable")
+
+
+def utc_now() -> dt.datetime:
+    """Now, as the naive UTC datetime ``DispatchedAt`` holds."""
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
+
+
+# -- operations ---------------------------------------------------------------------------
+_TIMESPAN = re.compile(r"^(?:(\d+)\.)?(\d{1,2}):(\d{2}):(\d{2})(?:\.(\d{1,7}))?$")
+
+
+def parse_timespan(text: str) -> float:
+    """Parse a .NET ``TimeSpan`` (``[d.]hh:mm:ss[.fffffff]``) into seconds.
+
+    :raises ValueError: naming *text* when it is not in that form.
+    """
+    match = _TIMESPAN.match(text.strip()) if isinstance(text, str) else None
+    if match is None:
+        raise ValueError(f"not a TimeSpan: {text!r}")
+    days, hours, minutes, seconds, fraction = match.groups()
+    total = int(days or 0) * 86_400 + int(hours) * 3600 + int(minutes) * 60 + int(seconds)
+    return total + (int(fraction.ljust(7, "0")) / 10_000_000 if fraction else 0.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class OutboxOperation:
+    """One message stored in an outbox record, waiting to be sent to its destination."""
+
+    message_id: str
+    headers: dict[str, str]
+    body: bytes | None
+    options: dict[str, str]
+
+    @property
+    def destination(self) -> str:
+        """The queue address the message goes to (``Options.Destination``)."""
+        return self.options[DESTINATION]
+
+    @property
+    def ttbr_ms(self) -> int | None:
+        """The time to be received in milliseconds, if any (``Options.TimeToBeReceived``)."""
+        value = self.options.get(TIME_TO_BE_RECEIVED)
+        if value is None:
+            return None
+        return max(1, round(parse_timespan(value) * 1000))
+
+    @classmethod
+    def from_prepared(cls, destination: str, message: PreparedMessage) -> OutboxOperation:
+        """The operation sending *message* (already validated by ``prepare()``) to *destination*."""
+        options = {DESTINATION: destination}
+        if message.ttbr_ms is not None:
+            options[TIME_TO_BE_RECEIVED] = headers.format_timespan(message.ttbr_ms / 1000)
+        return cls(message.message_id, headers.deserialize(message.headers), message.body, options)
+
+    def prepare(self) -> PreparedMessage:
+        """The queue row to insert: a new native id, the stored message id, headers and body.
+
+        The TTBR counts from this send, as it does when NServiceBus dispatches its outbox.
+        """
+        return PreparedMessage(
+            uuid.uuid4(), self.message_id, headers.serialize(self.headers), self.body, self.ttbr_ms
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """Return this operation as NServiceBus's ``SerializableOperation`` JSON object."""
+        return {
+            "MessageId": self.message_id,
+            "Options": dict(self.options),
+            "Headers": dict(self.headers),
+            "Body": None if self.body is None else base64.b64encode(self.body).decode("ascii"),
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> OutboxOperation:
+        """Read one ``SerializableOperation`` object.
+
+        :raises ValueError: saying what is wrong with *data*.
+        """
+        if not isinstance(data, dict):
+            raise ValueError(f"an operation is a JSON {type(data).__name__}, not an object")
+        message_id = data.get("MessageId")
+        if not isinstance(message_id, str) or not message_id:
+            raise ValueError(f"operation MessageId {message_id!r} is not a non-empty string")
+        options, message_headers = data.get("Options") or {}, data.get("Headers") or {}
+        for what, value in (("Options", options), ("Headers", message_headers)):
+            if not isinstance(value, dict) or not all(
+                isinstance(key, str) and isinstance(item, str) for key, item in value.items()
+            ):
+                raise ValueError(f"operation {message_id}: {what} is not an object of strings")
+        destination = options.get(DESTINATION)
+        if not destination:
+            raise ValueError(
+                f"operation {message_id}: Options has no Destination (only unicast sends can "
+                f"be dispatched; options: {sorted(options)})"
+            )
+        addressing.QueueAddress.parse(destination)
+        body = data.get("Body")
+        if body is not None and not isinstance(body, str):
+            raise ValueError(f"operation {message_id}: Body is not a base64 string")
+        try:
+            raw = None if body is None else base64.b64decode(body, validate=True)
+        except binascii.Error as error:
+            raise ValueError(f"operation {message_id}: Body is not base64: {error}") from None
+        operation = cls(message_id, dict(message_headers), raw, dict(options))
+        if TIME_TO_BE_RECEIVED in options:
+            try:
+                operation.ttbr_ms  # noqa: B018  (validates the TimeSpan now, not at send time)
+            except ValueError as error:
+                raise ValueError(f"operation {message_id}: {error}") from None
+        return operation
+
+
+def serialize_operations(operations: Sequence[OutboxOperation]) -> str:
+    """``Operations`` column text: a JSON array of ``SerializableOperation`` objects."""
+    return json.dumps([operation.to_json() for operation in operations], ensure_ascii=False)
+
+
+def deserialize_operations(text: str) -> list[OutboxOperation]:
+    """Parse the ``Operations`` column.
+
+    :raises ValueError: saying what is wrong with *text*.
+    """
+    data = json.loads(text)
+    if not isinstance(data, list):
+        raise ValueError(f"Operations is a JSON {type(data).__name__}, not an array")
+    return [OutboxOperation.from_json(item) for item in data]
+
+
+@dataclasses.dataclass(frozen=True)
+class OutboxRecord:
+    """One row of ``OutboxData`` as :meth:`Outbox.get` reads it."""
+
+    message_id: str
+    dispatched: bool
+    dispatched_at: dt.datetime | None
+    operations: list[OutboxOperation]
+
+
+@dataclasses.dataclass
+class DispatchReport:
+    """What one dispatch did: records claimed, dispatched and deferred, messages per queue."""
+
+    claimed: int = 0
+    dispatched: int = 0
+    deferred: int = 0
+    messages: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+
+    def add(self, other: DispatchReport) -> None:
+        """Add *other*'s counts to these."""
+        self.claimed += other.claimed
+        self.dispatched += other.dispatched
+        self.deferred += other.deferred
+        self.messages.update(other.messages)
+
+    def describe(self) -> str:
+        """One log line: counts and messages per queue."""
+        queues = ", ".join(f"{queue}: {count}" for queue, count in sorted(self.messages.items()))
+        text = f"dispatched {self.dispatched} record(s), {sum(self.messages.values())} message(s)"
+        if queues:
+            text += f" ({queues})"
+        if self.deferred:
+            text += f"; {self.deferred} record(s) failed and wait for a retry"
+        return text
+
+
+# -- statements ---------------------------------------------------------------------------
+def claim_statement(*, by_id: bool = False, limit: int = 1) -> sa.Select[Any]:
+    """SELECT that locks undispatched records no one else holds (the claim, every dialect).
+
+    ``by_id``: the record ``:message_id`` (inline dispatch, re-dispatch); otherwise up to
+    *limit* records whose ``DispatchedAt`` is before ``:cutoff``, oldest first.
+    """
+    table = outbox_table()
+    statement = sa.select(table.c.MessageId, table.c.Operations).where(
+        table.c.Dispatched == sa.false()
+    )
+    if by_id:
+        statement = statement.where(table.c.MessageId == sa.bindparam("message_id"))
+    else:
+        statement = (
+            statement.where(table.c.DispatchedAt < sa.bindparam("cutoff", type_=sa.DateTime()))
+            .order_by(table.c.DispatchedAt)
+            .limit(limit)
+        )
+    return statement.with_for_update(skip_locked=True).with_hint(
+        table, MSSQL_CLAIM_HINT, dialect_name="mssql"
+    )
+
+
+def mark_dispatched_statement() -> sa.Update:
+    """UPDATE marking ``:message_id`` dispatched at ``:now`` and emptying its Operations."""
+    table = outbox_table()
+    return (
+        sa.update(table)
+        .where(table.c.MessageId == sa.bindparam("message_id"))
+        .values(
+            Dispatched=sa.true(),
+            DispatchedAt=sa.bindparam("now", type_=sa.DateTime()),
+            Operations="[]",
+        )
+    )
+
+
+def defer_statement() -> sa.Update:
+    """UPDATE moving the undispatched ``:message_id`` to ``:until`` (after a failed dispatch)."""
+    table = outbox_table()
+    return (
+        sa.update(table)
+        .where(table.c.MessageId == sa.bindparam("message_id"), table.c.Dispatched == sa.false())
+        .values(DispatchedAt=sa.bindparam("until", type_=sa.DateTime()))
+    )
+
+
+def cleanup_statement(dialect: sa.engine.Dialect) -> sa.Executable:
+    """DELETE of up to ``:batch_size`` records dispatched before ``:cutoff``.
+
+    SQL Server: NServiceBus's ``DELETE TOP`` with ``ROWLOCK, READPAST`` (and ``MAXDOP 1``);
+    elsewhere a LIMITed sub-select (which skips locked rows on PostgreSQL).
+    """
+    table = outbox_table()
+    if dialect.name == "mssql":
+        name = dialect.identifier_preparer.format_table(table)
+        return sa.text(
+            f"DELETE TOP (:batch_size) FROM {name} WITH (ROWLOCK, READPAST) "
+            "WHERE [Dispatched] = 1 AND [DispatchedAt] < :cutoff OPTION (MAXDOP 1)"
+        ).bindparams(
+            sa.bindparam("batch_size", type_=sa.Integer()),
+            sa.bindparam("cutoff", type_=sa.DateTime()),
+        )
+    batch = (
+        sa.select(table.c.MessageId)
+        .where(
+            table.c.Dispatched == sa.true(),
+            table.c.DispatchedAt < sa.bindparam("cutoff", type_=sa.DateTime()),
+        )
+        .limit(sa.bindparam("batch_size", type_=sa.Integer()))
+        .with_for_update(skip_locked=True)
+    )
+    return sa.delete(table).where(table.c.MessageId.in_(batch))
+
+
+@contextlib.contextmanager
+def translate_errors() -> Iterator[None]:
+    """Translate driver errors on ``OutboxData``, naming a missing table plainly."""
+    try:
+        yield
+    except exc.DBAPIError as error:
+        original = getattr(error, "orig", None) or error
+        text = f"{getattr(original, 'sqlstate', '') or ''} {original}".lower()
+        if any(marker in text for marker in _MISSING_TABLE) and TABLE_NAME.lower() in text:
+            raise exceptions.SchemaOutdated(
+                TABLE_NAME,
+                "the table does not exist; run `sqlqueue migrate` or Outbox.create_table()",
+            ) from error
+        raise exceptions.DatabaseError(
+            f"outbox: {type(original).__name__}: {original}", transient=db.is_transient(error)
+        ) from error
+
+
+class Outbox:
+    """The outbox of one database: storing, reading, dispatching and cleaning up records.
+
+    Long-lived: make one per application (it keeps one engine per remote database it routes to)
+    and :meth:`close` it at the end.
+
+    :param transport: the transport of the database holding ``OutboxData`` (and local queues).
+    :param routing: where queues in other databases live; ``None``: every queue is local.
+    """
+
+    def __init__(self, transport: Transport, routing: Routing | None = None) -> None:
+        self.transport = transport
+        self.router = Router(transport, routing)
+        self._claim_by_id = claim_statement(by_id=True)
+        self._mark = mark_dispatched_statement()
+        self._defer = defer_statement()
+
+    def __enter__(self) -> Outbox:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Dispose of the engines of remote databases (not the local transport's)."""
+        self.router.close()
+
+    def create_table(self) -> bool:
+        """Create ``OutboxData`` and its indexes if missing (what the Alembic revision does)."""
+        with translate_errors(), self.transport.engine.begin() as connection:
+            exists = sa.inspect(connection).has_table(TABLE_NAME)
+            Base.metadata.create_all(connection, tables=[outbox_table()], checkfirst=True)
+        return not exists
+
+    # -- records ---------------------------------------------------------------------------
+    def store(
+        self,
+        connection: Connection,
+        message_id: str,
+        operations: Sequence[OutboxOperation],
+        *,
+        dispatched: bool = False,
+        now: dt.datetime | None = None,
+    ) -> None:
+        """Insert a record in the caller's transaction.
+
+        :param dispatched: store it as already dispatched (nothing left to send: the record only
+            remembers that *message_id* was handled).
+        :raises DuplicateMessage: a record with *message_id* exists (the primary key decides).
+        """
+        if not isinstance(message_id, str) or not message_id or len(message_id) > 200:
+            raise exceptions.ConfigurationError(
+                f"outbox message id {message_id!r} must be a string of 1 to 200 characters"
+            )
+        values = {
+            "MessageId": message_id,
+            "Dispatched": dispatched,
+            "DispatchedAt": now or utc_now(),
+            "PersistenceVersion": PERSISTENCE_VERSION,
+            "Operations": serialize_operations(operations),
+        }
+        with translate_errors():
+            try:
+                connection.execute(sa.insert(outbox_table()), values)
+            except exc.IntegrityError as error:
+                raise exceptions.DuplicateMessage(message_id) from error
+
+    def store_many(
+        self, connection: Connection, records: Iterable[tuple[str, Sequence[OutboxOperation]]]
+    ) -> int:
+        """Insert undispatched records in one statement (bulk loads); return how many."""
+        now = utc_now()
+        rows = [
+            {
+                "MessageId": message_id,
+                "Dispatched": False,
+                "DispatchedAt": now,
+                "PersistenceVersion": PERSISTENCE_VERSION,
+                "Operations": serialize_operations(operations),
+            }
+            for message_id, operations in records
+        ]
+        if rows:
+            with translate_errors():
+                connection.execute(sa.insert(outbox_table()), rows)
+        return len(rows)
+
+    def get(self, connection: Connection, message_id: str) -> OutboxRecord | None:
+        """Read the record of *message_id* (``None`` if there is none)."""
+        table = outbox_table()
+        with translate_errors():
+            row = connection.execute(
+                sa.select(table.c.Dispatched, table.c.DispatchedAt, table.c.Operations).where(
+                    table.c.MessageId == message_id
+                )
+            ).first()
+        if row is None:
+            return None
+        dispatched = bool(row[0])
+        operations = [] if dispatched else self._parse(message_id, row[2])
+        return OutboxRecord(message_id, dispatched, row[1], operations)
+
+    # -- dispatching ------------------------------------------------------------------------
+    def dispatch(self, message_id: str) -> int | None:
+        """Send the operations of record *message_id* and mark it dispatched, in one transaction.
+
+        Returns how many messages were sent, or ``None`` when there is nothing to do: the record
+        is dispatched already, absent, or being dispatched by someone else right now.
+
+        :raises DispatchError: naming the record and queue when a send failed (the record stays
+            undispatched; the dispatcher retries it).
+        :raises DatabaseError: the local database failed.
+        """
+        with translate_errors(), self.transport.engine.begin() as connection:
+            sent = self._dispatch_record(connection, message_id)
+        if sent is not None:
+            log.debug(
+                "outbox record %s: dispatched %d message(s)%s",
+                message_id,
+                sum(sent.values()),
+                _per_queue(sent),
+            )
+            return sum(sent.values())
+        return None
+
+    def _dispatch_record(
+        self, connection: Connection, message_id: str
+    ) -> collections.Counter[str] | None:
+        row = connection.execute(self._claim_by_id, {"message_id": message_id}).first()
+        if row is None:
+            return None
+        sent = self._send(connection, f"record {message_id}", self._parse(message_id, row[1]))
+        connection.execute(self._mark, {"message_id": message_id, "now": utc_now()})
+        return sent
+
+    def dispatch_due(
+        self,
+        *,
+        batch_size: int = 100,
+        grace_period: dt.timedelta | float = 0,
+        retry_delay: dt.timedelta | float = 30,
+        now: dt.datetime | None = None,
+    ) -> DispatchReport:
+        """Claim up to *batch_size* records older than *grace_period*; dispatch and mark them.
+
+        One transaction: local sends and the marks commit together. If a record cannot be
+        dispatched (a queue is missing, a remote database is down, its operations cannot be
+        read), the batch rolls back and is retried record by record, and each failing record is
+        deferred by *retry_delay*.
+
+        :raises DatabaseError: the local database failed (the claim rolled back; nothing was lost).
+        """
+        delay = _seconds(retry_delay)
+        moment = now or utc_now()
+        cutoff = moment - dt.timedelta(seconds=_seconds(grace_period))
+        report = DispatchReport()
+        try:
+            with translate_errors(), self.transport.engine.begin() as connection:
+                rows = connection.execute(
+                    claim_statement(limit=batch_size), {"cutoff": cutoff}
+                ).all()
+                report.claimed = len(rows)
+                if not rows:
+                    return report
+                batch = [(str(row[0]), self._parse(str(row[0]), row[1])) for row in rows]
+                operations = [operation for _, ops in batch for operation in ops]
+                report.messages.update(self._send(connection, "batch", operations))
+                now_marked = utc_now()
+                connection.execute(
+                    self._mark,
+                    [{"message_id": message_id, "now": now_marked} for message_id, _ in batch],
+                )
+                report.dispatched = len(batch)
+            return report
+        except exceptions.DispatchError as error:
+            log.warning(
+                "outbox: a batch of %d record(s) rolled back (%s); retrying them one by one",
+                report.claimed,
+                error,
+            )
+        return self._dispatch_one_by_one([str(row[0]) for row in rows], moment, delay)
+
+    def _dispatch_one_by_one(
+        self, message_ids: Sequence[str], moment: dt.datetime, delay: float
+    ) -> DispatchReport:
+        report = DispatchReport(claimed=len(message_ids))
+        for message_id in message_ids:
+            try:
+                with translate_errors(), self.transport.engine.begin() as connection:
+                    sent = self._dispatch_record(connection, message_id)
+            except exceptions.DispatchError as error:
+                with translate_errors(), self.transport.engine.begin() as connection:
+                    self._defer_record(connection, message_id, moment, delay, str(error))
+                report.deferred += 1
+                continue
+            if sent is not None:  # None: dispatched meanwhile, or held by another dispatcher
+                report.dispatched += 1
+                report.messages.update(sent)
+        return report
+
+    def _defer_record(
+        self, connection: Connection, message_id: str, moment: dt.datetime, delay: float, why: str
+    ) -> None:
+        until = moment + dt.timedelta(seconds=delay)
+        log.error("outbox record %s: not dispatched, retried after %gs: %s", message_id, delay, why)
+        connection.execute(self._defer, {"message_id": message_id, "until": until})
+
+    def _parse(self, message_id: str, text: str) -> list[OutboxOperation]:
+        try:
+            return deserialize_operations(text)
+        except ValueError as error:
+            raise exceptions.DispatchError(
+                f"outbox record {message_id!r}: Operations cannot be read: {error}"
+            ) from error
+
+    def _send(
+        self, connection: Connection, what: str, operations: Sequence[OutboxOperation]
+    ) -> collections.Counter[str]:
+        """Send *operations*: local ones on *connection*, then remote ones, committed there.
+
+        :raises DispatchError: naming the queue, for failures of a destination (missing queue,
+            remote database down); transient failures of the local database propagate.
+        """
+        local: dict[str, list[PreparedMessage]] = collections.defaultdict(list)
+        remote: dict[str, list[PreparedMessage]] = collections.defaultdict(list)
+        for operation in operations:
+            target = local if self.router.is_local(operation.destination) else remote
+            target[operation.destination].append(operation.prepare())
+        sent: collections.Counter[str] = collections.Counter()
+        for destination, messages in local.items():
+            try:
+                self.transport.queue(destination).send(connection, messages)
+            except exceptions.SqlQueueError as error:
+                if isinstance(error, exceptions.DatabaseError) and error.transient:
+                    raise
+                raise exceptions.DispatchError(
+                    f"outbox {what}: queue {destination}: {error}"
+                ) from error
+            sent[destination] += len(messages)
+        for destination, messages in remote.items():
+            try:
+                transport = self.router.transport_for(destination)
+                with db.wrap_db_errors(destination), transport.engine.begin() as remote_connection:
+                    transport.queue(destination).send(remote_connection, messages)
+            except exceptions.SqlQueueError as error:
+                raise exceptions.DispatchError(
+                    f"outbox {what}: queue {destination} in another database: {error}"
+                ) from error
+            sent[destination] += len(messages)
+        return sent
+
+    # -- cleanup ---------------------------------------------------------------------------
+    def cleanup(
+        self,
+        older_than: dt.timedelta,
+        *,
+        batch_size: int = CLEANUP_BATCH_SIZE,
+        now: dt.datetime | None = None,
+    ) -> int:
+        """Delete records dispatched before *older_than* ago, one transaction per batch.
+
+        Returns how many were deleted.
+        """
+        cutoff = (now or utc_now()) - older_than
+        statement = cleanup_statement(self.transport.engine.dialect)
+        total = 0
+        while True:
+            with translate_errors():
+                with self.transport.engine.begin() as connection:
+                    result = connection.execute(
+                        statement, {"batch_size": batch_size, "cutoff": cutoff}
+                    )
+            deleted = max(result.rowcount, 0)
+            total += deleted
+            if deleted:
+                log.info(
+                    "outbox: deleted %d dispatched record(s) older than %s (%d so far)",
+                    deleted,
+                    cutoff.isoformat(sep=" "),
+                    total,
+                )
+            if deleted < batch_size:
+                return total
+
+
+def _seconds(value: dt.timedelta | float) -> float:
+    return value.total_seconds() if isinstance(value, dt.timedelta) else float(value)
+
+
+def _per_queue(sent: collections.Counter[str]) -> str:
+    if not sent:
+        return ""
+    return " (" + ", ".join(f"{queue}: {count}" for queue, count in sorted(sent.items())) + ")"
