@@ -9,11 +9,16 @@ from sqlqueue_orm.addressing import QueueAddress
 from sqlqueue_orm.exceptions import (
     ConfigurationError,
     DatabaseError,
+    DuplicateMessage,
     QueueNotFound,
     SqlQueueError,
 )
 from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage
 from sqlqueue_orm.models.queue_table import queue_model, queue_table
+from sqlqueue_orm.sending.dispatcher import OutboxDispatcher
+from sqlqueue_orm.sending.outbox import Outbox
+from sqlqueue_orm.sending.routing import Routing
+from sqlqueue_orm.session import UnitOfWork, unit_of_work
 from sqlqueue_orm.transport import Transport
 
 __version__ = "0.1.0"
@@ -21,13 +26,19 @@ __version__ = "0.1.0"
 __all__ = [
     "ConfigurationError",
     "DatabaseError",
+    "DuplicateMessage",
     "IncomingMessage",
+    "Outbox",
+    "OutboxDispatcher",
     "OutgoingMessage",
     "QueueAddress",
     "QueueNotFound",
+    "Routing",
     "SqlQueueError",
     "Transport",
+    "UnitOfWork",
     "__version__",
     "queue_model",
     "queue_table",
+    "unit_of_work",
 ]
