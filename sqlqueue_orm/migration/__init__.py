@@ -1,1 +1,15 @@
-"""Alembic migrations of queue tables and shared tables (filled in by the migrations issue)."""
+"""Alembic migrations of queue tables (of any NServiceBus era) and of the shared tables.
+
+* :mod:`~sqlqueue_orm.migration.environment`: what both ``env.py`` files run, and the Config
+  ``sqlqueue migrate`` builds on the scripts shipped in the package.
+* :mod:`~sqlqueue_orm.migration.operations`: ``op.upgrade_queue_tables(revision)`` and
+  ``op.downgrade_queue_tables(revision)``, online (table by table, with progress lines) or as an
+  offline script.
+* :mod:`~sqlqueue_orm.migration.discovery`: which tables are queue tables (column signature).
+* :mod:`~sqlqueue_orm.migration.steps`: the steps, one per revision, and the model they target.
+* :mod:`~sqlqueue_orm.migration.tsql`, :mod:`~sqlqueue_orm.migration.plpgsql`,
+  :mod:`~sqlqueue_orm.migration.sqlite`: each dialect's implementation.
+* :mod:`~sqlqueue_orm.migration.commands`: the ``sqlqueue migrate`` sub-command.
+
+See ``docs/migrations.md``.
+"""

@@ -168,7 +168,9 @@ def index_name(table: str, base: str, dialect: str = "postgresql") -> str:
     full = f"{table}_{base}"
     if len(full.encode("utf-8")) <= _PG_MAX_IDENTIFIER:
         return full
-    digest = hashlib.sha1(table.encode("utf-8"), usedforsecurity=False).hexdigest()[:8]
+    # md5: PostgreSQL computes it too (md5(text)), so the migrations' server-side loop names
+    # indexes exactly like this.
+    digest = hashlib.md5(table.encode("utf-8"), usedforsecurity=False).hexdigest()[:8]
     room = _PG_MAX_IDENTIFIER - len(base) - len(digest) - 2
     head = table.encode("utf-8")[:room].decode("utf-8", errors="ignore")
     return f"{head}_{digest}_{base}"

@@ -1,0 +1,200 @@
+"""The Alembic environment both ``env.py`` files run, and the Config ``sqlqueue migrate`` builds.
+
+* URL: ``config.attributes["sqlqueue_url"]`` (set by ``sqlqueue migrate``), else ``-x url=...``,
+  else ``$SQLQUEUE_URL``, else ``sqlalchemy.url`` of ``alembic.ini``.
+* ``-x schema=a,b`` (``--schema``): the schemas queue tables are looked for in (default: the
+  connection's default schema). ``-x queues=q1,q2`` (``--queues``): only these queue tables.
+* A connection in ``config.attributes["connection"]`` is used as it is (Alembic's cookbook
+  recipe; SQLite ATTACHed schemas are reached that way).
+* Our lineage lives in its own version table, ``sqlqueue_alembic_version``, with branch label
+  ``sqlqueue_orm``, so it sits beside the application's own Alembic history.
+* ``target_metadata`` is :data:`sqlqueue_orm.models.Base.metadata`: ``alembic check`` compares
+  the shared tables; queue tables (by column signature) and tables that are not ours are left
+  out, so autogenerate never proposes dropping them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.resources
+import logging.config
+import os
+import pkgutil
+import sys
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, TextIO
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from sqlqueue_orm import db, exceptions, schema
+from sqlqueue_orm.migration import discovery, operations
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+#: Alembic version table of sqlqueue_orm's lineage.
+VERSION_TABLE = "sqlqueue_alembic_version"
+#: Branch label of the root revision.
+BRANCH = "sqlqueue_orm"
+
+log = logging.getLogger(__name__)
+
+
+def script_location() -> str:
+    """The packaged Alembic script directory (``env.py``, ``script.py.mako``)."""
+    return str(importlib.resources.files("sqlqueue_orm.migration.script"))
+
+
+def versions_location() -> str:
+    """The packaged revisions (the repository's ``migrations_versions/``)."""
+    return str(importlib.resources.files("sqlqueue_orm.migrations_versions"))
+
+
+def alembic_config(
+    url: str | None = None,
+    *,
+    schemas: Iterable[str] = (),
+    queues: Iterable[str] = (),
+    connection: Connection | None = None,
+    stdout: TextIO | None = None,
+) -> Config:
+    """An Alembic Config on the packaged scripts, as ``sqlqueue migrate`` runs them.
+
+    :param url: the database URL (else ``$SQLQUEUE_URL``).
+    :param schemas: schemas to look for queue tables in (default: the default schema).
+    :param queues: queue addresses to migrate (default: every queue table found).
+    :param connection: run on this connection instead of opening one (not in a transaction).
+    :param stdout: where offline scripts and Alembic's messages go (default: sys.stdout).
+    """
+    from alembic.config import Config
+
+    out = stdout or sys.stdout
+    config = Config(output_buffer=out, stdout=out)
+    for name, value in (
+        ("script_location", script_location()),
+        ("version_locations", versions_location()),
+        ("path_separator", "newline"),
+    ):
+        config.set_main_option(name, value.replace("%", "%%"))
+    config.attributes["sqlqueue_url"] = url
+    config.attributes["sqlqueue_schemas"] = list(schemas)
+    config.attributes["sqlqueue_queues"] = list(queues)
+    if connection is not None:
+        config.attributes["connection"] = connection
+    return config
+
+
+def _load_shared_models() -> sa.MetaData:
+    """Base.metadata with every module of :mod:`sqlqueue_orm.models` imported (all tables)."""
+    import sqlqueue_orm.models as models
+
+    for module in pkgutil.iter_modules(models.__path__):
+        importlib.import_module(f"{models.__name__}.{module.name}")
+    return models.Base.metadata
+
+
+def _url(config: Config, x_arguments: Mapping[str, str]) -> str:
+    url = (
+        config.attributes.get("sqlqueue_url")
+        or x_arguments.get("url")
+        or os.environ.get("SQLQUEUE_URL")
+        or config.get_main_option("sqlalchemy.url")
+    )
+    if not url:
+        raise exceptions.ConfigurationError(
+            "no database URL: pass -x url=..., set SQLQUEUE_URL, or set sqlalchemy.url in "
+            "alembic.ini"
+        )
+    return str(url)
+
+
+def _target(config: Config, x_arguments: Mapping[str, str]) -> discovery.Target:
+    schemas = list(config.attributes.get("sqlqueue_schemas") or [])
+    queues = list(config.attributes.get("sqlqueue_queues") or [])
+    if "schema" in x_arguments:
+        schemas.append(x_arguments["schema"])
+    if "queues" in x_arguments:
+        queues.append(x_arguments["queues"])
+    return discovery.Target.parse(schemas, queues)
+
+
+def _include_object(
+    metadata: sa.MetaData,
+) -> Any:
+    shared = {(table.schema, table.name) for table in metadata.tables.values()}
+
+    def include_object(
+        obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any
+    ) -> bool:
+        if type_ != "table":
+            return True
+        if schema.QUEUE_SIGNATURE <= {str(column.name) for column in obj.columns}:
+            return False  # a queue table: ours to upgrade, never autogenerate's to drop
+        return not reflected or (obj.schema, name) in shared
+
+    return include_object
+
+
+def _include_name(metadata: sa.MetaData) -> Any:
+    shared = {table.name for table in metadata.tables.values()}
+
+    def include_name(name: str | None, type_: str, parent_names: Mapping[str, Any]) -> bool:
+        return type_ != "table" or name in shared
+
+    return include_name
+
+
+def run_migrations() -> None:
+    """Run the migrations Alembic asked for, online or offline (called by ``env.py``)."""
+    from alembic import context
+
+    config = context.config
+    if config.config_file_name is not None and config.attributes.get("configure_logger", True):
+        logging.config.fileConfig(config.config_file_name, disable_existing_loggers=False)
+    x_arguments = context.get_x_argument(as_dictionary=True)
+    target = _target(config, x_arguments)
+    metadata = _load_shared_models()
+    options: dict[str, Any] = {
+        "target_metadata": metadata,
+        "version_table": VERSION_TABLE,
+        "transaction_per_migration": True,
+        "include_object": _include_object(metadata),
+        "include_name": _include_name(metadata),
+        "compare_type": True,
+        operations.TARGET_OPTION: target,
+    }
+    if context.is_offline_mode():
+        context.configure(
+            url=_url(config, x_arguments),
+            literal_binds=True,
+            dialect_opts={"paramstyle": "named"},
+            **options,
+        )
+        with context.begin_transaction():
+            context.run_migrations()
+        return
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        _run_online(connection, options)
+        return
+    engine = db.create_engine(_url(config, x_arguments), poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as connection:
+            _run_online(connection, options)
+    finally:
+        engine.dispose()
+
+
+def _run_online(connection: Connection, options: dict[str, Any]) -> None:
+    from alembic import context
+
+    if connection.dialect.name == "sqlite":
+        # sqlqueue_orm's SQLite engines begin transactions themselves (BEGIN IMMEDIATE), which
+        # makes DDL transactional: a revision commits whole or not at all.
+        options = {**options, "transactional_ddl": True}
+    context.configure(connection=connection, **options)
+    with context.begin_transaction():
+        context.run_migrations()
+    if connection.in_transaction():
+        connection.commit()

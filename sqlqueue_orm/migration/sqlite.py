@@ -1,0 +1,493 @@
+"""SQLite implementation of the queue table steps (online only: SQLite has no server-side loop).
+
+Indexes are created and dropped in place (SQLite cannot rename an index, so a differently named
+one is dropped and the right one built). A declared column type or AUTOINCREMENT can only change
+by rebuilding the table, SQLite's documented "12 steps": create the new table, copy every row
+with its RowVersion (so FIFO order survives), drop the old table, rename the new one, then put
+back the indexes and triggers from their saved SQL and the ``sqlite_sequence`` value (so new
+RowVersions keep growing past every one ever handed out). The rebuild runs in the migration's
+transaction, which holds SQLite's write lock: writers wait (busy timeout) until it commits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+from collections.abc import Callable
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+from sqlalchemy.sql.elements import quoted_name
+
+from sqlqueue_orm import addressing, exceptions, schema
+from sqlqueue_orm.migration import steps
+from sqlqueue_orm.models.queue_table import index_name
+
+log = logging.getLogger(__name__)
+
+_TEXT_AFFINITY = ("CHAR", "CLOB", "TEXT")
+_CREATE_INDEX = re.compile(r"^\s*CREATE\s+(?:UNIQUE\s+)?INDEX\s+(?:IF\s+NOT\s+EXISTS\s+)?", re.I)
+_CREATE_TRIGGER = re.compile(
+    r"^\s*CREATE\s+(?:TEMP\s+|TEMPORARY\s+)?TRIGGER\s+(?:IF\s+NOT\s+EXISTS\s+)?", re.I
+)
+_UNSUPPORTED = re.compile(r"\b(CHECK|REFERENCES|COLLATE|UNIQUE|WITHOUT\s+ROWID|STRICT)\b", re.I)
+
+
+class _Declared(sa.types.UserDefinedType[Any]):
+    """A column type rendered exactly as it was declared."""
+
+    cache_ok = True
+
+    def __init__(self, spec: str) -> None:
+        self.spec = spec
+
+    def get_col_spec(self, **kw: Any) -> str:
+        return self.spec
+
+
+def blank_quoted(sql: str) -> str:
+    """*sql* with the inside of every quoted name or string blanked (same length)."""
+    out: list[str] = []
+    i = 0
+    while i < len(sql):
+        char = sql[i]
+        if char not in "\"'`[":
+            out.append(char)
+            i += 1
+            continue
+        close = "]" if char == "[" else char
+        j = i + 1
+        while j < len(sql):
+            if sql[j] == close:
+                if close != "]" and sql[j + 1 : j + 2] == close:
+                    j += 2
+                    continue
+                break
+            j += 1
+        out.append(char + " " * (min(j, len(sql)) - i - 1) + (close if j < len(sql) else ""))
+        i = j + 1
+    return "".join(out)
+
+
+def where_clause(sql: str | None) -> str | None:
+    """The ``WHERE`` predicate of a ``CREATE INDEX`` statement, or None."""
+    if not sql:
+        return None
+    match = re.search(r"\bWHERE\b", blank_quoted(sql), re.I)
+    return sql[match.end() :].strip() if match else None
+
+
+def normalized(predicate: str | None) -> str | None:
+    """A predicate without quotes, brackets, parentheses, spaces or case, for comparing."""
+    if predicate is None:
+        return None
+    return re.sub(r"[\s\"'`\[\]()]", "", predicate).lower()
+
+
+@dataclasses.dataclass(frozen=True)
+class Column:
+    """One column as ``pragma_table_xinfo`` tells it."""
+
+    name: str
+    type: str
+    notnull: bool
+    default: str | None
+    pk: int
+    hidden: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Index:
+    """One index as ``pragma_index_list`` / ``pragma_index_xinfo`` / ``sqlite_master`` tell it."""
+
+    name: str
+    unique: bool
+    origin: str
+    keys: tuple[str, ...]
+    where: str | None
+    sql: str | None
+
+
+class Table:
+    """A queue table in a SQLite database (``schema`` = an ATTACHed database), inspected live."""
+
+    def __init__(self, connection: Connection, address: addressing.QueueAddress) -> None:
+        self.connection = connection
+        self.address = address
+        self.name = address.table
+        self.schema = address.schema or "main"
+        preparer = connection.dialect.identifier_preparer
+        self.quoted_schema = preparer.quote_identifier(self.schema)
+        self.quoted = preparer.format_table(self.sa_table())
+
+    def sa_table(self, name: str | None = None, *columns: sa.ColumnClause[Any]) -> sa.TableClause:
+        """A lightweight Core table of this table (or of *name* in its schema)."""
+        schema_name = None if self.address.schema is None else quoted_name(self.schema, True)
+        return sa.table(quoted_name(name or self.name, True), *columns, schema=schema_name)
+
+    def _rows(self, sql: str, **params: Any) -> list[Any]:
+        return list(self.connection.execute(sa.text(sql), params))
+
+    def columns(self) -> list[Column]:
+        """The columns, in order, hidden (generated) ones included."""
+        rows = self._rows(
+            'SELECT name, type, "notnull", dflt_value, pk, hidden '
+            "FROM pragma_table_xinfo(:table, :schema) ORDER BY cid",
+            table=self.name,
+            schema=self.schema,
+        )
+        return [
+            Column(str(r[0]), str(r[1] or ""), bool(r[2]), r[3], int(r[4]), int(r[5])) for r in rows
+        ]
+
+    def _master_sql(self, kind: str, name: str) -> str | None:
+        row = self.connection.execute(
+            sa.text(
+                f"SELECT sql FROM {self.quoted_schema}.sqlite_master "
+                "WHERE type = :kind AND name = :name"
+            ),
+            {"kind": kind, "name": name},
+        ).first()
+        return None if row is None else row[0]
+
+    def indexes(self) -> dict[str, Index]:
+        """The indexes by name (``sqlite_autoindex_*`` of constraints included)."""
+        found = {}
+        for row in self._rows(
+            'SELECT name, "unique", origin FROM pragma_index_list(:table, :schema)',
+            table=self.name,
+            schema=self.schema,
+        ):
+            name = str(row[0])
+            keys = tuple(
+                str(key[0])
+                for key in self._rows(
+                    "SELECT name FROM pragma_index_xinfo(:index, :schema) WHERE key = 1 "
+                    "ORDER BY seqno",
+                    index=name,
+                    schema=self.schema,
+                )
+            )
+            sql = self._master_sql("index", name)
+            found[name] = Index(name, bool(row[1]), str(row[2]), keys, where_clause(sql), sql)
+        return found
+
+    def table_sql(self) -> str:
+        """The table's CREATE TABLE statement as SQLite keeps it."""
+        return self._master_sql("table", self.name) or ""
+
+    def autoincrement(self) -> bool:
+        """Whether the table was declared with AUTOINCREMENT."""
+        return re.search(r"\bAUTOINCREMENT\b", blank_quoted(self.table_sql()), re.I) is not None
+
+    def count(self) -> int:
+        """The number of rows."""
+        return int(
+            self.connection.execute(sa.text(f"SELECT count(*) FROM {self.quoted}")).scalar_one()
+        )
+
+    def execute(self, sql: str) -> None:
+        """Run finished SQL (names in it quoted by SQLAlchemy)."""
+        self.connection.exec_driver_sql(sql)
+
+    def model_index(self, base: str) -> sa.Index:
+        """The current model's index *base* for this table."""
+        return steps.model_index(steps.model_table(self.address), base, "sqlite")
+
+    def create_index(self, index: sa.Index, *, where: bool = True) -> None:
+        """Create model *index* (``where=False``: without its filter)."""
+        copy = steps.variant(index, "sqlite", where=where)
+        self.connection.execute(sa.schema.CreateIndex(copy))
+
+    def drop_index(self, name: str) -> None:
+        """Drop index *name* of this table's schema."""
+        self.execute(f"DROP INDEX {self.quoted_schema}.{self._quote(name)}")
+
+    def _quote(self, name: str) -> str:
+        return str(self.connection.dialect.identifier_preparer.quote_identifier(name))
+
+    def _in_schema(self, sql: str, pattern: re.Pattern[str]) -> str:
+        """Saved CREATE INDEX/TRIGGER *sql* (stored without schema) aimed at this schema."""
+        if self.address.schema is None:
+            return sql
+        match = pattern.search(blank_quoted(sql))
+        if match is None:
+            raise exceptions.ConfigurationError(
+                f"queue {self.address}: cannot re-create {sql!r} after rebuilding the table"
+            )
+        return sql[: match.end()] + f"{self.quoted_schema}." + sql[match.end() :]
+
+    def rebuild(
+        self, *, headers_type: str | None = None, autoincrement: bool | None = None
+    ) -> None:
+        """Rebuild the table with another Headers type and/or AUTOINCREMENT, keeping all else."""
+        columns = self.columns()
+        table_sql = self.table_sql()
+        problems = set(
+            match.group(1).upper() for match in _UNSUPPORTED.finditer(blank_quoted(table_sql))
+        )
+        generated = [column for column in columns if column.hidden]
+        problems |= {
+            f"generated column {c.name!r}"
+            for c in generated
+            if (c.name, c.hidden) != ("BodyString", 2)
+        }
+        if any(index.origin == "u" for index in self.indexes().values()):
+            problems.add("UNIQUE")
+        if problems:
+            raise exceptions.ConfigurationError(
+                f"queue {self.address}: the table has {', '.join(sorted(problems))}, which the "
+                "SQLite table rebuild would not keep; migrate it by hand"
+            )
+        keep_auto = self.autoincrement() if autoincrement is None else autoincrement
+        plain = [column for column in columns if not column.hidden]
+        primary = sorted((column for column in plain if column.pk), key=lambda column: column.pk)
+        row_version_key = [column.name for column in primary] == ["RowVersion"]
+        if keep_auto and not row_version_key:
+            raise exceptions.ConfigurationError(
+                f"queue {self.address}: RowVersion is not the table's only primary key column; "
+                "migrate it by hand"
+            )
+        temporary = f"{self.name}__sqlqueue_rebuild"
+        metadata = sa.MetaData()
+        new_columns = []
+        for column in plain:
+            type_: sa.types.TypeEngine[Any] = _Declared(column.type)
+            notnull = column.notnull
+            if column.name == "Headers" and headers_type is not None:
+                type_, notnull = _Declared(headers_type), True
+            if column.name == "RowVersion" and row_version_key and column.type.upper() == "INTEGER":
+                type_ = sa.Integer()
+            default = None if column.default is None else sa.text(str(column.default))
+            new_columns.append(
+                sa.Column(
+                    column.name,
+                    type_,
+                    primary_key=bool(column.pk),
+                    nullable=not notnull,
+                    server_default=default,
+                    autoincrement=False,
+                )
+            )
+        new_table = sa.Table(
+            quoted_name(temporary, True),
+            metadata,
+            *new_columns,
+            schema=None if self.address.schema is None else quoted_name(self.schema, True),
+            sqlite_autoincrement=keep_auto,
+        )
+        saved = [
+            self._in_schema(str(row[1]), _CREATE_INDEX if row[0] == "index" else _CREATE_TRIGGER)
+            for row in self._rows(
+                f"SELECT type, sql FROM {self.quoted_schema}.sqlite_master "
+                "WHERE tbl_name = :table AND type IN ('index', 'trigger') AND sql IS NOT NULL "
+                "ORDER BY type, name",
+                table=self.name,
+            )
+        ]
+        sequence = 0
+        if self.autoincrement():
+            sequence = int(
+                self.connection.execute(
+                    sa.text(
+                        f"SELECT coalesce(max(seq), 0) FROM {self.quoted_schema}.sqlite_sequence "
+                        "WHERE name = :table"
+                    ),
+                    {"table": self.name},
+                ).scalar_one()
+            )
+        names = [column.name for column in plain]
+        old = self.sa_table(None, *(sa.column(name) for name in names))
+        top = self.connection.execute(sa.select(sa.func.max(old.c.RowVersion))).scalar()
+        metadata.create_all(self.connection)
+        copy = sa.insert(new_table).from_select(
+            names, sa.select(*(old.c[name] for name in names)).order_by(old.c.RowVersion)
+        )
+        self.connection.execute(copy)
+        self.execute(f"DROP TABLE {self.quoted}")
+        # legacy_alter_table: the rename leaves views and triggers elsewhere as they are (they
+        # name the final table already).
+        self.execute("PRAGMA legacy_alter_table = ON")
+        try:
+            self.execute(
+                f"ALTER TABLE {self.quoted_schema}.{self._quote(temporary)} "
+                f"RENAME TO {self._quote(self.name)}"
+            )
+        finally:
+            self.execute("PRAGMA legacy_alter_table = OFF")
+        if keep_auto:
+            sequence = max(sequence, int(top or 0))
+            self.connection.execute(
+                sa.text(f"DELETE FROM {self.quoted_schema}.sqlite_sequence WHERE name = :table"),
+                {"table": self.name},
+            )
+            self.connection.execute(
+                sa.text(
+                    f"INSERT INTO {self.quoted_schema}.sqlite_sequence (name, seq) "
+                    "VALUES (:table, :seq)"
+                ),
+                {"table": self.name, "seq": sequence},
+            )
+        for sql in saved:
+            self.execute(sql)
+        if any(column.name == "BodyString" for column in generated):
+            self.execute(schema.body_string_statement(self.connection.dialect, self.address))
+
+
+# -- the steps ---------------------------------------------------------------------------------
+def _expires_name(table: Table) -> str:
+    return index_name(table.name, steps.EXPIRES_INDEX, "sqlite")
+
+
+def _expires_up(table: Table) -> list[str]:
+    name = _expires_name(table)
+    index = table.model_index(steps.EXPIRES_INDEX)
+    indexes = table.indexes()
+    done = []
+    current = indexes.get(name)
+    if current is None:
+        other = next(
+            (
+                found
+                for found in indexes.values()
+                if found.keys == ("Expires",) and not found.unique and found.origin == "c"
+            ),
+            None,
+        )
+        if other is not None:
+            table.drop_index(other.name)
+            done.append(f"dropped index {other.name!r} (SQLite cannot rename it)")
+    elif current.keys != ("Expires",) or current.unique:
+        table.drop_index(name)
+        done.append(f"dropped index {name!r} (not on Expires alone)")
+        current = None
+    if current is None:
+        table.create_index(index)
+        done.append(f"created index {name!r}")
+    return done
+
+
+def _expires_down(table: Table) -> list[str]:
+    name = _expires_name(table)
+    if name in table.indexes():
+        table.drop_index(name)
+        return [f"dropped index {name!r}"]
+    return []
+
+
+def _filter(table: Table, filtered: bool) -> list[str]:
+    name = _expires_name(table)
+    index = table.model_index(steps.EXPIRES_INDEX)
+    wanted = None
+    if filtered:
+        where = index.dialect_options["sqlite"]["where"]
+        text = where.compile(
+            dialect=table.connection.dialect, compile_kwargs={"include_table": False}
+        )
+        wanted = normalized(str(text))
+    current = table.indexes().get(name)
+    if current is not None and normalized(current.where) == wanted:
+        return []
+    done = []
+    if current is not None:
+        table.drop_index(name)
+        done.append(f"dropped index {name!r}")
+    table.create_index(index, where=filtered)
+    done.append(f"created index {name!r} {'with' if filtered else 'without'} WHERE")
+    return done
+
+
+def _headers_column(table: Table) -> Column:
+    for column in table.columns():
+        if column.name == "Headers":
+            return column
+    raise exceptions.ConfigurationError(f"queue {table.address}: no Headers column")
+
+
+def _headers_up(table: Table) -> list[str]:
+    model = steps.model_table(table.address).c.Headers
+    wanted = str(model.type.compile(dialect=table.connection.dialect))
+    column = _headers_column(table)
+    if column.type.upper() == wanted.upper() and column.notnull:
+        return []
+    if not any(marker in column.type.upper() for marker in _TEXT_AFFINITY):
+        raise exceptions.ConfigurationError(
+            f"queue {table.address}: column Headers is {column.type!r}, not text; "
+            "convert it by hand"
+        )
+    table.rebuild(headers_type=wanted)
+    return [f"rebuilt the table: Headers {column.type} -> {wanted} NOT NULL"]
+
+
+def _headers_down(table: Table) -> list[str]:
+    column = _headers_column(table)
+    if column.type.upper() != "TEXT":
+        return []
+    table.rebuild(headers_type="VARCHAR")
+    return ["rebuilt the table: Headers TEXT -> VARCHAR"]
+
+
+def _row_version_index_names(table: Table) -> list[str]:
+    return [
+        index.name
+        for index in table.indexes().values()
+        if index.keys == ("RowVersion",) and index.origin == "c"
+    ]
+
+
+def _row_version_up(table: Table) -> list[str]:
+    done = []
+    row_version = next((c for c in table.columns() if c.name == "RowVersion"), None)
+    primary = [column.name for column in table.columns() if column.pk]
+    alias = (
+        row_version is not None
+        and row_version.type.upper() == "INTEGER"
+        and primary == ["RowVersion"]
+    )
+    if not (alias and table.autoincrement()):
+        table.rebuild(autoincrement=True)
+        done.append("rebuilt the table: RowVersion INTEGER PRIMARY KEY AUTOINCREMENT")
+    # RowVersion is the rowid, the table's own order: an index on it is dead weight.
+    for name in _row_version_index_names(table):
+        table.drop_index(name)
+        done.append(f"dropped index {name!r} (RowVersion is the rowid)")
+    return done
+
+
+def _row_version_down(table: Table) -> list[str]:
+    if not table.autoincrement():
+        return []
+    table.rebuild(autoincrement=False)
+    return ["rebuilt the table: RowVersion INTEGER PRIMARY KEY without AUTOINCREMENT"]
+
+
+_STEPS: dict[tuple[str, str], Callable[[Table], list[str]]] = {
+    ("0001_expires_index", "upgrade"): _expires_up,
+    ("0001_expires_index", "downgrade"): _expires_down,
+    ("0002_headers_nvarchar", "upgrade"): _headers_up,
+    ("0002_headers_nvarchar", "downgrade"): _headers_down,
+    ("0003_filter_expires_index", "upgrade"): lambda table: _filter(table, True),
+    ("0003_filter_expires_index", "downgrade"): lambda table: _filter(table, False),
+    ("0004_rowversion_layout", "upgrade"): _row_version_up,
+    ("0004_rowversion_layout", "downgrade"): _row_version_down,
+}
+
+
+def apply(
+    connection: Connection, revision: str, direction: str, address: addressing.QueueAddress
+) -> list[str]:
+    """Apply step *revision* in *direction* to the queue table at *address*; say what was done."""
+    step = steps.step(revision, direction)
+    table = Table(connection, address)
+    rows = table.count()
+    done = _STEPS[(revision, direction)](table)
+    log.info(
+        "queue %s: %s (%d rows): %s",
+        address,
+        step.describe(direction),
+        rows,
+        "; ".join(done) or "nothing to do",
+    )
+    return done

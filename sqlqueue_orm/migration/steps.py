@@ -1,0 +1,142 @@
+"""The queue table steps (one per revision) and what every dialect's implementation shares.
+
+Each step is one concern, idempotent, with a downgrade. "Current" always means what
+:func:`~sqlqueue_orm.models.queue_table.build_queue_table` defines, so the migrations and the
+runtime installer cannot drift apart: the steps take index definitions from that model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Dialect
+
+from sqlqueue_orm import addressing, exceptions
+from sqlqueue_orm.models.queue_table import build_queue_table, index_name
+
+EXPIRES_INDEX = "Index_Expires"
+ROW_VERSION_INDEX = "Index_RowVersion"
+#: Columns whose presence makes a table a queue table, whatever its name (as schema.py).
+SIGNATURE = ("Id", "Expires", "Headers", "Body", "RowVersion")
+
+#: Names standing for "the table at hand" in statements the server-side loops fill in.
+PLACEHOLDER_TABLE = "__sqlqueue_table__"
+PLACEHOLDER_SCHEMA = "__sqlqueue_schema__"
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One revision's concern: its id and what it does each way (for progress lines)."""
+
+    revision: str
+    upgrade: str
+    downgrade: str
+
+    def describe(self, direction: str) -> str:
+        """The progress text of this step in *direction* (``upgrade`` or ``downgrade``)."""
+        return f"{self.revision} {direction}: {getattr(self, direction)}"
+
+
+STEPS = {
+    step.revision: step
+    for step in (
+        Step(
+            "0001_expires_index",
+            "Index_Expires (Expires) INCLUDE (Id, RowVersion)",
+            "drop Index_Expires",
+        ),
+        Step(
+            "0002_headers_nvarchar",
+            "Headers to nvarchar(max) / text NOT NULL",
+            "Headers back to varchar(max) / varchar",
+        ),
+        Step(
+            "0003_filter_expires_index",
+            "Index_Expires filtered WHERE Expires IS NOT NULL",
+            "Index_Expires unfiltered",
+        ),
+        Step(
+            "0004_rowversion_layout",
+            "RowVersion and Index_RowVersion to the current layout",
+            "RowVersion and Index_RowVersion to the v1 layout",
+        ),
+    )
+}
+
+DIRECTIONS = ("upgrade", "downgrade")
+
+
+def step(revision: str, direction: str) -> Step:
+    """The step of *revision*; raise :class:`ConfigurationError` naming an unknown one."""
+    if direction not in DIRECTIONS:
+        raise exceptions.ConfigurationError(f"unknown migration direction {direction!r}")
+    try:
+        return STEPS[revision]
+    except KeyError:
+        raise exceptions.ConfigurationError(
+            f"unknown queue table step {revision!r}; known: {', '.join(STEPS)}"
+        ) from None
+
+
+def model_table(address: addressing.QueueAddress) -> sa.Table:
+    """The current queue table of *address*, in a throw-away MetaData."""
+    if address.catalog is not None:
+        raise exceptions.ConfigurationError(
+            f"queue {str(address)!r} names catalog {address.catalog!r}; migrate each database "
+            "by connecting to it"
+        )
+    return build_queue_table(sa.MetaData(), address.table, address.schema)
+
+
+def model_index(table: sa.Table, base: str, dialect_name: str) -> sa.Index:
+    """The model's index *base* (``Index_Expires``, ``Index_RowVersion``) for *dialect_name*."""
+    wanted = index_name(str(table.name), base, dialect_name)
+    for index in table.indexes:
+        if index.name != wanted:
+            continue
+        allowed = index._ddl_if.dialect if index._ddl_if is not None else None
+        if allowed is None or dialect_name in ((allowed,) if isinstance(allowed, str) else allowed):
+            return index
+    raise LookupError(f"the queue table model has no {base} on {dialect_name}")
+
+
+def variant(
+    index: sa.Index,
+    dialect_name: str,
+    *,
+    where: bool = True,
+    clustered: bool | None = None,
+    with_options: dict[str, str] | None = None,
+    concurrently: bool = False,
+) -> sa.Index:
+    """A copy of model *index* (on a copy of its table) with some options changed.
+
+    :param where: keep the filter (``False``: the unfiltered index of earlier eras).
+    :param clustered: SQL Server only; ``None`` keeps the model's.
+    :param with_options: SQL Server ``WITH (...)`` options, replacing the model's.
+    :param concurrently: PostgreSQL ``CONCURRENTLY``.
+    """
+    assert index.table is not None
+    table = index.table.to_metadata(sa.MetaData())
+    options = index.dialect_options[dialect_name]
+    kwargs: dict[str, Any] = {}
+    if dialect_name == "mssql":
+        kwargs["mssql_clustered"] = options["clustered"] if clustered is None else clustered
+        kwargs["mssql_include"] = options["include"]
+        kwargs["mssql_where"] = options["where"] if where else None
+        kwargs["mssql_with"] = with_options or None
+    elif dialect_name == "postgresql":
+        kwargs["postgresql_include"] = options["include"]
+        kwargs["postgresql_where"] = options["where"] if where else None
+        kwargs["postgresql_concurrently"] = concurrently
+    elif dialect_name == "sqlite":
+        kwargs["sqlite_where"] = options["where"] if where else None
+    columns = [table.c[str(column.name)] for column in index.columns]
+    return sa.Index(index.name, *columns, **kwargs)
+
+
+def compile_ddl(element: sa.schema.ExecutableDDLElement, dialect: Dialect) -> str:
+    """*element* compiled for *dialect*, without surrounding whitespace."""
+    return str(element.compile(dialect=dialect)).strip()
