@@ -13,8 +13,9 @@ Revises:
 
 from __future__ import annotations
 
-import sqlqueue_orm.migration.operations  # noqa: F401  (registers op.upgrade_queue_tables)
 from alembic import op
+
+import sqlqueue_orm.migration.operations  # noqa: F401  (registers op.upgrade_queue_tables)
 
 revision = "0001_expires_index"
 down_revision: str | None = None

@@ -14,8 +14,9 @@ Revises: 0001_expires_index
 
 from __future__ import annotations
 
-import sqlqueue_orm.migration.operations  # noqa: F401  (registers op.upgrade_queue_tables)
 from alembic import op
+
+import sqlqueue_orm.migration.operations  # noqa: F401  (registers op.upgrade_queue_tables)
 
 revision = "0002_headers_nvarchar"
 down_revision: str | None = "0001_expires_index"

@@ -11,8 +11,9 @@ Revises: 0002_headers_nvarchar
 
 from __future__ import annotations
 
-import sqlqueue_orm.migration.operations  # noqa: F401  (registers op.upgrade_queue_tables)
 from alembic import op
+
+import sqlqueue_orm.migration.operations  # noqa: F401  (registers op.upgrade_queue_tables)
 
 revision = "0003_filter_expires_index"
 down_revision: str | None = "0002_headers_nvarchar"

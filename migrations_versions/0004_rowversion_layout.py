@@ -15,8 +15,9 @@ Revises: 0003_filter_expires_index
 
 from __future__ import annotations
 
-import sqlqueue_orm.migration.operations  # noqa: F401  (registers op.upgrade_queue_tables)
 from alembic import op
+
+import sqlqueue_orm.migration.operations  # noqa: F401  (registers op.upgrade_queue_tables)
 
 revision = "0004_rowversion_layout"
 down_revision: str | None = "0003_filter_expires_index"

@@ -51,10 +51,10 @@ def register(subparsers: Any) -> None:
 
 
 def _cmd_migrate(args: argparse.Namespace) -> int:
+    from alembic import command
     from alembic.util import CommandError
     from sqlalchemy import exc
 
-    from alembic import command
     from sqlqueue_orm import cli, exceptions
     from sqlqueue_orm.migration.environment import alembic_config
 

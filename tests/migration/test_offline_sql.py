@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-
 from alembic import command
+
 from sqlqueue_orm import cli, exceptions
 from sqlqueue_orm.migration import environment
 from sqlqueue_orm.models.queue_table import build_queue_table

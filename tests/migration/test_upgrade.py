@@ -23,10 +23,10 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from alembic import command
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 
-from alembic import command
 from sqlqueue_orm import Transport, cli, db, exceptions, headers
 from sqlqueue_orm.addressing import QueueAddress
 from sqlqueue_orm.messages import OutgoingMessage
