@@ -190,6 +190,7 @@ def test_the_revision_tsql():
         _migration().downgrade()
     statements = [part.strip() for part in output.getvalue().split("GO") if part.strip()]
     assert statements == [
+        "IF OBJECT_ID(N'[OutboxData]', N'U') IS NULL\nBEGIN\n"
         "CREATE TABLE [OutboxData] (\n"
         "    [MessageId] NVARCHAR(200) NOT NULL, \n"
         "    [Dispatched] BIT NOT NULL DEFAULT 0, \n"
@@ -197,9 +198,15 @@ def test_the_revision_tsql():
         "    [PersistenceVersion] VARCHAR(23) NOT NULL, \n"
         "    [Operations] NVARCHAR(max) NOT NULL, \n"
         "    CONSTRAINT [pk_OutboxData] PRIMARY KEY NONCLUSTERED ([MessageId])\n"
-        ");",
+        ")\nEND;",
+        "SET ANSI_NULLS, QUOTED_IDENTIFIER ON;\n"
+        "IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'Index_DispatchedAt' "
+        "AND object_id = OBJECT_ID(N'[OutboxData]'))\n"
         "CREATE NONCLUSTERED INDEX [Index_DispatchedAt] ON [OutboxData] ([DispatchedAt]) "
         "WHERE [Dispatched] = 1;",
+        "SET ANSI_NULLS, QUOTED_IDENTIFIER ON;\n"
+        "IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'Index_Pending' "
+        "AND object_id = OBJECT_ID(N'[OutboxData]'))\n"
         "CREATE NONCLUSTERED INDEX [Index_Pending] ON [OutboxData] ([DispatchedAt]) "
         "WHERE [Dispatched] = 0;",
         "DROP TABLE [OutboxData];",

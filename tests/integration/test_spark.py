@@ -1,0 +1,467 @@
+"""The Spark pipeline against real databases and a real local SparkSession (one per session).
+
+* send_dataframe: 10,000 rows over 4 partitions, each delivered once with the right headers,
+  and re-runs (after a partial run) that send only what is missing;
+* ingest: a run SIGKILLed at chosen points (a test seam in the code, not a mock), then re-run,
+  leaves each message exactly once in Parquet and none in the queue;
+* report: its figures agree with figures computed here in Python from the same messages.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime as dt
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import uuid
+
+import pytest
+import sqlalchemy as sa
+
+from sqlqueue_orm import ConfigurationError, QueueNotFound, cli, headers
+from sqlqueue_orm.models.queue_table import queue_table
+from tests.conftest import only
+
+pytest.importorskip("pyspark")
+
+from sqlqueue_orm.contrib.spark import pipeline, sample
+
+pytestmark = pytest.mark.spark
+
+os.environ["PYSPARK_PYTHON"] = sys.executable
+os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("sqlqueue-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+def queue_rows(engine, name):
+    table = queue_table(name)
+    with engine.connect() as connection:
+        return connection.execute(
+            sa.select(table.c.Id, table.c.RowVersion, table.c.Headers, table.c.Body)
+        ).all()
+
+
+def queue_count(engine, name):
+    table = queue_table(name)
+    with engine.connect() as connection:
+        return connection.execute(sa.select(sa.func.count()).select_from(table)).scalar()
+
+
+# -- send_dataframe ------------------------------------------------------------------------------
+def test_send_dataframe_delivers_each_row_once_and_reruns_skip_what_was_sent(spark, database):
+    transport = database.transport()
+    transport.create_queue("orders")
+    rows = spark.range(10_000).selectExpr(
+        "id",
+        "concat('customer-', id % 97) AS customer",
+        "named_struct('order', id, 'amount', id * 0.5) AS payload",
+    ).repartition(4)
+    assert rows.rdd.getNumPartitions() == 4
+    options = dict(
+        body_column="payload",
+        key_column="id",
+        headers={headers.ENCLOSED_MESSAGE_TYPES: "Sales.Messages.PlaceOrder, Sales.Messages"},
+        header_columns={"Sales.Customer": "customer"},
+        batch_size=700,
+    )
+
+    # A first run that got through part of the data (as a job failing midway would) ...
+    partial = pipeline.send_dataframe(rows.where("id % 3 = 0"), "orders", database.url, **options)
+    assert (partial.sent, partial.skipped) == (3334, 0)
+    # ... a re-run of the whole job sends only the rest, and another re-run sends nothing.
+    rerun = pipeline.send_dataframe(rows, "orders", database.url, **options)
+    assert (rerun.sent, rerun.skipped) == (6666, 3334)
+    again = pipeline.send_dataframe(rows, "orders", database.url, **options)
+    assert (again.sent, again.skipped) == (0, 10_000)
+
+    received = queue_rows(database.engine, "orders")
+    assert len(received) == 10_000
+    expected_ids = {pipeline.message_id_for("orders", str(i)): i for i in range(10_000)}
+    seen = set()
+    for _native_id, _row_version, raw_headers, body in received:
+        values = headers.deserialize(raw_headers)
+        message_id = values[headers.MESSAGE_ID]
+        i = expected_ids[message_id]
+        assert i not in seen
+        seen.add(i)
+        assert values["Sales.Customer"] == f"customer-{i % 97}"
+        assert values[headers.ENCLOSED_MESSAGE_TYPES] == "Sales.Messages.PlaceOrder, Sales.Messages"
+        assert values[headers.CONTENT_TYPE] == "application/json"
+        assert values[headers.MESSAGE_INTENT] == "Send"
+        assert values[headers.CORRELATION_ID] == message_id
+        headers.parse_time(values[headers.TIME_SENT])
+        assert json.loads(bytes(body)) == {"order": i, "amount": i * 0.5}
+    assert '"application\\/json"' in received[0][2]  # the wire format's escaped slash
+    assert len(seen) == 10_000
+    with database.engine.connect() as connection:
+        ledger = connection.exec_driver_sql('SELECT COUNT(*) FROM "SparkSendLedger"').scalar()
+    assert ledger == 10_000
+
+
+@only("sqlite")
+def test_send_dataframe_bodies_without_key_and_bad_input(spark, database):
+    transport = database.transport()
+    transport.create_queue("texts")
+    frame = spark.createDataFrame(
+        [("a", b"\x00\x01", 1), ("b\u00e9", None, 2), (None, b"x", 3)],
+        "text string, raw binary, n int",
+    ).repartition(2)
+    assert pipeline.send_dataframe(frame, "texts", database.url, body_column="text").sent == 3
+    assert pipeline.send_dataframe(frame, "texts", database.url, body_column="raw").sent == 3
+    assert pipeline.send_dataframe(frame, "texts", database.url).sent == 3  # whole row as JSON
+    bodies = collections.Counter(
+        None if body is None else bytes(body) for *_, body in queue_rows(database.engine, "texts")
+    )
+    assert bodies[b"a"] == bodies["b\u00e9".encode()] == bodies[b"\x00\x01"] == 1
+    assert bodies[None] == 2  # a null text body and a null binary body
+    assert bodies[b'{"text":"a","raw":"AAE=","n":1}'] == 1
+
+    with pytest.raises(ConfigurationError, match="'nope'"):
+        pipeline.send_dataframe(frame, "texts", database.url, body_column="nope")
+    with pytest.raises(ConfigurationError, match="'n' is int"):
+        pipeline.send_dataframe(frame, "texts", database.url, body_column="n")
+    with pytest.raises(ConfigurationError, match="'missing'"):
+        pipeline.send_dataframe(frame, "texts", database.url, key_column="missing")
+    with pytest.raises(ConfigurationError, match="in-memory"):
+        pipeline.send_dataframe(frame, "texts", "sqlite://")
+    with pytest.raises(QueueNotFound, match="'absent'"):
+        pipeline.send_dataframe(frame, "absent", database.url, body_column="text")
+
+
+# -- ingest ------------------------------------------------------------------------------------
+KILLED_INGEST = textwrap.dedent(
+    """
+    import sys
+    from sqlqueue_orm.contrib.spark import pipeline
+    session = pipeline.spark_session("local[2]")
+    session.sparkContext.setLogLevel("ERROR")
+    pipeline.ingest(session, sys.argv[1], "audit", sys.argv[2], batch_size=int(sys.argv[3]))
+    print("finished without being killed")
+    """
+)
+
+
+def ingest_killed_at(url, path, point, batch_size):
+    environment = dict(os.environ, **{pipeline.KILL_AT_ENV: point})
+    environment["PYTHONPATH"] = REPO + os.pathsep + environment.get("PYTHONPATH", "")
+    done = subprocess.run(
+        [sys.executable, "-c", KILLED_INGEST, url, path, str(batch_size)],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == -signal.SIGKILL, done.stdout + done.stderr[-3000:]
+
+
+def listing(directory):
+    """Entries of *directory*, without Hadoop's hidden checksum files."""
+    return [name for name in os.listdir(directory) if not name.startswith(".")]
+
+
+def dataset_keys(spark, path):
+    rows = pipeline.read_dataset(spark, path).select("native_id", "message_id").collect()
+    return [row["native_id"] for row in rows], [row["message_id"] for row in rows]
+
+
+#: Where each run is killed, and (rows in the dataset, rows in the queue, committed batches)
+#: afterwards. 2,500 messages in batches of 1,000. Finishing a committed batch whose files
+#: were not moved yet (committed:1) is file work only, so it runs on SQLite alone, to keep
+#: the test short (each killed run starts its own JVM).
+KILL_PLANS = {
+    "sqlite": [
+        # after batch 2 was written to staging, before its commit: batch 1 is done
+        ("written:2", 1000, 1500, 0),
+        # after the commit of the next batch, before its files moved and its rows left
+        ("committed:1", 1000, 1500, 1),
+        # finishes that batch, then dies after the last batch's files moved into the dataset,
+        # before its rows left the queue: those are in both places for now
+        ("moved:1", 2500, 500, 1),
+    ],
+    "postgresql": [("written:2", 1000, 1500, 0), ("moved:1", 2000, 1500, 1)],
+}
+KILL_PLANS["mssql"] = KILL_PLANS["postgresql"]
+
+
+def test_ingest_killed_midway_and_rerun_leaves_each_message_once(spark, database, tmp_path):
+    transport = database.transport()
+    audit, _ = sample.fill_sample_queues(
+        transport, count=2_500, failure_rate=0.0, seed=7, start=dt.datetime(2024, 5, 6, 23, 30)
+    )
+    native_ids = {str(row[0]) for row in queue_rows(database.engine, "audit")}
+    path = str(tmp_path / "dataset")
+    state = tmp_path / "dataset" / "_sqlqueue"
+
+    for point, in_dataset, in_queue, committed in KILL_PLANS[database.dialect]:
+        ingest_killed_at(database.url, path, point, 1000)
+        assert len(dataset_keys(spark, path)[0]) == in_dataset, point
+        assert queue_count(database.engine, "audit") == in_queue, point
+        assert len(listing(state / "committed")) == committed, point
+
+    # The re-run finishes the committed batch, then ingests what is left.
+    result = pipeline.ingest(spark, database.url, "audit", path, batch_size=1000)
+    assert result.recovered == 1
+    assert result.recovered_messages + result.messages == in_queue
+
+    natives, message_ids = dataset_keys(spark, path)
+    assert sorted(natives) == sorted(native_ids)  # each exactly once
+    assert sorted(message_ids) == sorted(message.message_id for message in audit)
+    assert queue_count(database.engine, "audit") == 0
+    assert not listing(state / "staging") and not listing(state / "committed")
+    # Messages around midnight land in two date partitions.
+    dates = {name for name in os.listdir(path) if name.startswith("date=")}
+    assert dates == {"date=2024-05-06", "date=2024-05-07"}
+
+
+def test_one_ingester_per_queue(spark, database, tmp_path):
+    transport = database.transport()
+    transport.create_queue("audit")
+    address = transport.address("audit")
+    lock = pipeline._IngestLock(database.engine, sa.make_url(database.url), address)
+    with lock:
+        with pytest.raises(pipeline.IngestInProgress, match="another ingestion"):
+            pipeline.ingest(spark, database.url, "audit", str(tmp_path / "d"))
+    assert pipeline.ingest(spark, database.url, "audit", str(tmp_path / "d")).messages == 0
+    with pytest.raises(QueueNotFound):
+        pipeline.ingest(spark, database.url, "nope", str(tmp_path / "d"))
+    with pytest.raises(ConfigurationError, match="batch_size 0"):
+        pipeline.ingest(spark, database.url, "audit", str(tmp_path / "d"), batch_size=0)
+
+
+# -- report ------------------------------------------------------------------------------------
+def linear_percentile(values, p):
+    ordered = sorted(values)
+    rank = p * (len(ordered) - 1)
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def nearest_rank_percentile(values, p):
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(p * len(ordered)) - 1)]
+
+
+def micros(text):
+    moment = headers.parse_time(text)
+    return (moment - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1)
+
+
+@only("sqlite")
+def test_report_agrees_with_figures_computed_from_the_messages(
+    spark, database, tmp_path, capsys
+):
+    transport = database.transport()
+    audit, error = sample.fill_sample_queues(
+        transport, count=1_500, failure_rate=0.04, seed=3,
+        start=dt.datetime(2024, 5, 6, 9, 0), span=dt.timedelta(minutes=30),
+    )
+    assert len(error) == 60
+    path = str(tmp_path / "messages")
+    assert pipeline.ingest(spark, database.url, "audit", path).messages == 1500
+    assert pipeline.ingest(spark, database.url, "error", path).messages == 60
+
+    # Figures computed directly from the messages sent.
+    def message_type(values):
+        return values[headers.ENCLOSED_MESSAGE_TYPES].split(";")[0].split(",")[0].strip()
+
+    processing = collections.defaultdict(list)
+    critical = collections.defaultdict(list)
+    ended = collections.defaultdict(list)
+    failed = collections.Counter()
+    buckets = collections.Counter()
+    failed_buckets = collections.Counter()
+    by_exception = collections.Counter()
+    for message in audit:
+        values = message.headers
+        group = (message_type(values), values[headers.PROCESSING_ENDPOINT])
+        end = micros(values[headers.PROCESSING_ENDED])
+        processing[group].append((end - micros(values[headers.PROCESSING_STARTED])) / 1000)
+        critical[group].append((end - micros(values[headers.TIME_SENT])) / 1000)
+        ended[group].append(end)
+        buckets[end // 60_000_000 * 60] += 1
+    for message in error:
+        values = message.headers
+        failed[(message_type(values), values[headers.PROCESSING_ENDPOINT])] += 1
+        failed_buckets[micros(values[headers.TIME_OF_FAILURE]) // 60_000_000 * 60] += 1
+        by_exception[values[headers.EXCEPTION_TYPE]] += 1
+
+    exact = pipeline.report(spark, path, bucket_seconds=60, exact=True)
+    approximate = pipeline.report(spark, path, bucket_seconds=60)
+    assert exact.messages == 1560
+    for result, percentile in ((exact, linear_percentile), (approximate, nearest_rank_percentile)):
+        rows = result.summary.collect()
+        assert {(r["message_type"], r["processing_endpoint"]) for r in rows} == set(processing)
+        for row in rows:
+            group = (row["message_type"], row["processing_endpoint"])
+            assert row["processed"] == len(processing[group])
+            assert row["failed"] == failed[group]
+            span = max((max(ended[group]) - min(ended[group])) / 1e6, 1.0)
+            assert row["per_second"] == pytest.approx(len(processing[group]) / span)
+            for p in (50, 95, 99):
+                assert row[f"processing_p{p}_ms"] == pytest.approx(
+                    percentile(processing[group], p / 100), rel=1e-9
+                ), (group, p)
+                assert row[f"critical_p{p}_ms"] == pytest.approx(
+                    percentile(critical[group], p / 100), rel=1e-9
+                ), (group, p)
+        series = result.throughput.collect()
+        assert {r["bucket_epoch"]: r["processed"] for r in series if r["processed"]} == buckets
+        assert {r["bucket_epoch"]: r["failed"] for r in series if r["failed"]} == failed_buckets
+        assert {r["exception_type"]: r["failures"] for r in result.failures.collect()} == (
+            by_exception
+        )
+
+    # Typed columns of one message, straight from its headers.
+    first = audit[0]
+    [row] = (
+        pipeline.read_dataset(spark, path)
+        .where(f"message_id = '{first.message_id}'")
+        .selectExpr("*", "unix_micros(time_sent) AS sent_us",
+                    "unix_micros(processing_ended) AS ended_us")
+        .collect()
+    )
+    assert row["message_type"] == message_type(first.headers)
+    assert row["sending_endpoint"] == first.headers[headers.ORIGINATING_ENDPOINT]
+    assert row["processing_endpoint"] == first.headers[headers.PROCESSING_ENDPOINT]
+    assert row["conversation_id"] == first.headers[headers.CONVERSATION_ID]
+    assert row["sent_us"] == micros(first.headers[headers.TIME_SENT])
+    assert row["ended_us"] == micros(first.headers[headers.PROCESSING_ENDED])
+    assert row["body"] == first.body.encode()
+    assert row["queue"] == "audit" and row["date"] == dt.date(2024, 5, 6)
+    [failure] = (
+        pipeline.read_dataset(spark, path).where(f"message_id = '{error[0].message_id}'").collect()
+    )
+    assert failure["exception_type"] == error[0].headers[headers.EXCEPTION_TYPE]
+    assert failure["exception_message"] == error[0].headers[headers.EXCEPTION_MESSAGE]
+    assert failure["failed_queue"] == error[0].headers[headers.FAILED_QUEUE]
+    assert failure["processing_time_ms"] is None and failure["queue"] == "error"
+
+    # The CLI prints the same figures and writes the chart.
+    chart = tmp_path / "report.png"
+    code = cli.main(["spark", "report", "--path", path, "--chart", str(chart), "--bucket", "60",
+                     "--exact"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "1560 message(s): 1500 processed, 60 failed" in out
+    top = exact.summary.first()
+    assert f"{top['processing_p95_ms']:.1f}" in out
+    for exception_type, count in by_exception.items():
+        assert exception_type in out and f" {count} " in out
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@only("sqlite")
+def test_cli_sample_send_ingest(spark, database, tmp_path, capsys):
+    url = database.url
+    assert cli.main(["--url", url, "spark", "sample", "--count", "200", "--minutes", "5"]) == 0
+    assert "audit: 200 audit message(s); error: 4 error message(s)" in capsys.readouterr().out
+    assert cli.main(["--url", url, "spark", "ingest", "--queue", "audit", "--path",
+                     str(tmp_path / "d"), "--batch", "150"]) == 0
+    assert "audit: ingested 200 message(s) in 2 batch(es)" in capsys.readouterr().out
+
+    orders = tmp_path / "orders.csv"
+    orders.write_text("order_id,customer,amount\n1001,alice,12.5\n1002,bob,7.25\n")
+    database.transport().create_queue("sales")
+    arguments = ["--url", url, "spark", "send", "--queue", "sales", "--input", str(orders),
+                 "--key-column", "order_id", "--header-column", "Sales.Customer=customer",
+                 "--header", "NServiceBus.EnclosedMessageTypes=Sales.Messages.PlaceOrder"]
+    assert cli.main(arguments) == 0
+    assert "sales: sent 2 message(s), skipped 0 already sent" in capsys.readouterr().out
+    assert cli.main(arguments) == 0
+    assert "sales: sent 0 message(s), skipped 2 already sent" in capsys.readouterr().out
+    bodies = [json.loads(bytes(row[3])) for row in queue_rows(database.engine, "sales")]
+    assert sorted(bodies, key=lambda body: body["order_id"]) == [
+        {"order_id": 1001, "customer": "alice", "amount": 12.5},
+        {"order_id": 1002, "customer": "bob", "amount": 7.25},
+    ]
+    assert cli.main(["--url", url, "spark", "send", "--queue", "sales", "--input",
+                     str(tmp_path / "none.csv")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+# -- no Spark needed ----------------------------------------------------------------------------
+def test_package_imports_pyspark_lazily_and_says_what_to_install():
+    code = textwrap.dedent(
+        """
+        import sys
+        import sqlqueue_orm.contrib.spark as spark
+        import sqlqueue_orm.contrib.spark.commands, sqlqueue_orm.contrib.spark.sample
+        from sqlqueue_orm import cli
+        cli.build_parser()
+        assert "pyspark" not in sys.modules, "pyspark imported eagerly"
+        sys.modules["pyspark"] = None  # as if it were not installed
+        try:
+            spark.ingest
+        except Exception as error:
+            print(type(error).__name__, error)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, cwd=REPO)
+    assert done.stdout.startswith("ConfigurationError")
+    assert "install sqlqueue_orm[spark]" in done.stdout
+
+
+def test_sql_server_statements():
+    from sqlalchemy.dialects import mssql
+
+    dialect = mssql.dialect()
+    table = queue_table("audit", "nsb")
+    claim = str(pipeline.claim_statement(table, 5000).compile(dialect=dialect))
+    assert " ".join(claim.split()) == (
+        "SELECT TOP __[POSTCOMPILE_param_1] [nsb].[audit].[RowVersion], [nsb].[audit].[Id] "
+        "FROM [nsb].[audit] WITH (READPAST, READCOMMITTEDLOCK) "
+        "ORDER BY [nsb].[audit].[RowVersion]"
+    )
+    delete = str(pipeline.delete_statement(table).compile(dialect=dialect))
+    assert " ".join(delete.split()) == (
+        "DELETE FROM [nsb].[audit] WHERE [nsb].[audit].[RowVersion] = :row_version "
+        "AND [nsb].[audit].[Id] = :native_id"
+    )
+    lock = pipeline.lock_statement("mssql").text
+    assert "@LockOwner = 'Session', @LockTimeout = 0" in lock
+    assert lock.startswith("DECLARE @status int; EXEC @status = sp_getapplock @Resource = ")
+    from sqlalchemy.schema import CreateTable
+
+    from sqlqueue_orm.models import SparkSendLedger
+
+    ddl = " ".join(str(CreateTable(SparkSendLedger.__table__).compile(dialect=dialect)).split())
+    assert ddl == (
+        "CREATE TABLE [SparkSendLedger] ( [Destination] NVARCHAR(200) NOT NULL, "
+        "[MessageId] NVARCHAR(200) NOT NULL, [SentAt] DATETIME NOT NULL, "
+        "CONSTRAINT [pk_SparkSendLedger] PRIMARY KEY ([Destination], [MessageId]) )"
+    )
+
+
+def test_message_ids_are_deterministic_per_destination_and_key():
+    assert pipeline.message_id_for("orders", "1") == pipeline.message_id_for("orders", "1")
+    assert pipeline.message_id_for("orders", "1") != pipeline.message_id_for("billing", "1")
+    assert uuid.UUID(pipeline.message_id_for("orders", "1")).version == 5
+    assert pipeline.choose_bucket(3600) == 30
+    assert pipeline.choose_bucket(86_400 * 30) == 21_600
