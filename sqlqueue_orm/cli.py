@@ -39,14 +39,16 @@ def resolve_url(args: argparse.Namespace) -> str:
     return str(args.url or os.environ.get("SQLQUEUE_URL") or db.DEFAULT_URL)
 
 
-def _header(text: str) -> tuple[str, str]:
+def key_value(text: str) -> tuple[str, str]:
+    """Argument type ``KEY=VALUE`` (the value may hold ``=``)."""
     key, sep, value = text.partition("=")
     if not sep or not key:
-        raise argparse.ArgumentTypeError(f"header {text!r} is not KEY=VALUE")
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
     return key, value
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
+    """Argument type: a whole number of at least 1."""
     try:
         value = int(text)
     except ValueError:
@@ -56,7 +58,8 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _positive_float(text: str) -> float:
+def positive_seconds(text: str) -> float:
+    """Argument type: a number of seconds above 0."""
     try:
         value = float(text)
     except ValueError:
@@ -172,14 +175,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = commands.add_parser("send", help="send one message")
     sub.add_argument("queue")
     sub.add_argument("--body", required=True, help="the body, as UTF-8 text")
-    sub.add_argument("--header", action="append", type=_header, metavar="K=V")
-    sub.add_argument("--ttbr", type=_positive_float, metavar="SECONDS", help="time to be received")
+    sub.add_argument("--header", action="append", type=key_value, metavar="K=V")
+    sub.add_argument("--ttbr", type=positive_seconds, metavar="SECONDS", help="time to be received")
     sub.add_argument("--message-id", help="NServiceBus.MessageId (default: a new GUID)")
     sub.set_defaults(func=_cmd_send)
 
     sub = commands.add_parser("receive", help="take messages off a queue")
     sub.add_argument("queue")
-    sub.add_argument("--count", type=_positive_int, default=1, metavar="N")
+    sub.add_argument("--count", type=positive_int, default=1, metavar="N")
     sub.add_argument("--json", action="store_true", help="one JSON object a line")
     sub.set_defaults(func=_cmd_receive)
 
@@ -189,7 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub = commands.add_parser("purge-expired", help="delete expired messages in batches")
     sub.add_argument("queue")
-    sub.add_argument("--batch", type=_positive_int, default=10_000, metavar="N")
+    sub.add_argument("--batch", type=positive_int, default=10_000, metavar="N")
     sub.set_defaults(func=_cmd_purge_expired)
 
     sub = commands.add_parser("list-queues", help="queue tables with estimated counts")
