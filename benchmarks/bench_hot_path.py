@@ -61,7 +61,7 @@ def bench(name: str, transport: Transport, raw_connect: Callable[[], object], n:
                     cursor.fetchall()
             raw.commit()  # type: ignore[attr-defined]
 
-    for _ in range(rounds):
+    for round_number in range(rounds):
         transport.purge_all("bench")
         messages = [OutgoingMessage(b"payload-%d" % i) for i in range(n)]
         prepared = [m.prepare() for m in messages]
@@ -93,11 +93,16 @@ def bench(name: str, transport: Transport, raw_connect: Callable[[], object], n:
                 transport.receive("bench")
 
         # Each send starts on an empty queue, each receive on n messages; raw and ours alternate.
-        for label, function in (("send raw", send_raw), ("send ours", send_ours),
-                                ("send raw+headers", send_raw_prepare)):
+        sends = [("send raw", send_raw), ("send ours", send_ours),
+                 ("send raw+headers", send_raw_prepare)]
+        receives = [("recv raw", recv_raw), ("recv ours", recv_ours)]
+        shift = round_number % 3  # rotate the order: no side always runs first
+        for label, function in sends[shift:] + sends[:shift]:
             transport.purge_all("bench")
             results[label].append(_rate(n, function))
-        for label, function in (("recv raw", recv_raw), ("recv ours", recv_ours)):
+        if round_number % 2:
+            receives.reverse()
+        for label, function in receives:
             transport.purge_all("bench")
             transport.send_many("bench", messages)
             results[label].append(_rate(n, function))

@@ -102,6 +102,27 @@ def is_transient(error: BaseException) -> bool:
     return any(marker in text for marker in _TRANSIENT)
 
 
+def translate_error(
+    error: BaseException,
+    queue: str | None = None,
+    on_missing_column: Callable[[], None] | None = None,
+) -> exceptions.SqlQueueError:
+    """The :class:`SqlQueueError` to raise (``from error``) for a driver error, naming the queue."""
+    original = getattr(error, "orig", None) or error
+    text = _describe(error)
+    where = f"queue {queue!r}: " if queue else ""
+    if queue and any(marker in text for marker in _MISSING_TABLE):
+        return exceptions.QueueNotFound(queue)
+    if on_missing_column is not None and any(marker in text for marker in _MISSING_COLUMN):
+        on_missing_column()
+        return exceptions.DatabaseError(
+            f"{where}the table's columns changed under us; retry: {original}", transient=True
+        )
+    return exceptions.DatabaseError(
+        f"{where}{type(original).__name__}: {original}", transient=is_transient(error)
+    )
+
+
 @contextlib.contextmanager
 def wrap_db_errors(
     queue: str | None = None,
@@ -119,19 +140,7 @@ def wrap_db_errors(
     try:
         yield
     except caught as error:
-        original = getattr(error, "orig", None) or error
-        text = _describe(error)
-        where = f"queue {queue!r}: " if queue else ""
-        if queue and any(marker in text for marker in _MISSING_TABLE):
-            raise exceptions.QueueNotFound(queue) from error
-        if on_missing_column is not None and any(marker in text for marker in _MISSING_COLUMN):
-            on_missing_column()
-            raise exceptions.DatabaseError(
-                f"{where}the table's columns changed under us; retry: {original}", transient=True
-            ) from error
-        raise exceptions.DatabaseError(
-            f"{where}{type(original).__name__}: {original}", transient=is_transient(error)
-        ) from error
+        raise translate_error(error, queue, on_missing_column) from error
 
 
 # -- catalog look-ups -------------------------------------------------------------------------

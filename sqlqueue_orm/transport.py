@@ -31,6 +31,30 @@ log = logging.getLogger(__name__)
 QueueRef = str | addressing.QueueAddress
 
 
+class _OwnTransaction:
+    """Context manager of :meth:`Transport._own_cursor` (a class: cheaper than a generator)."""
+
+    __slots__ = ("_cursor", "_fairy", "_kept", "_transport")
+
+    def __init__(self, transport: Transport) -> None:
+        self._transport = transport
+
+    def __enter__(self) -> Any:
+        transport = self._transport
+        self._fairy, self._kept = transport._checkout()
+        self._cursor = cursor = self._fairy.cursor()
+        if transport._begin_statement:
+            try:
+                cursor.execute(transport._begin_statement)
+            except BaseException as error:
+                transport._end_own(self._fairy, cursor, self._kept, error)
+                raise
+        return cursor
+
+    def __exit__(self, kind: object, error: BaseException | None, trace: object) -> None:
+        self._transport._end_own(self._fairy, self._cursor, self._kept, error)
+
+
 class _HeldConnection:
     """A pooled connection a thread keeps between short transactions; returned when dropped."""
 
@@ -186,21 +210,20 @@ class Transport:
             self._held_count -= 1
         self._held_all.discard(held)
 
-    @contextmanager
-    def _own_cursor(self) -> Iterator[Any]:
+    def _own_cursor(self) -> _OwnTransaction:
         """A short transaction of our own on a pooled DBAPI connection: commit or roll back.
 
         The hot path without a caller's connection: the same statements, minus SQLAlchemy's
         per-transaction machinery. A connection that died is invalidated, not pooled again.
         """
-        fairy, kept = self._checkout()
-        cursor = fairy.cursor()
+        return _OwnTransaction(self)
+
+    def _end_own(self, fairy: Any, cursor: Any, kept: bool, error: BaseException | None) -> None:
+        """Finish a transaction of :class:`_OwnTransaction` (commit, or roll back on *error*)."""
         try:
-            if self._begin_statement:
-                cursor.execute(self._begin_statement)
-            yield cursor
-            fairy.commit()
-        except BaseException as error:
+            if error is None:
+                fairy.commit()
+                return
             original = error.__cause__ or error
             dead = isinstance(original, Exception) and self.engine.dialect.is_disconnect(
                 original,  # type: ignore[arg-type]
@@ -210,7 +233,7 @@ class Transport:
             if not dead:
                 try:
                     fairy.rollback()
-                except Exception:
+                except Exception:  # the connection is unusable: drop it
                     dead = True
             if dead:
                 held = getattr(self._local, "held", None)
@@ -221,7 +244,6 @@ class Transport:
                     fairy.invalidate()
                     fairy.close()
                 kept = True  # already given back
-            raise
         finally:
             cursor.close()
             if not kept:
