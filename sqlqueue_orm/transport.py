@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
@@ -60,6 +61,7 @@ class _HeldConnection:
 
     def __init__(self, fairy: Any, transport: Transport) -> None:
         self.fairy = fairy
+        self.pid = os.getpid()
         self._transport = transport
         self._closed = False
         transport._held_all.add(self)
@@ -69,6 +71,12 @@ class _HeldConnection:
             self._closed = True
             self._transport._release(self)
             self.fairy.close()
+
+    def abandon(self) -> None:
+        """Forget the connection without touching it (it belongs to another process)."""
+        if not self._closed:
+            self._closed = True
+            self._transport._release(self)
 
     def __del__(self) -> None:  # the thread ended: its threading.local let go of us
         try:
@@ -195,7 +203,11 @@ class Transport:
         """
         held: _HeldConnection | None = getattr(self._local, "held", None)
         if held is not None:
-            return held.fairy, True
+            if held.pid == os.getpid():
+                return held.fairy, True
+            # A forked child inherited the parent's socket: never use it, never close it.
+            self._local.held = None
+            held.abandon()
         fairy = self.engine.raw_connection()
         with self._lock:
             keep = self._held_count < self._held_limit
