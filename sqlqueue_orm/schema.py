@@ -138,7 +138,7 @@ class QueueInstaller:
         """The statements :meth:`create` would run on an empty database, for review by a DBA."""
         schema = db.schema_argument(address)
         table = queue_table(address.table, schema)
-        statements = [str(sa.schema.CreateTable(table).compile(dialect=dialect)).strip()]
+        statements = [ddl.compile_ddl(sa.schema.CreateTable(table), dialect)]
         # The clustered index first: built after, it would rebuild every other index.
         for index in sorted(table.indexes, key=lambda item: "RowVersion" not in str(item.name)):
             ddl_if = index._ddl_if
@@ -146,7 +146,7 @@ class QueueInstaller:
                 allowed = ddl_if.dialect
                 if dialect.name not in ((allowed,) if isinstance(allowed, str) else allowed):
                     continue
-            statements.append(str(sa.schema.CreateIndex(index).compile(dialect=dialect)).strip())
+            statements.append(ddl.compile_ddl(sa.schema.CreateIndex(index), dialect))
         if body_string:
             statements.append(body_string_statement(dialect, address))
         return statements

@@ -14,6 +14,8 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
+from sqlqueue_orm.models.ddl import compile_ddl
+
 
 def _literal(text: str) -> str:
     return "N'" + text.replace("'", "''") + "'"
@@ -31,7 +33,7 @@ def create_table_if_missing(name: str, *elements: sa.schema.SchemaItem) -> None:
         op.create_table(name, *elements, if_not_exists=True)
         return
     table = sa.Table(name, sa.MetaData(), *elements)
-    create = str(sa.schema.CreateTable(table).compile(dialect=dialect)).strip()
+    create = compile_ddl(sa.schema.CreateTable(table), dialect)
     quoted = dialect.identifier_preparer.format_table(table)
     op.execute(f"IF OBJECT_ID({_literal(quoted)}, N'U') IS NULL\nBEGIN\n{create}\nEND")
 
@@ -50,7 +52,7 @@ def create_index_if_missing(name: str, table: str, columns: Sequence[str], **kwa
         return
     model = sa.Table(table, sa.MetaData(), *(sa.Column(column) for column in columns))
     index = sa.Index(name, *(model.c[column] for column in columns), **kwargs)
-    create = str(sa.schema.CreateIndex(index).compile(dialect=dialect)).strip()
+    create = compile_ddl(sa.schema.CreateIndex(index), dialect)
     quoted = dialect.identifier_preparer.format_table(model)
     # A filtered index needs these SET options in the session that creates it.
     options = "SET ANSI_NULLS, QUOTED_IDENTIFIER ON;\n" if "WHERE" in create else ""

@@ -11,9 +11,9 @@ import dataclasses
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Dialect
 
 from sqlqueue_orm import addressing, exceptions
+from sqlqueue_orm.models.ddl import compile_ddl as compile_ddl
 from sqlqueue_orm.models.queue_table import build_queue_table, index_name
 
 EXPIRES_INDEX = "Index_Expires"
@@ -135,8 +135,3 @@ def variant(
         kwargs["sqlite_where"] = options["where"] if where else None
     columns = [table.c[str(column.name)] for column in index.columns]
     return sa.Index(index.name, *columns, **kwargs)
-
-
-def compile_ddl(element: sa.schema.ExecutableDDLElement, dialect: Dialect) -> str:
-    """*element* compiled for *dialect*, without surrounding whitespace."""
-    return str(element.compile(dialect=dialect)).strip()

@@ -11,8 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import Index
+from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.schema import CreateIndex
+from sqlalchemy.schema import CreateIndex, ExecutableDDLElement
 from sqlalchemy.sql.compiler import DDLCompiler, SQLCompiler
 from sqlalchemy.sql.expression import ColumnElement
 from sqlalchemy.types import UnicodeText
@@ -37,6 +38,11 @@ def mssql_index_options(options: dict[str, str], server_version: tuple[int, ...]
     if not kept:
         return ""
     return " WITH (" + ", ".join(f"{key} = {value}" for key, value in kept.items()) + ")"
+
+
+def compile_ddl(element: ExecutableDDLElement, dialect: Dialect) -> str:
+    """*element* compiled for *dialect*, without surrounding whitespace (DDL a DBA would run)."""
+    return str(element.compile(dialect=dialect)).strip()
 
 
 @compiles(CreateIndex, "mssql")

@@ -16,7 +16,6 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.elements import quoted_name
 
@@ -251,7 +250,3 @@ def render(template: str, dialect: Dialect, table: str) -> Statement:
     positional = style in ("qmark", "format", "numeric")
     return Statement(text, tuple(names), positional)
 
-
-def compile_ddl(element: sa.schema.ExecutableDDLElement, dialect: Dialect) -> str:
-    """Compile a DDL element to the text a DBA would run (used by ``sqlqueue ddl``)."""
-    return str(element.compile(dialect=dialect)).strip()

@@ -20,7 +20,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Dialect
 
-from sqlqueue_orm import addressing, db, exceptions
+from sqlqueue_orm import addressing, db
 from sqlqueue_orm.messages import IncomingMessage, PreparedMessage
 from sqlqueue_orm.queuing import sql
 
@@ -262,5 +262,3 @@ def _to_bytes(value: Any) -> bytes | None:
         return value
     return bytes(value)
 
-
-__all__ = ["PURGE_BATCH_SIZE", "TableQueue", "exceptions"]
