@@ -32,5 +32,6 @@ fi
 
 echo "== ruff";  .venv/bin/ruff check .
 echo "== mypy --strict"; .venv/bin/mypy
+echo "== lint-imports"; .venv/bin/lint-imports
 echo "== pytest"
 exec .venv/bin/python -m pytest "$@"
