@@ -13,16 +13,13 @@
 from __future__ import annotations
 
 import logging
-import os
 import threading
-import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
 
 from sqlalchemy.engine import Connection, Engine
 
-from sqlqueue_orm import addressing, db, exceptions
+from sqlqueue_orm import addressing, connections, db, exceptions
 from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage
 from sqlqueue_orm.queuing.table_queue import PURGE_BATCH_SIZE, TableQueue
 from sqlqueue_orm.schema import QueueInstaller, SchemaInspector
@@ -30,59 +27,6 @@ from sqlqueue_orm.schema import QueueInstaller, SchemaInspector
 log = logging.getLogger(__name__)
 
 QueueRef = str | addressing.QueueAddress
-
-
-class _OwnTransaction:
-    """Context manager of :meth:`Transport._own_cursor` (a class: cheaper than a generator)."""
-
-    __slots__ = ("_cursor", "_fairy", "_kept", "_transport")
-
-    def __init__(self, transport: Transport) -> None:
-        self._transport = transport
-
-    def __enter__(self) -> Any:
-        transport = self._transport
-        self._fairy, self._kept = transport._checkout()
-        self._cursor = cursor = self._fairy.cursor()
-        if transport._begin_statement:
-            try:
-                cursor.execute(transport._begin_statement)
-            except BaseException as error:
-                transport._end_own(self._fairy, cursor, self._kept, error)
-                raise
-        return cursor
-
-    def __exit__(self, kind: object, error: BaseException | None, trace: object) -> None:
-        self._transport._end_own(self._fairy, self._cursor, self._kept, error)
-
-
-class _HeldConnection:
-    """A pooled connection a thread keeps between short transactions; returned when dropped."""
-
-    def __init__(self, fairy: Any, transport: Transport) -> None:
-        self.fairy = fairy
-        self.pid = os.getpid()
-        self._transport = transport
-        self._closed = False
-        transport._held_all.add(self)
-
-    def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self._transport._release(self)
-            self.fairy.close()
-
-    def abandon(self) -> None:
-        """Forget the connection without touching it (it belongs to another process)."""
-        if not self._closed:
-            self._closed = True
-            self._transport._release(self)
-
-    def __del__(self) -> None:  # the thread ended: its threading.local let go of us
-        try:
-            self.close()
-        except Exception:  # noqa: S110  (interpreter shutdown: nothing to give back to)
-            pass
 
 
 class Transport:
@@ -122,16 +66,11 @@ class Transport:
         self.inspector = SchemaInspector()
         self._queues: dict[addressing.QueueAddress, TableQueue] = {}
         self._by_reference: dict[QueueRef, TableQueue] = {}
-        self._local = threading.local()
-        # Weak: a thread that ends drops its _HeldConnection, whose __del__ gives it back.
-        self._held_all: weakref.WeakSet[_HeldConnection] = weakref.WeakSet()
-        self._held_count = 0
-        pool_size = getattr(self.engine.pool, "size", lambda: 2)()
-        self._held_limit = max(1, int(pool_size) // 2)
         self._verified: set[addressing.QueueAddress] = set()
         self._lock = threading.Lock()
         # SQLite: take the write lock up front (see db.create_engine); others begin implicitly.
-        self._begin_statement = "BEGIN IMMEDIATE" if self.engine.dialect.name == "sqlite" else ""
+        begin = "BEGIN IMMEDIATE" if self.engine.dialect.name == "sqlite" else ""
+        self._connections = connections.ThreadConnections(self.engine, begin)
 
     def __enter__(self) -> Transport:
         return self
@@ -141,9 +80,7 @@ class Transport:
 
     def close(self) -> None:
         """Give back the connections threads hold; dispose of the engine if we created it."""
-        for held in list(self._held_all):
-            held.close()
-        self._local = threading.local()
+        self._connections.close()
         if self._owns_engine:
             self.engine.dispose()
 
@@ -194,73 +131,6 @@ class Transport:
             self._verify(connection, table_queue)
             table_queue.probe(connection)
 
-    def _checkout(self) -> tuple[Any, bool]:
-        """A pooled DBAPI connection for this thread, and whether it stays with the thread.
-
-        Up to half the pool's size, threads keep the connection of their short transactions
-        between calls (a consumer loop then pays no checkout per message); it goes back to the
-        pool when the thread ends or the transport is closed. Other threads check out per call.
-        """
-        held: _HeldConnection | None = getattr(self._local, "held", None)
-        if held is not None:
-            if held.pid == os.getpid():
-                return held.fairy, True
-            # A forked child inherited the parent's socket: never use it, never close it.
-            self._local.held = None
-            held.abandon()
-        fairy = self.engine.raw_connection()
-        with self._lock:
-            keep = self._held_count < self._held_limit
-            if keep:
-                self._held_count += 1
-        if keep:
-            self._local.held = _HeldConnection(fairy, self)
-        return fairy, keep
-
-    def _release(self, held: _HeldConnection) -> None:
-        with self._lock:
-            self._held_count -= 1
-        self._held_all.discard(held)
-
-    def _own_cursor(self) -> _OwnTransaction:
-        """A short transaction of our own on a pooled DBAPI connection: commit or roll back.
-
-        The hot path without a caller's connection: the same statements, minus SQLAlchemy's
-        per-transaction machinery. A connection that died is invalidated, not pooled again.
-        """
-        return _OwnTransaction(self)
-
-    def _end_own(self, fairy: Any, cursor: Any, kept: bool, error: BaseException | None) -> None:
-        """Finish a transaction of :class:`_OwnTransaction` (commit, or roll back on *error*)."""
-        try:
-            if error is None:
-                fairy.commit()
-                return
-            original = error.__cause__ or error
-            dead = isinstance(original, Exception) and self.engine.dialect.is_disconnect(
-                original,  # type: ignore[arg-type]
-                fairy.dbapi_connection,
-                cursor,
-            )
-            if not dead:
-                try:
-                    fairy.rollback()
-                except Exception:  # the connection is unusable: drop it
-                    dead = True
-            if dead:
-                held = getattr(self._local, "held", None)
-                if held is not None:
-                    self._local.held = None
-                    held.close()
-                else:
-                    fairy.invalidate()
-                    fairy.close()
-                kept = True  # already given back
-        finally:
-            cursor.close()
-            if not kept:
-                fairy.close()
-
     # -- installing ------------------------------------------------------------------------
     def create_queue(self, queue: QueueRef, *, body_string: bool = False) -> bool:
         """Create the queue table if it does not exist; return whether it was created.
@@ -298,8 +168,12 @@ class Transport:
             table_queue.send(connection, prepared)
         elif prepared:
             self._ready(table_queue)
-            with self._own_cursor() as cursor:
-                table_queue.send_on_cursor(cursor, prepared)
+            if self._connections.observed():  # cursor events fire only through a Connection
+                with self.engine.begin() as own:
+                    table_queue.send(own, prepared)
+            else:
+                with self._connections.transaction() as cursor:
+                    table_queue.send_on_cursor(cursor, prepared)
         return [item.message_id for item in prepared]
 
     # -- receiving -------------------------------------------------------------------------
@@ -318,7 +192,10 @@ class Transport:
             self._verify(connection, table_queue)
             return table_queue.receive(connection, max_messages)
         self._ready(table_queue)
-        with self._own_cursor() as cursor:
+        if self._connections.observed():  # cursor events fire only through a Connection
+            with self.engine.begin() as own:
+                return table_queue.receive(own, max_messages)
+        with self._connections.transaction() as cursor:
             return table_queue.receive_on_cursor(cursor, max_messages)
 
     def peek(self, queue: QueueRef, connection: Connection | None = None) -> int:

@@ -35,7 +35,11 @@ _ADVISORY_WINDOW = 256
 def _driver_cursor(connection: Connection) -> Any | None:
     """A DBAPI cursor in the connection's transaction, or None to go through SQLAlchemy."""
     dispatch = connection.dispatch
-    if dispatch.before_cursor_execute or dispatch.after_cursor_execute or connection.engine.echo:
+    if (
+        dispatch.before_cursor_execute
+        or dispatch.after_cursor_execute
+        or connection.engine._should_log_info()  # echo=True, or SQL logging switched on
+    ):
         return None
     if not connection.in_transaction():
         connection.begin()  # what autobegin would do: the caller commits or rolls back

@@ -1,0 +1,178 @@
+"""Short transactions of our own on pooled connections that threads keep between calls.
+
+When the caller passes no connection, :class:`~sqlqueue_orm.transport.Transport` runs each send
+or receive in a transaction of its own. :class:`ThreadConnections` hands those out:
+
+* up to half the pool's size, a thread keeps its DBAPI connection between transactions, so a
+  consumer loop pays no pool checkout per message; the connection goes back to the pool when the
+  thread ends (its ``threading.local`` lets go) or :meth:`ThreadConnections.close` is called;
+* a forked child never uses (nor closes) the socket it inherited from its parent;
+* a connection that died is invalidated, not pooled again.
+
+The fast form (:meth:`ThreadConnections.transaction`) runs statements on the DBAPI cursor,
+skipping SQLAlchemy's per-transaction machinery. SQLAlchemy's cursor events (``echo=True``,
+``before_cursor_execute`` listeners such as OpenTelemetry's instrumentation) only fire through a
+:class:`~sqlalchemy.engine.Connection`, so callers ask :meth:`ThreadConnections.observed` first
+and take ``engine.begin()`` while anyone is listening. This module never calls back into the
+transport.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy.engine import Engine
+
+
+class ThreadConnections:
+    """Pooled DBAPI connections for short transactions, kept per thread up to a limit.
+
+    :param engine: the engine whose pool the connections come from.
+    :param begin_statement: a statement that opens each transaction (``BEGIN IMMEDIATE`` on
+        SQLite, see :func:`sqlqueue_orm.db.create_engine`), or ``""`` to begin implicitly.
+    """
+
+    def __init__(self, engine: Engine, begin_statement: str = "") -> None:
+        self.engine = engine
+        self.begin_statement = begin_statement
+        self._local = threading.local()
+        # Weak: a thread that ends drops its _HeldConnection, whose __del__ gives it back.
+        self._held_all: weakref.WeakSet[_HeldConnection] = weakref.WeakSet()
+        self._held_count = 0
+        pool_size = getattr(engine.pool, "size", lambda: 2)()
+        self._held_limit = max(1, int(pool_size) // 2)
+        self._lock = threading.Lock()
+        self._dispatch = engine.dispatch
+
+    def observed(self) -> bool:
+        """Whether SQLAlchemy cursor events or SQL echo logging would see our statements."""
+        dispatch = self._dispatch
+        return bool(
+            dispatch.before_cursor_execute
+            or dispatch.after_cursor_execute
+            or self.engine._should_log_info()
+        )
+
+    def transaction(self) -> OwnTransaction:
+        """A short transaction on a DBAPI cursor: ``with`` commits it, or rolls back on error."""
+        return OwnTransaction(self)
+
+    def close(self) -> None:
+        """Give back every connection threads hold."""
+        for held in list(self._held_all):
+            held.close()
+        self._local = threading.local()
+
+    # -- used by OwnTransaction and _HeldConnection --------------------------------------------
+    def checkout(self) -> tuple[Any, bool]:
+        """A pooled DBAPI connection for this thread, and whether it stays with the thread."""
+        held: _HeldConnection | None = getattr(self._local, "held", None)
+        if held is not None:
+            if held.pid == os.getpid():
+                return held.fairy, True
+            # A forked child inherited the parent's socket: never use it, never close it.
+            self._local.held = None
+            held.abandon()
+        fairy = self.engine.raw_connection()
+        with self._lock:
+            keep = self._held_count < self._held_limit
+            if keep:
+                self._held_count += 1
+        if keep:
+            held = _HeldConnection(fairy)
+            self._held_all.add(held)
+            held.on_release = self._release
+            self._local.held = held
+        return fairy, keep
+
+    def _release(self, held: _HeldConnection) -> None:
+        with self._lock:
+            self._held_count -= 1
+        self._held_all.discard(held)
+
+    def end(self, fairy: Any, cursor: Any, kept: bool, error: BaseException | None) -> None:
+        """Finish a transaction: commit, or roll back on *error*; drop a dead connection."""
+        try:
+            if error is None:
+                fairy.commit()
+                return
+            original = error.__cause__ or error
+            dead = isinstance(original, Exception) and self.engine.dialect.is_disconnect(
+                original,  # type: ignore[arg-type]
+                fairy.dbapi_connection,
+                cursor,
+            )
+            if not dead:
+                try:
+                    fairy.rollback()
+                except Exception:  # the connection is unusable: drop it
+                    dead = True
+            if dead:
+                held = getattr(self._local, "held", None)
+                if held is not None:
+                    self._local.held = None
+                    held.close()
+                else:
+                    fairy.invalidate()
+                    fairy.close()
+                kept = True  # already given back
+        finally:
+            cursor.close()
+            if not kept:
+                fairy.close()
+
+
+class OwnTransaction:
+    """The context manager of :meth:`ThreadConnections.transaction` (a class: cheap to enter)."""
+
+    __slots__ = ("_connections", "_cursor", "_fairy", "_kept")
+
+    def __init__(self, connections: ThreadConnections) -> None:
+        self._connections = connections
+
+    def __enter__(self) -> Any:
+        connections = self._connections
+        self._fairy, self._kept = connections.checkout()
+        self._cursor = cursor = self._fairy.cursor()
+        if connections.begin_statement:
+            try:
+                cursor.execute(connections.begin_statement)
+            except BaseException as error:
+                connections.end(self._fairy, cursor, self._kept, error)
+                raise
+        return cursor
+
+    def __exit__(self, kind: object, error: BaseException | None, trace: object) -> None:
+        self._connections.end(self._fairy, self._cursor, self._kept, error)
+
+
+class _HeldConnection:
+    """A pooled connection a thread keeps between short transactions; returned when dropped."""
+
+    def __init__(self, fairy: Any) -> None:
+        self.fairy = fairy
+        self.pid = os.getpid()
+        self.on_release: Callable[[_HeldConnection], None] | None = None
+        self._closed = False
+
+    def close(self) -> None:
+        if not self._closed:
+            self.abandon()
+            self.fairy.close()
+
+    def abandon(self) -> None:
+        """Forget the connection without touching it (it belongs to another process)."""
+        if not self._closed:
+            self._closed = True
+            if self.on_release is not None:
+                self.on_release(self)
+
+    def __del__(self) -> None:  # the thread ended: its threading.local let go of us
+        try:
+            self.close()
+        except Exception:  # noqa: S110  (interpreter shutdown: nothing to give back to)
+            pass
