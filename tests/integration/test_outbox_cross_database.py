@@ -1,4 +1,4 @@
-"""Outbox sends to a queue in another database: exactly once, through that database's OutboxDelivery.
+"""Outbox sends to a queue in another database: exactly once, through its OutboxDelivery table.
 
 The dispatcher commits a message in the destination's database together with an OutboxDelivery
 row, then marks its record dispatched in its own database. A crash between the two commits used
