@@ -7,7 +7,8 @@ COUNT messages to ``billing`` through the outbox, then kills itself with SIGKILL
 ``python -m tests.outbox_app dispatch LOCAL_URL REMOTE_URL PLAN BATCH [legacy]`` dispatches the
 outbox of LOCAL_URL (queue ``ledger`` routed to REMOTE_URL) and SIGKILLs itself as PLAN says:
 ``between:K`` when the K-th mark of a record runs (the destination committed, the mark not),
-``inside:K`` at the K-th ``OutboxDelivery`` insert (inside the destination's transaction),
+``inside:K`` at the K-th insert into ``ledger`` or ``OutboxDelivery`` (inside the destination's
+transaction),
 ``timer:S`` after S seconds, wherever it is. ``legacy`` sends to the other database without the
 delivery check, as the dispatcher did before it had one.
 """
@@ -117,12 +118,12 @@ def _send_without_check(
     return len(items), 0
 
 
-def _kill_at(engine: sa.Engine, marker: str, nth: int) -> None:
+def _kill_at(engine: sa.Engine, markers: tuple[str, ...], nth: int) -> None:
     seen = 0
 
     def before(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
         nonlocal seen
-        if statement.lstrip().startswith(marker):
+        if statement.lstrip().startswith(markers):
             seen += 1
             if seen >= nth:
                 _die(None)  # type: ignore[arg-type]
@@ -141,9 +142,10 @@ def dispatch_until_killed(
     remote = outbox.router.transport_for("ledger")
     kind, _, value = plan.partition(":")
     if kind == "between":
-        _kill_at(transport.engine, 'UPDATE "OutboxData" SET "Dispatched"=', int(value))
+        _kill_at(transport.engine, ('UPDATE "OutboxData" SET "Dispatched"=',), int(value))
     elif kind == "inside":
-        _kill_at(remote.engine, 'INSERT INTO "OutboxDelivery"', int(value))
+        markers = ('INSERT INTO "ledger"', 'INSERT INTO "OutboxDelivery"')
+        _kill_at(remote.engine, markers, int(value))
     else:
         threading.Timer(float(value), _die, [None]).start()
     settings = DispatcherSettings(batch_size=batch, grace_period=0, retry_delay=0)

@@ -351,7 +351,7 @@ def test_delivery_cleanup_statements():
 
 
 # -- killed at random ---------------------------------------------------------------------
-RECORDS = 1200
+RECORDS = 5000
 
 
 def _load(engine, outbox):
@@ -398,8 +398,8 @@ def _kill_repeatedly(database, remote_url, kills, plans, legacy=False):
         if len(used) == kills:
             break
         kind = plans[attempt % len(plans)]
-        plan = f"timer:{rng.uniform(0.0, 0.6):.3f}" if kind == "timer" else (
-            f"{kind}:{rng.randint(1, 3)}"
+        plan = f"timer:{rng.uniform(0.0, 0.2):.3f}" if kind == "timer" else (
+            f"{kind}:{rng.randint(1, 4)}"
         )
         batch = rng.choice([1, 5, 20])
         args = [sys.executable, "-m", "tests.outbox_app", "dispatch", database.url, remote_url]
