@@ -3,6 +3,14 @@
 ``python -m tests.outbox_app URL COUNT`` commits one unit of work that saves an order and sends
 COUNT messages to ``billing`` through the outbox, then kills itself with SIGKILL from the
 ``after_commit`` hook: after the commit, before the inline dispatch.
+
+``python -m tests.outbox_app dispatch LOCAL_URL REMOTE_URL PLAN BATCH [legacy]`` dispatches the
+outbox of LOCAL_URL (queue ``ledger`` routed to REMOTE_URL) and SIGKILLs itself as PLAN says:
+``between:K`` when the K-th mark of a record runs (the destination committed, the mark not),
+``inside:K`` at the K-th insert into ``ledger`` or ``OutboxDelivery`` (inside the destination's
+transaction),
+``timer:S`` after S seconds, wherever it is. ``legacy`` sends to the other database without the
+delivery check, as the dispatcher did before it had one.
 """
 
 from __future__ import annotations
@@ -10,14 +18,20 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from sqlqueue_orm import OutgoingMessage, Transport, headers
+from sqlqueue_orm.config import DispatcherSettings
 from sqlqueue_orm.models.queue_table import queue_table
-from sqlqueue_orm.sending.outbox import Outbox
+from sqlqueue_orm.sending.dispatcher import OutboxDispatcher
+from sqlqueue_orm.sending.outbox import Outbox, OutboxOperation
+from sqlqueue_orm.sending.routing import Routing
 from sqlqueue_orm.session import UnitOfWork
 
 REPO = Path(__file__).resolve().parent.parent
@@ -94,5 +108,55 @@ def crash_after_commit(url: str, messages: int) -> None:
     raise SystemExit("still alive after SIGKILL")
 
 
+def _send_without_check(
+    self: Outbox, destination: str, items: Sequence[tuple[str, OutboxOperation]]
+) -> tuple[int, int]:
+    # The send to another database as it was before OutboxDelivery: commit there, nothing else.
+    transport = self.router.transport_for(destination)
+    with transport.engine.begin() as connection:
+        transport.queue(destination).send(connection, [op.prepare() for _, op in items])
+    return len(items), 0
+
+
+def _kill_at(engine: sa.Engine, markers: tuple[str, ...], nth: int) -> None:
+    seen = 0
+
+    def before(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        nonlocal seen
+        if statement.lstrip().startswith(markers):
+            seen += 1
+            if seen >= nth:
+                _die(None)  # type: ignore[arg-type]
+
+    sa.event.listen(engine, "before_cursor_execute", before)
+
+
+def dispatch_until_killed(
+    local_url: str, remote_url: str, plan: str, batch: int, legacy: bool = False
+) -> None:
+    """Dispatch the outbox of *local_url* and SIGKILL this process as *plan* says."""
+    if legacy:
+        Outbox._send_remote = _send_without_check  # type: ignore[method-assign]
+    transport = Transport(local_url)
+    outbox = Outbox(transport, Routing({"ledger": remote_url}))
+    remote = outbox.router.transport_for("ledger")
+    kind, _, value = plan.partition(":")
+    if kind == "between":
+        _kill_at(transport.engine, ('UPDATE "OutboxData" SET "Dispatched"=',), int(value))
+    elif kind == "inside":
+        markers = ('INSERT INTO "ledger"', 'INSERT INTO "OutboxDelivery"')
+        _kill_at(remote.engine, markers, int(value))
+    else:
+        threading.Timer(float(value), _die, [None]).start()
+    settings = DispatcherSettings(batch_size=batch, grace_period=0, retry_delay=0)
+    OutboxDispatcher(outbox, settings).dispatch_pending()
+    print("finished without being killed")
+
+
 if __name__ == "__main__":
-    crash_after_commit(sys.argv[1], int(sys.argv[2]))
+    if sys.argv[1] == "dispatch":
+        dispatch_until_killed(
+            sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6:] == ["legacy"]
+        )
+    else:
+        crash_after_commit(sys.argv[1], int(sys.argv[2]))

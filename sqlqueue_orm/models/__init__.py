@@ -1,4 +1,4 @@
-"""Declarative models: the queue table factory and the shared tables (outbox, ...).
+"""Declarative models: the queue table factory and the shared tables (outbox, deliveries, ...).
 
 Queue tables are created at run time with names only the user knows, so they live in their own
 :class:`~sqlalchemy.MetaData` (``QUEUE_METADATA``), never in :data:`Base.metadata`, which holds
@@ -8,6 +8,7 @@ only the shared tables Alembic manages with autogenerate.
 from sqlqueue_orm.models.base import NAMING_CONVENTION as NAMING_CONVENTION
 from sqlqueue_orm.models.base import Base as Base
 from sqlqueue_orm.models.outbox import OutboxData as OutboxData
+from sqlqueue_orm.models.outbox_delivery import OutboxDelivery as OutboxDelivery
 from sqlqueue_orm.models.queue_table import QUEUE_METADATA as QUEUE_METADATA
 from sqlqueue_orm.models.queue_table import QueueMessage as QueueMessage
 from sqlqueue_orm.models.queue_table import build_queue_table as build_queue_table

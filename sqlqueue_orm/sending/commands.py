@@ -2,7 +2,8 @@
 
 ``dispatch`` runs the :class:`~sqlqueue_orm.sending.dispatcher.OutboxDispatcher` until SIGTERM or
 SIGINT (exit code 0), or with ``--once`` until nothing is due. ``cleanup`` deletes dispatched
-records older than ``--older-than`` (default ``7d``) in batches of 4,000.
+records older than ``--older-than`` (default ``7d``) in batches of 4,000, and ``OutboxDelivery``
+rows as old, in this database and in every database of ``--routes``.
 """
 
 from __future__ import annotations
@@ -74,6 +75,11 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help=f"rows per delete (default {CLEANUP_BATCH_SIZE})",
     )
+    sub.add_argument(
+        "--routes",
+        metavar="FILE",
+        help="the dispatcher's routes file: clean up delivery rows in those databases too",
+    )
     sub.set_defaults(func=_cmd_cleanup)
 
 
@@ -110,10 +116,19 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
     from sqlqueue_orm import cli
     from sqlqueue_orm.config import CleanupSettings, parse_duration
     from sqlqueue_orm.sending.outbox import Outbox
+    from sqlqueue_orm.sending.routing import Routing
     from sqlqueue_orm.transport import Transport
 
     settings = CleanupSettings(older_than=parse_duration(args.older_than), batch_size=args.batch)
-    with Transport(cli.resolve_url(args)) as transport, Outbox(transport) as outbox:
-        deleted = outbox.cleanup(settings.older_than, batch_size=settings.batch_size)
+    routing = Routing.load(args.routes) if args.routes else None
+    with Transport(cli.resolve_url(args)) as transport, Outbox(transport, routing) as outbox:
+        deleted = outbox.cleanup(
+            settings.older_than, batch_size=settings.batch_size, deliveries=False
+        )
+        deliveries = outbox.cleanup_deliveries(
+            settings.older_than, batch_size=settings.batch_size
+        )
     print(f"deleted {deleted} dispatched outbox record(s) older than {args.older_than}")
+    if deliveries:
+        print(f"deleted {deliveries} outbox delivery row(s) older than {args.older_than}")
     return 0

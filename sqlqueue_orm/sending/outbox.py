@@ -18,8 +18,12 @@ PostgreSQL, ``WITH (UPDLOCK, READPAST, ROWLOCK)`` on SQL Server (whose SQLAlchem
 Dispatching a record sends its operations and marks it dispatched (``Dispatched = 1``,
 ``DispatchedAt`` = now, ``Operations = '[]'``, as NServiceBus does). Operations whose
 destination is in the same database are sent *in the transaction that marks the record*, so
-they are delivered exactly once. Operations for other databases are committed there first; a
-crash before the mark can only send them again, with the same ``NServiceBus.MessageId``.
+they are delivered exactly once. Operations for other databases are committed there first,
+together with a row of that database's ``OutboxDelivery`` table (destination, message id), and
+the dispatcher looks for that row before sending: a crash between the destination's commit and
+the mark finds the row on the next try, and the message is not sent again (it counts as
+``already_delivered``). Exactly once, then, as long as the row is kept (the outbox cleanup
+deletes rows older than the records it deletes).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from sqlalchemy.engine import Connection
 from sqlqueue_orm import addressing, db, exceptions, headers
 from sqlqueue_orm.config import CLEANUP_BATCH_SIZE
 from sqlqueue_orm.messages import PreparedMessage
+from sqlqueue_orm.models import outbox_delivery
 from sqlqueue_orm.models.base import Base
 from sqlqueue_orm.models.outbox import TABLE_NAME, outbox_table
 from sqlqueue_orm.sending.routing import Router, Routing
@@ -72,6 +77,8 @@ TIME_TO_BE_RECEIVED = "TimeToBeReceived"
 MSSQL_CLAIM_HINT = "WITH (UPDLOCK, READPAST, ROWLOCK)"
 
 _MISSING_TABLE = ("42p01", "invalid object name", "no such table", "undefinedtable")
+#: Message ids looked up in ``OutboxDelivery`` per statement (well below every driver's limit).
+_LOOKUP_CHUNK = 500
 
 
 def utc_now() -> dt.datetime:
@@ -212,12 +219,18 @@ class OutboxRecord:
 
 @dataclasses.dataclass
 class DispatchReport:
-    """What one dispatch did: records claimed, dispatched and deferred, messages per queue."""
+    """What one dispatch did: records claimed, dispatched and deferred, messages per queue.
+
+    ``already_delivered``: messages for other databases not sent because that database's
+    ``OutboxDelivery`` shows an earlier dispatch delivered them (one that crashed before marking
+    its record).
+    """
 
     claimed: int = 0
     dispatched: int = 0
     deferred: int = 0
     messages: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    already_delivered: int = 0
 
     def add(self, other: DispatchReport) -> None:
         """Add *other*'s counts to these."""
@@ -225,6 +238,7 @@ class DispatchReport:
         self.dispatched += other.dispatched
         self.deferred += other.deferred
         self.messages.update(other.messages)
+        self.already_delivered += other.already_delivered
 
     def describe(self) -> str:
         """One log line: counts and messages per queue."""
@@ -232,9 +246,19 @@ class DispatchReport:
         text = f"dispatched {self.dispatched} record(s), {sum(self.messages.values())} message(s)"
         if queues:
             text += f" ({queues})"
+        if self.already_delivered:
+            text += f"; {self.already_delivered} message(s) already delivered, not sent again"
         if self.deferred:
             text += f"; {self.deferred} record(s) failed and wait for a retry"
         return text
+
+
+@dataclasses.dataclass
+class _Sent:
+    """Messages sent per queue, and messages skipped as already delivered."""
+
+    messages: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    already_delivered: int = 0
 
 
 # -- statements ---------------------------------------------------------------------------
@@ -313,6 +337,40 @@ def cleanup_statement(dialect: sa.engine.Dialect) -> sa.Executable:
     return sa.delete(table).where(table.c.MessageId.in_(batch))
 
 
+def delivered_statement() -> sa.Select[Any]:
+    """SELECT of the ``OutboxDelivery`` rows of ``:destination`` among the message ``:ids``."""
+    table = outbox_delivery.outbox_delivery_table()
+    return sa.select(table.c.MessageId, table.c.OutboxRecordId).where(
+        table.c.Destination == sa.bindparam("destination"),
+        table.c.MessageId.in_(sa.bindparam("ids", expanding=True)),
+    )
+
+
+def delivery_cleanup_statement(dialect: sa.engine.Dialect) -> sa.Executable:
+    """DELETE of up to ``:batch_size`` ``OutboxDelivery`` rows delivered before ``:cutoff``.
+
+    Batched as :func:`cleanup_statement` is: ``DELETE TOP`` on SQL Server, a LIMITed sub-select
+    of the key elsewhere (skipping locked rows on PostgreSQL).
+    """
+    table = outbox_delivery.outbox_delivery_table()
+    if dialect.name == "mssql":
+        name = dialect.identifier_preparer.format_table(table)
+        return sa.text(
+            f"DELETE TOP (:batch_size) FROM {name} WITH (ROWLOCK, READPAST) "
+            "WHERE [DeliveredAt] < :cutoff OPTION (MAXDOP 1)"
+        ).bindparams(
+            sa.bindparam("batch_size", type_=sa.Integer()),
+            sa.bindparam("cutoff", type_=sa.DateTime()),
+        )
+    batch = (
+        sa.select(table.c.Destination, table.c.MessageId)
+        .where(table.c.DeliveredAt < sa.bindparam("cutoff", type_=sa.DateTime()))
+        .limit(sa.bindparam("batch_size", type_=sa.Integer()))
+        .with_for_update(skip_locked=True)
+    )
+    return sa.delete(table).where(sa.tuple_(table.c.Destination, table.c.MessageId).in_(batch))
+
+
 @contextlib.contextmanager
 def translate_errors() -> Iterator[None]:
     """Translate driver errors on ``OutboxData``, naming a missing table plainly."""
@@ -347,6 +405,9 @@ class Outbox:
         self._claim_by_id = claim_statement(by_id=True)
         self._mark = mark_dispatched_statement()
         self._defer = defer_statement()
+        self._delivered = delivered_statement()
+        #: URLs of the databases whose OutboxDelivery table is known to exist.
+        self._delivery_tables: set[str] = set()
 
     def __enter__(self) -> Outbox:
         return self
@@ -450,19 +511,18 @@ class Outbox:
             log.debug(
                 "outbox record %s: dispatched %d message(s)%s",
                 message_id,
-                sum(sent.values()),
-                _per_queue(sent),
+                sum(sent.messages.values()),
+                _per_queue(sent.messages),
             )
-            return sum(sent.values())
+            return sum(sent.messages.values())
         return None
 
-    def _dispatch_record(
-        self, connection: Connection, message_id: str
-    ) -> collections.Counter[str] | None:
+    def _dispatch_record(self, connection: Connection, message_id: str) -> _Sent | None:
         row = connection.execute(self._claim_by_id, {"message_id": message_id}).first()
         if row is None:
             return None
-        sent = self._send(connection, f"record {message_id}", self._parse(message_id, row[1]))
+        operations = [(message_id, operation) for operation in self._parse(message_id, row[1])]
+        sent = self._send(connection, f"record {message_id}", operations)
         connection.execute(self._mark, {"message_id": message_id, "now": utc_now()})
         return sent
 
@@ -496,8 +556,10 @@ class Outbox:
                 if not rows:
                     return report
                 batch = [(str(row[0]), self._parse(str(row[0]), row[1])) for row in rows]
-                operations = [operation for _, ops in batch for operation in ops]
-                report.messages.update(self._send(connection, "batch", operations))
+                operations = [(record, operation) for record, ops in batch for operation in ops]
+                sent = self._send(connection, "batch", operations)
+                report.messages.update(sent.messages)
+                report.already_delivered += sent.already_delivered
                 now_marked = utc_now()
                 connection.execute(
                     self._mark,
@@ -528,7 +590,8 @@ class Outbox:
                 continue
             if sent is not None:  # None: dispatched meanwhile, or held by another dispatcher
                 report.dispatched += 1
-                report.messages.update(sent)
+                report.messages.update(sent.messages)
+                report.already_delivered += sent.already_delivered
         return report
 
     def _defer_record(
@@ -547,19 +610,21 @@ class Outbox:
             ) from error
 
     def _send(
-        self, connection: Connection, what: str, operations: Sequence[OutboxOperation]
-    ) -> collections.Counter[str]:
-        """Send *operations*: local ones on *connection*, then remote ones, committed there.
+        self, connection: Connection, what: str, operations: Sequence[tuple[str, OutboxOperation]]
+    ) -> _Sent:
+        """Send *operations* (record id, operation): local ones on *connection*, then remote ones.
 
         :raises DispatchError: naming the queue, for failures of a destination (missing queue,
             remote database down); transient failures of the local database propagate.
         """
         local: dict[str, list[PreparedMessage]] = collections.defaultdict(list)
-        remote: dict[str, list[PreparedMessage]] = collections.defaultdict(list)
-        for operation in operations:
-            target = local if self.router.is_local(operation.destination) else remote
-            target[operation.destination].append(operation.prepare())
-        sent: collections.Counter[str] = collections.Counter()
+        remote: dict[str, list[tuple[str, OutboxOperation]]] = collections.defaultdict(list)
+        for record_id, operation in operations:
+            if self.router.is_local(operation.destination):
+                local[operation.destination].append(operation.prepare())
+            else:
+                remote[operation.destination].append((record_id, operation))
+        sent = _Sent()
         for destination, messages in local.items():
             try:
                 self.transport.queue(destination).send(connection, messages)
@@ -569,18 +634,92 @@ class Outbox:
                 raise exceptions.DispatchError(
                     f"outbox {what}: queue {destination}: {error}"
                 ) from error
-            sent[destination] += len(messages)
-        for destination, messages in remote.items():
+            sent.messages[destination] += len(messages)
+        for destination, items in remote.items():
             try:
-                transport = self.router.transport_for(destination)
-                with db.wrap_db_errors(destination), transport.engine.begin() as remote_connection:
-                    transport.queue(destination).send(remote_connection, messages)
+                count, skipped = self._send_remote(destination, items)
             except exceptions.SqlQueueError as error:
                 raise exceptions.DispatchError(
                     f"outbox {what}: queue {destination} in another database: {error}"
                 ) from error
-            sent[destination] += len(messages)
+            if count:
+                sent.messages[destination] += count
+            sent.already_delivered += skipped
         return sent
+
+    def _send_remote(
+        self, destination: str, items: Sequence[tuple[str, OutboxOperation]]
+    ) -> tuple[int, int]:
+        """Send *items* to *destination* in another database, each at most once; (sent, skipped).
+
+        One transaction there: read which of these message ids its ``OutboxDelivery`` holds for
+        the destination, insert the others and their delivery rows, commit. Should another
+        dispatcher insert the same row meanwhile, the primary key refuses the second and the
+        transaction rolls back (a ``DispatchError``; the retry then finds the row).
+        """
+        transport = self.router.transport_for(destination)
+        self._require_delivery_table(transport, destination)
+        key = outbox_delivery.delivery_key(str(transport.address(destination)))
+        table = outbox_delivery.outbox_delivery_table()
+        wanted = list(dict.fromkeys(outbox_delivery.delivery_key(op.message_id) for _, op in items))
+        with db.wrap_db_errors(destination), transport.engine.begin() as remote_connection:
+            delivered: dict[str, str] = {}
+            for start in range(0, len(wanted), _LOOKUP_CHUNK):
+                chunk = wanted[start : start + _LOOKUP_CHUNK]
+                rows = remote_connection.execute(
+                    self._delivered, {"destination": key, "ids": chunk}
+                )
+                delivered.update((str(row[0]), str(row[1])) for row in rows)
+            messages: list[PreparedMessage] = []
+            rows_to_insert: list[dict[str, Any]] = []
+            now = utc_now()
+            for record_id, operation in items:
+                message_key = outbox_delivery.delivery_key(operation.message_id)
+                earlier = delivered.get(message_key)
+                if earlier is not None:
+                    log.log(
+                        logging.INFO if earlier == record_id else logging.WARNING,
+                        "queue %s: message %s of outbox record %s was delivered before (by record "
+                        "%s); not sent again",
+                        destination,
+                        operation.message_id,
+                        record_id,
+                        earlier,
+                    )
+                    continue
+                delivered[message_key] = record_id
+                messages.append(operation.prepare())
+                rows_to_insert.append(
+                    {
+                        "Destination": key,
+                        "MessageId": message_key,
+                        "OutboxRecordId": outbox_delivery.delivery_key(record_id),
+                        "DeliveredAt": now,
+                    }
+                )
+            if messages:
+                transport.queue(destination).send(remote_connection, messages)
+                remote_connection.execute(sa.insert(table), rows_to_insert)
+        return len(messages), len(items) - len(messages)
+
+    def _require_delivery_table(self, transport: Transport, destination: str) -> None:
+        """Create ``OutboxDelivery`` in *transport*'s database unless it is known to exist."""
+        url = transport.engine.url.render_as_string(hide_password=True)
+        if url in self._delivery_tables:
+            return
+        try:
+            with db.wrap_db_errors(destination), transport.engine.begin() as connection:
+                outbox_delivery.outbox_delivery_table().create(connection, checkfirst=True)
+        except exceptions.SqlQueueError as error:
+            # Another dispatcher may have created it at the same moment: look again.
+            with db.wrap_db_errors(destination), transport.engine.connect() as connection:
+                exists = sa.inspect(connection).has_table(outbox_delivery.TABLE_NAME)
+            if not exists:
+                raise exceptions.DispatchError(
+                    f"table {outbox_delivery.TABLE_NAME} cannot be created in {url}: {error}; "
+                    "run `sqlqueue migrate` on that database"
+                ) from error
+        self._delivery_tables.add(url)
 
     # -- cleanup ---------------------------------------------------------------------------
     def cleanup(
@@ -589,29 +728,75 @@ class Outbox:
         *,
         batch_size: int = CLEANUP_BATCH_SIZE,
         now: dt.datetime | None = None,
+        deliveries: bool = True,
     ) -> int:
         """Delete records dispatched before *older_than* ago, one transaction per batch.
 
-        Returns how many were deleted.
+        Returns how many records were deleted.
+
+        :param deliveries: also delete ``OutboxDelivery`` rows older than that, here and in every
+            routed database (see :meth:`cleanup_deliveries`).
         """
         cutoff = (now or utc_now()) - older_than
-        statement = cleanup_statement(self.transport.engine.dialect)
+        total = self._delete_in_batches(
+            self.transport, cleanup_statement(self.transport.engine.dialect), cutoff, batch_size
+        )
+        if total:
+            log.info(
+                "outbox: deleted %d dispatched record(s) older than %s",
+                total,
+                cutoff.isoformat(sep=" "),
+            )
+        if deliveries:
+            self.cleanup_deliveries(older_than, batch_size=batch_size, now=now)
+        return total
+
+    def cleanup_deliveries(
+        self,
+        older_than: dt.timedelta,
+        *,
+        batch_size: int = CLEANUP_BATCH_SIZE,
+        now: dt.datetime | None = None,
+    ) -> int:
+        """Delete ``OutboxDelivery`` rows older than *older_than*, here and in routed databases.
+
+        A row is needed only until the dispatcher marks its record dispatched, so rows as old
+        as the records :meth:`cleanup` deletes can go. A database without the table is skipped.
+        Returns how many rows were deleted in all.
+        """
+        cutoff = (now or utc_now()) - older_than
+        total = 0
+        for transport in [self.transport, *self.router.remote_transports()]:
+            url = transport.engine.url.render_as_string(hide_password=True)
+            with translate_errors(), transport.engine.connect() as connection:
+                if not sa.inspect(connection).has_table(outbox_delivery.TABLE_NAME):
+                    continue
+            statement = delivery_cleanup_statement(transport.engine.dialect)
+            deleted = self._delete_in_batches(transport, statement, cutoff, batch_size)
+            if deleted:
+                log.info(
+                    "outbox: deleted %d %s row(s) older than %s in %s",
+                    deleted,
+                    outbox_delivery.TABLE_NAME,
+                    cutoff.isoformat(sep=" "),
+                    url,
+                )
+            total += deleted
+        return total
+
+    @staticmethod
+    def _delete_in_batches(
+        transport: Transport, statement: sa.Executable, cutoff: dt.datetime, batch_size: int
+    ) -> int:
         total = 0
         while True:
             with translate_errors():
-                with self.transport.engine.begin() as connection:
+                with transport.engine.begin() as connection:
                     result = connection.execute(
                         statement, {"batch_size": batch_size, "cutoff": cutoff}
                     )
             deleted = max(result.rowcount, 0)
             total += deleted
-            if deleted:
-                log.info(
-                    "outbox: deleted %d dispatched record(s) older than %s (%d so far)",
-                    deleted,
-                    cutoff.isoformat(sep=" "),
-                    total,
-                )
             if deleted < batch_size:
                 return total
 

@@ -61,6 +61,10 @@ class Routing:
     def __len__(self) -> int:
         return len(self._routes)
 
+    def urls(self) -> list[str]:
+        """The distinct database URLs the routes lead to, in the order first named."""
+        return list(dict.fromkeys(self._routes.values()))
+
     def url_for(self, queue: str | addressing.QueueAddress) -> str | None:
         """The URL of the database holding *queue*, or ``None`` for the local database."""
         return self._routes.get(addressing.QueueAddress.coerce(queue))
@@ -127,6 +131,18 @@ class Router:
             return self.transport
         url = self.routing.url_for(queue)
         assert url is not None  # is_local said it is routed
+        return self._open(url, f"queue {queue}")
+
+    def remote_transports(self) -> list[Transport]:
+        """The transport of every routed database other than the local one (opened once)."""
+        local = self.transport.engine.url
+        return [
+            self._open(url, "routes")
+            for url in self.routing.urls()
+            if sa.make_url(url) != local
+        ]
+
+    def _open(self, url: str, why: str) -> Transport:
         remote = self._remote.get(url)
         if remote is None:
             with self._lock:
@@ -135,8 +151,8 @@ class Router:
                     remote = Transport(url)
                     self._remote[url] = remote
                     log.info(
-                        "queue %s: routed to %s",
-                        queue,
+                        "%s: routed to %s",
+                        why,
                         sa.make_url(url).render_as_string(hide_password=True),
                     )
         return remote

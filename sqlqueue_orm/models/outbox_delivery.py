@@ -1,0 +1,71 @@
+"""OutboxDelivery: which outbox messages a database has received from another one's dispatcher.
+
+=============== ========================= ===================== ==================
+column          SQL Server                PostgreSQL            SQLite
+=============== ========================= ===================== ==================
+Destination     nvarchar(200) PK          varchar(200) PK       VARCHAR(200) PK
+MessageId       nvarchar(200) PK          varchar(200) PK       VARCHAR(200) PK
+OutboxRecordId  nvarchar(200) NOT NULL    varchar(200)          VARCHAR(200)
+DeliveredAt     datetime NOT NULL (UTC)   timestamp NOT NULL    DATETIME NOT NULL
+=============== ========================= ===================== ==================
+
+The table lives in the *destination's* database. When an outbox dispatcher sends a message to a
+queue in another database, it inserts the message and its row here in one transaction on that
+database, and looks for the row first: a dispatcher that crashed after that commit but before
+marking its own record dispatched finds the row on the next try and does not send the message
+again. Index ``ix_OutboxDelivery_DeliveredAt`` serves the cleanup (``DeliveredAt < :cutoff``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Mapped, mapped_column
+
+from sqlqueue_orm.models.base import Base
+
+#: Name of the table.
+TABLE_NAME = "OutboxDelivery"
+#: Longest key part stored as is (nvarchar(200): the two-column key stays within SQL Server's
+#: 900-byte limit); longer ones are stored as :func:`delivery_key` shortens them.
+MAX_KEY_LENGTH = 200
+
+
+class OutboxDelivery(Base):
+    """One message an outbox dispatcher delivered to a queue in this database."""
+
+    __tablename__ = TABLE_NAME
+
+    destination: Mapped[str] = mapped_column(
+        "Destination", sa.Unicode(MAX_KEY_LENGTH), primary_key=True
+    )
+    message_id: Mapped[str] = mapped_column(
+        "MessageId", sa.Unicode(MAX_KEY_LENGTH), primary_key=True
+    )
+    outbox_record_id: Mapped[str] = mapped_column(
+        "OutboxRecordId", sa.Unicode(MAX_KEY_LENGTH), nullable=False
+    )
+    delivered_at: Mapped[dt.datetime] = mapped_column(
+        "DeliveredAt", sa.DateTime(), nullable=False, index=True
+    )
+
+    def __repr__(self) -> str:
+        return f"OutboxDelivery(destination={self.destination!r}, message_id={self.message_id!r})"
+
+
+def delivery_key(text: str) -> str:
+    """*text* as a key column holds it: itself up to 200 characters, else a prefix and a hash.
+
+    The SHA-256 of the whole text keeps two long values that share a prefix apart.
+    """
+    if len(text) <= MAX_KEY_LENGTH:
+        return text
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{text[: MAX_KEY_LENGTH - len(digest) - 1]}#{digest}"
+
+
+def outbox_delivery_table() -> sa.Table:
+    """The :class:`~sqlalchemy.Table` of :class:`OutboxDelivery`."""
+    return OutboxDelivery.__table__  # type: ignore[return-value]
