@@ -23,7 +23,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection, Engine
 
-from sqlqueue_orm import addressing, db, exceptions, headers
+from sqlqueue_orm import addressing, config, db, exceptions, headers
 from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage
 from sqlqueue_orm.queuing.table_queue import PURGE_BATCH_SIZE, TableQueue
 from sqlqueue_orm.schema import QueueInstaller, SchemaInspector
@@ -93,6 +93,9 @@ class Transport:
         :func:`sqlqueue_orm.db.create_engine`) or your own :class:`~sqlalchemy.engine.Engine`.
     :param default_schema: schema of queue addresses that name none.
     :param verify_schema: warn once per queue, on first use, about legacy table shapes.
+    :param sql_server_layout: how :meth:`create_queue` lays out SQL Server tables:
+        ``"clustered"`` (default) or ``"heap"``, the NServiceBus 8+ layout for tables shared with
+        .NET endpoints (see :class:`~sqlqueue_orm.config.QueueSettings`).
     """
 
     def __init__(
@@ -101,7 +104,9 @@ class Transport:
         *,
         default_schema: str | None = None,
         verify_schema: bool = True,
+        sql_server_layout: str = "clustered",
     ) -> None:
+        settings = config.QueueSettings(sql_server_layout=sql_server_layout)
         if isinstance(url_or_engine, Engine):
             self.engine = url_or_engine
             self._owns_engine = False
@@ -119,7 +124,7 @@ class Transport:
             )
         self.default_schema = default_schema
         self.verify_schema = verify_schema
-        self.installer = QueueInstaller()
+        self.installer = QueueInstaller(settings)
         self.inspector = SchemaInspector()
         self._queues: dict[addressing.QueueAddress, TableQueue] = {}
         self._by_reference: dict[QueueRef, TableQueue] = {}
