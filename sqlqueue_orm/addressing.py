@@ -1,8 +1,24 @@
-"""Queue addresses in the NServiceBus SQL transport format ``table@[schema]@[catalog]``.
+"""Queue addresses in the forms the .NET NServiceBus SQL transports write them.
 
-The table part may hold anything but ``@`` (it runs up to the first ``@``); any part may be
-bracket-delimited, where ``]]`` stands for ``]`` and ``@`` may appear. Names are never spliced
-into SQL: they reach the database only through SQLAlchemy's identifier quoting.
+SQL Server form, ``table@[schema]@[catalog]`` (``SqlServer/Addressing/QueueAddress.cs`` and
+``SqlServerNameHelper.cs`` of Particular/NServiceBus.SqlServer at 214c4e8f): the table runs up to
+the first ``@``; schema and catalog may be bracket-delimited (``]]`` stands for ``]``, and ``@``
+may appear inside), an empty ``[]`` schema stands for "none" when a catalog follows, and a part
+that is only whitespace counts as none. One extension of ours: a table holding ``@`` (or starting
+with ``[``) is written bracketed, ``[my@queue]@[dbo]``, which NServiceBus cannot express at all.
+
+PostgreSQL form, ``"schema"."table"`` (``PostgreSql/Addressing/QueueAddress.cs`` and
+``PostgreSqlNameHelper.cs``, same commit): split at the first ``.`` outside double quotes; each
+part double-quoted with ``""`` for ``"``, or bare (then taken as written, not case-folded).
+
+:meth:`QueueAddress.parse` and :meth:`QueueAddress.format` take the dialect name and pick the
+form: ``"postgresql"`` the PostgreSQL one, anything else the SQL Server one. On PostgreSQL a text
+is read in the PostgreSQL form when it holds a double quote (as every address .NET writes does:
+it always quotes both parts) and no ``@`` outside double quotes; any other text keeps the
+``table@[schema]`` form this library has always read, so ``Samples.Sales`` stays one table name
+(NServiceBus would read a bare ``Samples.Sales`` as schema ``Samples``; it never writes one).
+Names are never spliced into SQL: they reach the database only through SQLAlchemy's identifier
+quoting.
 """
 
 from __future__ import annotations
@@ -46,8 +62,61 @@ def _read_part(text: str) -> tuple[str, str, bool]:
     return part, rest, bool(sep)
 
 
+def _next_part(text: str) -> tuple[str, str, bool]:
+    """A schema or catalog part, as QueueAddress.ExtractNextPart (.NET) cuts it.
+
+    It ends at the first ``@`` -- for a part starting with ``[``, the first after an odd number
+    of ``]`` -- and is unbracketed only if it both starts with ``[`` and ends with ``]``. An empty
+    part (``q@@[cat]``, our own old way of writing "no schema") is read as empty.
+    """
+    if text.startswith("@"):
+        return "", text[1:], True
+    right_brackets = 0
+    for index in range(1, len(text)):
+        char = text[index]
+        if char == "@" and (text[0] != "[" or right_brackets % 2 == 1):
+            return _unbracket(text[:index]), text[index + 1 :], True
+        if char == "]":
+            right_brackets += 1
+    return _unbracket(text), "", False
+
+
+def _unbracket(part: str) -> str:
+    """SqlServerNameHelper.Unquote."""
+    if len(part) >= 2 and part.startswith("[") and part.endswith("]"):
+        return part[1:-1].replace("]]", "]")
+    return part
+
+
 def _bracket(name: str) -> str:
     return "[" + name.replace("]", "]]") + "]"
+
+
+def _blank_to_none(name: str | None) -> str | None:
+    """NServiceBus's SafeUnquote: a part that is empty or only whitespace is no part."""
+    return None if name is None or name.strip() == "" else name
+
+
+def _outside_quotes(text: str, char: str) -> int:
+    """Index of the first *char* outside double quotes in *text*, or -1 (an even quote count)."""
+    quotes = 0
+    for index, current in enumerate(text):
+        if current == '"':
+            quotes += 1
+        elif current == char and quotes % 2 == 0:
+            return index
+    return -1
+
+
+def _pg_unquote(name: str) -> str:
+    """PostgreSqlNameHelper.Unquote: strip one pair of ``"`` and undo ``""``; else as written."""
+    if len(name) >= 2 and name.startswith('"') and name.endswith('"'):
+        return name[1:-1].replace('""', '"')
+    return name
+
+
+def _pg_quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,22 +145,46 @@ class QueueAddress:
                 continue
             if not isinstance(value, str):
                 raise exceptions.ConfigurationError(f"queue {what} must be a string, not {value!r}")
-            if value == "":
-                raise exceptions.InvalidQueueName(str(value), f"the {what} name is empty")
+            if value.strip() == "":
+                # NServiceBus refuses a blank table and reads a blank schema/catalog as none.
+                raise exceptions.InvalidQueueName(
+                    value, f"the {what} name is {'empty' if value == '' else 'only whitespace'}"
+                )
             if "\x00" in value:
                 raise exceptions.InvalidQueueName(value, f"the {what} name holds a NUL character")
 
     @classmethod
-    def parse(cls, address: str) -> QueueAddress:
-        """Parse ``table@[schema]@[catalog]``; a bad one raises :class:`ConfigurationError`."""
+    def parse(cls, address: str, dialect: str | None = None) -> QueueAddress:
+        """Parse *address* in the form of *dialect*'s .NET transport (see the module docstring).
+
+        :param address: ``table@[schema]@[catalog]``, or on PostgreSQL ``"schema"."table"``.
+        :param dialect: a SQLAlchemy dialect name; ``None`` reads the SQL Server form.
+        :raises ConfigurationError: naming *address* when it cannot be read.
+        """
         if not isinstance(address, str) or address == "":
             raise exceptions.InvalidQueueName(str(address), "the address is empty")
+        if dialect == "postgresql" and '"' in address and _outside_quotes(address, "@") < 0:
+            return cls._parse_postgresql(address)
+        return cls._parse_sql_server(address)
+
+    @classmethod
+    def _parse_postgresql(cls, address: str) -> QueueAddress:
+        dot = _outside_quotes(address, ".")
+        schema_part = None if dot < 0 else address[:dot]
+        table = _blank_to_none(_pg_unquote(address[dot + 1 :]))
+        if table is None:
+            raise exceptions.InvalidQueueName(address, "the table name is empty")
+        schema = None if schema_part is None else _blank_to_none(_pg_unquote(schema_part))
+        return cls(table, schema)
+
+    @classmethod
+    def _parse_sql_server(cls, address: str) -> QueueAddress:
         table, rest, more = _read_part(address)
         schema = catalog = None
         if more:
-            schema, rest, more = _read_part(rest)
+            schema, rest, more = _next_part(rest)
         if more:
-            catalog, rest, more = _read_part(rest)
+            catalog, rest, more = _next_part(rest)
         if more:
             raise exceptions.ConfigurationError(
                 f"invalid queue address {address!r}: more than three '@'-separated parts "
@@ -99,12 +192,27 @@ class QueueAddress:
             )
         if table == "":
             raise exceptions.InvalidQueueName(address, "the table name is empty")
-        return cls(table, schema or None, catalog or None)
+        return cls(table, _blank_to_none(schema), _blank_to_none(catalog))
 
     @classmethod
-    def coerce(cls, queue: str | QueueAddress) -> QueueAddress:
-        """Return *queue* as an address, parsing strings."""
-        return queue if isinstance(queue, QueueAddress) else cls.parse(queue)
+    def coerce(cls, queue: str | QueueAddress, dialect: str | None = None) -> QueueAddress:
+        """Return *queue* as an address, parsing strings in *dialect*'s form."""
+        return queue if isinstance(queue, QueueAddress) else cls.parse(queue, dialect)
+
+    def format(self, dialect: str | None = None) -> str:
+        """The address as *dialect*'s .NET transport writes it (``str()``: the SQL Server form).
+
+        :raises ConfigurationError: a catalog on PostgreSQL, which has no form for it.
+        """
+        if dialect != "postgresql":
+            return str(self)
+        if self.catalog is not None:
+            raise exceptions.ConfigurationError(
+                f"queue {str(self)!r} names catalog {self.catalog!r}; a PostgreSQL address "
+                "has no catalog"
+            )
+        table = _pg_quote(self.table)
+        return table if self.schema is None else f"{_pg_quote(self.schema)}.{table}"
 
     def __str__(self) -> str:
         table = self.table
@@ -112,7 +220,8 @@ class QueueAddress:
             table = _bracket(table)
         parts = [table]
         if self.schema is not None or self.catalog is not None:
-            parts.append(_bracket(self.schema) if self.schema is not None else "")
+            # "[]", not "": NServiceBus reads "q@@[cat]" as schema "@[cat]" (QueueAddress.cs).
+            parts.append(_bracket(self.schema) if self.schema is not None else "[]")
         if self.catalog is not None:
             parts.append(_bracket(self.catalog))
         return "@".join(parts)

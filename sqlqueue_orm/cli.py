@@ -20,7 +20,9 @@ from sqlalchemy.engine import Dialect
 
 from sqlqueue_orm import db, exceptions
 from sqlqueue_orm.addressing import QueueAddress
+from sqlqueue_orm.config import QueueSettings
 from sqlqueue_orm.messages import OutgoingMessage
+from sqlqueue_orm.models.queue_table import SQL_SERVER_LAYOUTS
 from sqlqueue_orm.schema import QueueInstaller
 from sqlqueue_orm.transport import Transport
 
@@ -70,7 +72,7 @@ def positive_seconds(text: str) -> float:
 
 
 def _cmd_create_queue(args: argparse.Namespace) -> int:
-    with Transport(resolve_url(args)) as transport:
+    with Transport(resolve_url(args), sql_server_layout=args.sql_server_layout) as transport:
         for name in args.names:
             created = transport.create_queue(name, body_string=args.body_string)
             print(f"{'created' if created else 'exists '} {name}")
@@ -147,15 +149,25 @@ def ddl_dialect(name: str, target_version: int | None = None) -> Dialect:
 
 def _cmd_ddl(args: argparse.Namespace) -> int:
     dialect = ddl_dialect(args.dialect, args.target_version)
-    installer = QueueInstaller()
+    installer = QueueInstaller(QueueSettings(sql_server_layout=args.sql_server_layout))
     separator = "\nGO\n" if args.dialect == "mssql" else ";\n"
     for name in args.names:
-        address = QueueAddress.parse(name)
+        address = QueueAddress.parse(name, args.dialect)
         address.check_for(args.dialect)
         print(f"-- queue {address}")
         statements = installer.ddl(address, dialect, body_string=args.body_string)
         print(separator.join(statements) + separator)
     return 0
+
+
+def _layout_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--sql-server-layout",
+        choices=SQL_SERVER_LAYOUTS,
+        default="clustered",
+        help="SQL Server: clustered Index_RowVersion (default), or heap: the NServiceBus 8+ "
+        "layout for tables shared with .NET endpoints",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -170,6 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = commands.add_parser("create-queue", help="create queue tables (idempotent)")
     sub.add_argument("names", nargs="+", metavar="NAME")
     sub.add_argument("--body-string", action="store_true", help="add the BodyString column")
+    _layout_argument(sub)
     sub.set_defaults(func=_cmd_create_queue)
 
     sub = commands.add_parser("send", help="send one message")
@@ -209,6 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="SQL Server version (2016, 2017, 2019, 2022); default: 2019 or later",
     )
     sub.add_argument("--body-string", action="store_true")
+    _layout_argument(sub)
     sub.add_argument("names", nargs="+", metavar="NAME")
     sub.set_defaults(func=_cmd_ddl)
 

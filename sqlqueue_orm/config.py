@@ -14,6 +14,7 @@ import math
 import re
 
 from sqlqueue_orm import exceptions
+from sqlqueue_orm.models.queue_table import SQL_SERVER_LAYOUTS
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,27 @@ def _number(name: str, value: object, *, minimum: float, allow_equal: bool) -> f
         bound = f"at least {minimum:g}" if allow_equal else f"more than {minimum:g}"
         raise exceptions.ConfigurationError(f"{name} {value!r} must be {bound} seconds")
     return float(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueSettings:
+    """How queue tables are created.
+
+    :param sql_server_layout: SQL Server only (other dialects ignore it). ``"clustered"``
+        (default): ``Index_RowVersion`` is the clustered index, with
+        ``OPTIMIZE_FOR_SEQUENTIAL_KEY = ON`` from SQL Server 2019. ``"heap"``: the layout
+        NServiceBus 8+ creates, a heap with a NONCLUSTERED ``Index_RowVersion``; choose it for
+        tables shared with .NET endpoints, which warn at every start-up about a clustered one.
+    """
+
+    sql_server_layout: str = "clustered"
+
+    def __post_init__(self) -> None:
+        if self.sql_server_layout not in SQL_SERVER_LAYOUTS:
+            raise exceptions.ConfigurationError(
+                f"sql_server_layout {self.sql_server_layout!r} must be one of "
+                + ", ".join(repr(layout) for layout in SQL_SERVER_LAYOUTS)
+            )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,9 +17,9 @@ import sqlalchemy as sa
 from sqlalchemy import exc
 from sqlalchemy.engine import Connection
 
-from sqlqueue_orm import addressing, db, exceptions
+from sqlqueue_orm import addressing, config, db, exceptions
 from sqlqueue_orm.models import ddl
-from sqlqueue_orm.models.queue_table import queue_table
+from sqlqueue_orm.models.queue_table import build_queue_table, queue_table
 
 log = logging.getLogger(__name__)
 
@@ -29,16 +29,42 @@ QUEUE_SIGNATURE = frozenset({"Id", "Expires", "Headers", "Body", "RowVersion"})
 
 
 #: Serializes installers: the lock lives until the installing transaction ends (so an error
-#: that rolls it back also releases it, which NServiceBus 6.3.1+ does with TRY/CATCH).
+#: that rolls it back also releases it, which NServiceBus 6.3.1+ does with TRY/CATCH). The
+#: resource goes through varchar as NServiceBus's '...' literal does (characters outside the
+#: database's code page become '?' on both sides), then to sp_getapplock's nvarchar(255).
 _MSSQL_INSTALL_LOCK = (
-    "DECLARE @status int; "
-    "EXEC @status = sp_getapplock @Resource = :resource, @LockMode = 'Exclusive', "
+    "DECLARE @status int, @resource nvarchar(255) = CAST(:resource AS varchar(8000)); "
+    "EXEC @status = sp_getapplock @Resource = @resource, @LockMode = 'Exclusive', "
     "@LockOwner = 'Transaction', @LockTimeout = 60000; SELECT @status"
 )
+#: What NServiceBus's default catalog and schema are on this connection.
+_MSSQL_CATALOG_AND_SCHEMA = "SELECT DB_NAME(), SCHEMA_NAME()"
 
 
-def _lock_resource(address: addressing.QueueAddress) -> str:
-    return f"sqlqueue_orm:create:{address}"
+def _bracket(name: str) -> str:
+    return "[" + name.replace("]", "]]") + "]"
+
+
+def mssql_lock_resource(catalog: str, schema: str, table: str) -> str:
+    """The applock resource NServiceBus's SQL Server installer takes for this table.
+
+    ``EXEC sp_getapplock @Resource = '{0}_lock'`` with ``{0}`` the table's QualifiedTableName,
+    ``[catalog].[schema].[table]`` bracketed by SqlServerNameHelper.Quote (``]`` doubled):
+    CreateQueueText in ``src/NServiceBus.Transport.SqlServer/Queuing/SqlServerConstants.cs``
+    and ``Addressing/CanonicalQueueAddress.cs``, Particular/NServiceBus.SqlServer 214c4e8f.
+    Both installers then serialize on one lock, so racing on a first start never fails.
+    """
+    return f"{_bracket(catalog)}.{_bracket(schema)}.{_bracket(table)}_lock"
+
+
+def _lock_resource(connection: Connection, address: addressing.QueueAddress) -> str:
+    """*address*'s resource, its catalog and schema defaulted as the server resolves them."""
+    if address.catalog is not None and address.schema is not None:
+        return mssql_lock_resource(address.catalog, address.schema, address.table)
+    catalog, schema = connection.execute(sa.text(_MSSQL_CATALOG_AND_SCHEMA)).one()
+    return mssql_lock_resource(
+        address.catalog or str(catalog), address.schema or str(schema), address.table
+    )
 
 
 def _take_install_lock(connection: Connection, address: addressing.QueueAddress) -> None:
@@ -46,7 +72,7 @@ def _take_install_lock(connection: Connection, address: addressing.QueueAddress)
     if name == "mssql":
         status = connection.execute(
             sa.text(_MSSQL_INSTALL_LOCK),
-            {"resource": _lock_resource(address)[:255]},
+            {"resource": _lock_resource(connection, address)},
         ).scalar()
         if status is None or int(status) < 0:
             raise exceptions.DatabaseError(
@@ -56,7 +82,7 @@ def _take_install_lock(connection: Connection, address: addressing.QueueAddress)
     elif name == "postgresql":
         connection.execute(
             sa.text("SELECT pg_advisory_xact_lock(hashtextextended(:resource, 0))"),
-            {"resource": _lock_resource(address)},
+            {"resource": f"sqlqueue_orm:create:{address}"},
         )
 
 
@@ -82,7 +108,22 @@ def _run_ddl(connection: Connection, statement: str) -> None:
 
 
 class QueueInstaller:
-    """Creates queue tables: idempotent, and safe when several processes install at once."""
+    """Creates queue tables: idempotent, and safe when several processes install at once.
+
+    :param settings: the table layout (:class:`~sqlqueue_orm.config.QueueSettings`).
+    """
+
+    def __init__(self, settings: config.QueueSettings | None = None) -> None:
+        self.settings = settings or config.QueueSettings()
+
+    def _table(self, address: addressing.QueueAddress, dialect_name: str) -> sa.Table:
+        """The table to create: the cached model's, or a heap-layout copy on SQL Server."""
+        schema = db.schema_argument(address)
+        if dialect_name == "mssql" and self.settings.sql_server_layout != "clustered":
+            return build_queue_table(
+                sa.MetaData(), address.table, schema, self.settings.sql_server_layout
+            )
+        return queue_table(address.table, schema)
 
     def create(
         self, connection: Connection, address: addressing.QueueAddress, body_string: bool = False
@@ -94,7 +135,7 @@ class QueueInstaller:
         """
         address.check_for(connection.dialect.name)
         schema = db.schema_argument(address)
-        table = queue_table(address.table, schema)
+        table = self._table(address, connection.dialect.name)
         _take_install_lock(connection, address)
         inspector = sa.inspect(connection)
         if (
@@ -136,8 +177,7 @@ class QueueInstaller:
         body_string: bool = False,
     ) -> list[str]:
         """The statements :meth:`create` would run on an empty database, for review by a DBA."""
-        schema = db.schema_argument(address)
-        table = queue_table(address.table, schema)
+        table = self._table(address, dialect.name)
         statements = [ddl.compile_ddl(sa.schema.CreateTable(table), dialect)]
         # The clustered index first: built after, it would rebuild every other index.
         for index in sorted(table.indexes, key=lambda item: "RowVersion" not in str(item.name)):

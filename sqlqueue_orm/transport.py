@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -19,7 +20,7 @@ from contextlib import contextmanager
 
 from sqlalchemy.engine import Connection, Engine
 
-from sqlqueue_orm import addressing, connections, db, exceptions
+from sqlqueue_orm import addressing, config, connections, db, exceptions, headers
 from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage
 from sqlqueue_orm.queuing.table_queue import PURGE_BATCH_SIZE, TableQueue
 from sqlqueue_orm.schema import QueueInstaller, SchemaInspector
@@ -36,6 +37,9 @@ class Transport:
         :func:`sqlqueue_orm.db.create_engine`) or your own :class:`~sqlalchemy.engine.Engine`.
     :param default_schema: schema of queue addresses that name none.
     :param verify_schema: warn once per queue, on first use, about legacy table shapes.
+    :param sql_server_layout: how :meth:`create_queue` lays out SQL Server tables:
+        ``"clustered"`` (default) or ``"heap"``, the NServiceBus 8+ layout for tables shared with
+        .NET endpoints (see :class:`~sqlqueue_orm.config.QueueSettings`).
     """
 
     def __init__(
@@ -44,7 +48,9 @@ class Transport:
         *,
         default_schema: str | None = None,
         verify_schema: bool = True,
+        sql_server_layout: str = "clustered",
     ) -> None:
+        settings = config.QueueSettings(sql_server_layout=sql_server_layout)
         if isinstance(url_or_engine, Engine):
             self.engine = url_or_engine
             self._owns_engine = False
@@ -62,7 +68,7 @@ class Transport:
             )
         self.default_schema = default_schema
         self.verify_schema = verify_schema
-        self.installer = QueueInstaller()
+        self.installer = QueueInstaller(settings)
         self.inspector = SchemaInspector()
         self._queues: dict[addressing.QueueAddress, TableQueue] = {}
         self._by_reference: dict[QueueRef, TableQueue] = {}
@@ -86,11 +92,24 @@ class Transport:
 
     # -- addressing ------------------------------------------------------------------------
     def address(self, queue: QueueRef) -> addressing.QueueAddress:
-        """Parse *queue* and apply the default schema."""
-        address = addressing.QueueAddress.coerce(queue)
+        """Parse *queue* in the address form of this database's .NET transport.
+
+        The default schema applies when it names none. SQL Server and SQLite read
+        ``table@[schema]@[catalog]``; PostgreSQL reads ``"schema"."table"`` (and
+        ``table@[schema]``): see :mod:`sqlqueue_orm.addressing`.
+        """
+        address = addressing.QueueAddress.coerce(queue, self.engine.dialect.name)
         if address.schema is None and self.default_schema is not None:
             address = addressing.QueueAddress(address.table, self.default_schema, address.catalog)
         return address
+
+    def address_text(self, queue: QueueRef) -> str:
+        """*queue* written as this database's .NET transport writes addresses.
+
+        Put it in ``NServiceBus.ReplyToAddress`` so .NET endpoints can reply:
+        ``orders@[dbo]`` on SQL Server, ``"public"."orders"`` on PostgreSQL.
+        """
+        return self.address(queue).format(self.engine.dialect.name)
 
     def queue(self, queue: QueueRef) -> TableQueue:
         """The :class:`TableQueue` of *queue* (cached, also by the text it was named with)."""
@@ -175,6 +194,40 @@ class Transport:
                 with self._connections.transaction() as cursor:
                     table_queue.send_on_cursor(cursor, prepared)
         return [item.message_id for item in prepared]
+
+    def reply(
+        self,
+        to: IncomingMessage,
+        message: OutgoingMessage,
+        connection: Connection | None = None,
+    ) -> str:
+        """Send *message* to the ``NServiceBus.ReplyToAddress`` of *to*, as a reply.
+
+        The address is read in this database's .NET form (a .NET PostgreSQL endpoint writes
+        ``"schema"."table"``). Sets ``NServiceBus.MessageIntent`` to ``Reply`` and carries
+        *to*'s correlation id (else its message id) and conversation id, as NServiceBus does,
+        unless *message* sets them. Return the message id.
+
+        :raises ConfigurationError: *to* has no ReplyToAddress (or one that cannot be read).
+        """
+        address_text = to.headers.get(headers.REPLY_TO_ADDRESS)
+        if not address_text:
+            raise exceptions.ConfigurationError(
+                f"message {to.message_id!r} from queue {to.queue!r} has no "
+                f"{headers.REPLY_TO_ADDRESS} header to reply to"
+            )
+        reply_headers = {
+            headers.MESSAGE_INTENT: "Reply",
+            headers.CORRELATION_ID: to.headers.get(headers.CORRELATION_ID) or to.message_id,
+        }
+        conversation = to.headers.get(headers.CONVERSATION_ID)
+        if conversation:
+            reply_headers[headers.CONVERSATION_ID] = conversation
+        reply_headers.update(message.headers)
+        replying = dataclasses.replace(message, headers=reply_headers)
+        destination = self.address(address_text)
+        log.debug("queue %s: replying to message %s", destination, to.message_id)
+        return self.send(destination, replying, connection)
 
     # -- receiving -------------------------------------------------------------------------
     def receive(

@@ -47,6 +47,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--queues", metavar="A,B", help="only these queue tables (addresses, comma-separated)"
     )
+    parser.add_argument(
+        "--cluster-heaps",
+        action="store_true",
+        help="SQL Server: rebuild heap queue tables (the NServiceBus 8+ layout) with a clustered "
+        "Index_RowVersion (default: a heap is kept, its index nonclustered)",
+    )
     parser.set_defaults(func=_cmd_migrate)
 
 
@@ -65,6 +71,7 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
         schemas=args.schema,
         queues=[args.queues] if args.queues else [],
         stdout=sys.stdout,
+        cluster_heaps=args.cluster_heaps,
     )
     try:
         if args.downgrade is not None:

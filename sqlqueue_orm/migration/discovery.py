@@ -54,14 +54,19 @@ class Target:
 
     schemas: tuple[str | None, ...] = (None,)
     queues: tuple[addressing.QueueAddress, ...] = ()
+    #: SQL Server: rebuild heaps (NServiceBus 8+ layout) clustered; by default they are kept.
+    cluster_heaps: bool = False
 
     @classmethod
-    def parse(cls, schemas: Iterable[str] = (), queues: Iterable[str] = ()) -> Target:
+    def parse(
+        cls, schemas: Iterable[str] = (), queues: Iterable[str] = (), cluster_heaps: bool = False
+    ) -> Target:
         """From ``-x schema=a,b`` / ``--schema`` values and ``-x queues=q1,q2@[s]`` values.
 
         :param schemas: schema names, each possibly a comma-separated list (``[a,b]`` keeps a
             comma in a name).
         :param queues: queue addresses (``table@[schema]``), each possibly comma-separated.
+        :param cluster_heaps: see :attr:`cluster_heaps`.
         """
         schema_names: list[str | None] = []
         for text in schemas:
@@ -81,7 +86,7 @@ class Target:
                     )
                 if address not in addresses:
                     addresses.append(address)
-        return cls(tuple(schema_names) or (None,), tuple(addresses))
+        return cls(tuple(schema_names) or (None,), tuple(addresses), cluster_heaps)
 
     def addresses(self) -> list[addressing.QueueAddress]:
         """The named queues, each without a schema looked for in every configured schema."""

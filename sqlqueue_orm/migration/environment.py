@@ -4,6 +4,8 @@
   else ``$SQLQUEUE_URL``, else ``sqlalchemy.url`` of ``alembic.ini``.
 * ``-x schema=a,b`` (``--schema``): the schemas queue tables are looked for in (default: the
   connection's default schema). ``-x queues=q1,q2`` (``--queues``): only these queue tables.
+* ``-x cluster_heaps=true`` (``--cluster-heaps``): on SQL Server, rebuild heap queue tables (the
+  NServiceBus 8+ layout) with a clustered Index_RowVersion; without it a heap is kept.
 * A connection in ``config.attributes["connection"]`` is used as it is (Alembic's cookbook
   recipe; SQLite ATTACHed schemas are reached that way).
 * Our lineage lives in its own version table, ``sqlqueue_alembic_version``, with branch label
@@ -58,6 +60,7 @@ def alembic_config(
     queues: Iterable[str] = (),
     connection: Connection | None = None,
     stdout: TextIO | None = None,
+    cluster_heaps: bool = False,
 ) -> Config:
     """An Alembic Config on the packaged scripts, as ``sqlqueue migrate`` runs them.
 
@@ -66,6 +69,7 @@ def alembic_config(
     :param queues: queue addresses to migrate (default: every queue table found).
     :param connection: run on this connection instead of opening one (not in a transaction).
     :param stdout: where offline scripts and Alembic's messages go (default: sys.stdout).
+    :param cluster_heaps: SQL Server: rebuild heap queue tables clustered (default: keep them).
     """
     from alembic.config import Config
 
@@ -80,6 +84,7 @@ def alembic_config(
     config.attributes["sqlqueue_url"] = url
     config.attributes["sqlqueue_schemas"] = list(schemas)
     config.attributes["sqlqueue_queues"] = list(queues)
+    config.attributes["sqlqueue_cluster_heaps"] = cluster_heaps
     if connection is not None:
         config.attributes["connection"] = connection
     return config
@@ -116,7 +121,10 @@ def _target(config: Config, x_arguments: Mapping[str, str]) -> discovery.Target:
         schemas.append(x_arguments["schema"])
     if "queues" in x_arguments:
         queues.append(x_arguments["queues"])
-    return discovery.Target.parse(schemas, queues)
+    cluster_heaps = bool(config.attributes.get("sqlqueue_cluster_heaps")) or (
+        x_arguments.get("cluster_heaps", "").strip().lower() in ("1", "true", "yes", "on")
+    )
+    return discovery.Target.parse(schemas, queues, cluster_heaps)
 
 
 def _include_object(

@@ -140,10 +140,13 @@ def _offline(
     if name == "mssql":
         if target.queues:
             statements = [
-                tsql.table_batch(revision, direction, address) for address in target.addresses()
+                tsql.table_batch(revision, direction, address, target.cluster_heaps)
+                for address in target.addresses()
             ]
         else:
-            statements = [tsql.loop_batch(revision, direction, target.schemas)]
+            statements = [
+                tsql.loop_batch(revision, direction, target.schemas, target.cluster_heaps)
+            ]
     elif name == "postgresql":
         if target.queues:
             for address in target.addresses():
@@ -188,7 +191,8 @@ def _online(
                 _count(autocommit, address),
             )
             if name == "mssql":
-                _run_batch(autocommit, tsql.table_batch(revision, direction, address), address)
+                batch = tsql.table_batch(revision, direction, address, target.cluster_heaps)
+                _run_batch(autocommit, batch, address)
             else:
                 for statement in plpgsql.table_statements(revision, direction, address):
                     autocommit.exec_driver_sql(statement, execution_options={"no_parameters": True})

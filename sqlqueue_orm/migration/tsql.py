@@ -64,8 +64,14 @@ def _if(condition: str, then: Lines, otherwise: Lines | None = None) -> Lines:
 class _Target:
     """Renders statements for one named table, or for the loop's current table ``@table``."""
 
-    def __init__(self, dialect: Dialect, address: addressing.QueueAddress | None) -> None:
+    def __init__(
+        self,
+        dialect: Dialect,
+        address: addressing.QueueAddress | None,
+        cluster_heaps: bool = False,
+    ) -> None:
         self.dialect = dialect
+        self.cluster_heaps = cluster_heaps
         self.looping = address is None
         if address is None:
             address = addressing.QueueAddress(steps.PLACEHOLDER_TABLE, steps.PLACEHOLDER_SCHEMA)
@@ -336,6 +342,13 @@ def _sequential_key(target: _Target, index: sa.Index, value: str) -> Lines:
 
 
 def _row_version_up(target: _Target) -> Lines:
+    """Index_RowVersion on (RowVersion): clustered on our tables, never forced on a heap.
+
+    NServiceBus 8+ (4.3.2, 5.0.3, 6.0.1 and later) creates a heap with a NONCLUSTERED
+    Index_RowVersion, and .NET endpoints may share the table: rebuilding it clustered moves every
+    row, so it happens only when the run asks for it (``cluster_heaps``, ``-x cluster_heaps=true``
+    or ``sqlqueue migrate --cluster-heaps``); otherwise the heap is kept and the batch says so.
+    """
     index = target.index(steps.ROW_VERSION_INDEX)
     name = str(index.name)
     model_options = dict(index.dialect_options["mssql"]["with"] or {})
@@ -356,19 +369,45 @@ def _row_version_up(target: _Target) -> Lines:
         f"{name} is created nonclustered';",
         *_online(target, build(False), **model_options),
     ]
+    key_is_row_version = _key_is(target, "RowVersion")
+    if target.cluster_heaps:
+        heap_comment = (
+            f"-- {name} must be the clustered index on (RowVersion): asked to rebuild heaps"
+        )
+        new_on_heap = _online(target, build(True), **model_options)
+        nonclustered_on_heap = _online(target, build(True), **model_options, DROP_EXISTING="ON")
+    else:
+        heap_comment = (
+            f"-- {name} on (RowVersion), clustered unless the table is a heap (the NServiceBus 8+ "
+            "layout): a heap is kept, its index nonclustered (cluster_heaps rebuilds it)"
+        )
+        kept = (
+            f"PRINT N'queue ' + {target.name} + N': a heap (the NServiceBus 8+ layout); kept, "
+            f"{name} nonclustered (rebuild it clustered with cluster_heaps)';"
+        )
+        new_on_heap = [kept, *_online(target, build(False), **model_options)]
+        nonclustered_on_heap = [
+            kept,
+            *_if(
+                _index_exists(target, name, f" AND NOT ({key_is_row_version})"),
+                _online(target, build(False), **model_options, DROP_EXISTING="ON"),
+            ),
+        ]
+    nonclustered_condition = _index_exists(target, name, " AND i.type <> 1")
     lines = [
         "-- adopt an index on (RowVersion) that has another name",
         *_adopt(target, name, "RowVersion", "1, 2"),
-        f"-- {name} must be the clustered index on (RowVersion): a heap is rebuilt clustered",
+        heap_comment,
         *_if(
             f"NOT {_index_exists(target, name)}",
-            _if(other_clustered, keep_other, _online(target, build(True), **model_options)),
+            _if(other_clustered, keep_other, new_on_heap),
             _if(
-                _index_exists(
-                    target, name, f" AND (i.type <> 1 OR NOT ({_key_is(target, 'RowVersion')}))"
-                )
-                + f" AND NOT {other_clustered}",
-                _online(target, build(True), **model_options, DROP_EXISTING="ON"),
+                f"{nonclustered_condition} AND NOT {other_clustered}",
+                nonclustered_on_heap,
+                _if(
+                    _index_exists(target, name, f" AND i.type = 1 AND NOT ({key_is_row_version})"),
+                    _online(target, build(True), **model_options, DROP_EXISTING="ON"),
+                ),
             ),
         ),
     ]
@@ -411,10 +450,19 @@ def _transaction(body: Lines) -> Lines:
     return ["BEGIN TRANSACTION;", *body, "COMMIT TRANSACTION;"]
 
 
-def table_batch(revision: str, direction: str, address: addressing.QueueAddress) -> str:
-    """The batch applying step *revision* in *direction* to the queue table at *address*."""
+def table_batch(
+    revision: str,
+    direction: str,
+    address: addressing.QueueAddress,
+    cluster_heaps: bool = False,
+) -> str:
+    """The batch applying step *revision* in *direction* to the queue table at *address*.
+
+    :param cluster_heaps: rebuild a heap (NServiceBus 8+ layout) with a clustered
+        Index_RowVersion; by default a heap is kept.
+    """
     step = steps.step(revision, direction)
-    target = _Target(dialect(), address)
+    target = _Target(dialect(), address, cluster_heaps)
     body = _BODIES[(revision, direction)](target)
     skip = [f"PRINT N'queue ' + {target.name} + N': no queue table there; skipped';"]
     lines = [
@@ -433,13 +481,19 @@ def table_batch(revision: str, direction: str, address: addressing.QueueAddress)
     return "\n".join(lines)
 
 
-def loop_batch(revision: str, direction: str, schemas: Sequence[str | None]) -> str:
+def loop_batch(
+    revision: str,
+    direction: str,
+    schemas: Sequence[str | None],
+    cluster_heaps: bool = False,
+) -> str:
     """The batch applying step *revision* in *direction* to every queue table in *schemas*.
 
-    ``None`` in *schemas* stands for the default schema of the user running the script.
+    ``None`` in *schemas* stands for the default schema of the user running the script;
+    *cluster_heaps* as in :func:`table_batch`.
     """
     step = steps.step(revision, direction)
-    target = _Target(dialect(), None)
+    target = _Target(dialect(), None, cluster_heaps)
     body = _BODIES[(revision, direction)](target)
     named = [schema for schema in schemas if schema is not None]
     conditions = []

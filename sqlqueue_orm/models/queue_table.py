@@ -24,6 +24,11 @@ a heap, without the heap's page bloat) and a b-tree on PostgreSQL; on SQLite ``R
 the rowid, the table's clustered key, and AUTOINCREMENT makes it strictly increasing, never
 reused, so no extra index is needed. ``Index_Expires (Expires) INCLUDE (Id, RowVersion) WHERE
 Expires IS NOT NULL`` everywhere (SQLite: no INCLUDE; the partial index is the same).
+
+SQL Server layout ``"heap"`` (:data:`SQL_SERVER_LAYOUTS`): the table NServiceBus 8+ creates, a heap
+with ``CREATE NONCLUSTERED INDEX Index_RowVersion ON {0} ([RowVersion] ASC)``
+(``SqlServerConstants.cs`` CreateQueueText, Particular/NServiceBus.SqlServer 214c4e8f), for teams
+sharing tables with .NET endpoints (which warn at start-up about a clustered one).
 """
 
 from __future__ import annotations
@@ -64,6 +69,8 @@ HEADERS_TYPE = sa.Text().with_variant(mssql.NVARCHAR(), "mssql")
 #: Body: varbinary(max) on SQL Server (LargeBinary would render the deprecated IMAGE).
 _VARBINARY_MAX = mssql.VARBINARY("max")  # type: ignore[no-untyped-call]
 BODY_TYPE = sa.LargeBinary().with_variant(_VARBINARY_MAX, "mssql")
+#: SQL Server table layouts: Index_RowVersion clustered (default), or a heap as NServiceBus 8+.
+SQL_SERVER_LAYOUTS = ("clustered", "heap")
 #: RowVersion: BIGINT, but SQLite only autoincrements a column typed exactly INTEGER.
 ROW_VERSION_TYPE = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
@@ -86,8 +93,16 @@ def _quoted(name: str) -> str:
     return quoted_name(name, quote=True)
 
 
-def build_queue_table(metadata: sa.MetaData, name: str, schema: str | None = None) -> sa.Table:
-    """Define the current queue table *name* in *metadata* (for installers and migrations)."""
+def build_queue_table(
+    metadata: sa.MetaData,
+    name: str,
+    schema: str | None = None,
+    sql_server_layout: str = "clustered",
+) -> sa.Table:
+    """Define the current queue table *name* in *metadata* (for installers and migrations).
+
+    :param sql_server_layout: ``"clustered"`` or ``"heap"`` (:data:`SQL_SERVER_LAYOUTS`).
+    """
     addressing.QueueAddress(name, schema)  # validates: not empty, no NUL
     table = sa.Table(
         _quoted(name),
@@ -123,7 +138,11 @@ def build_queue_table(metadata: sa.MetaData, name: str, schema: str | None = Non
             table.c.RowVersion,
             mssql_clustered=True,
             mssql_with={"OPTIMIZE_FOR_SEQUENTIAL_KEY": "ON"},
-        ).ddl_if(dialect="mssql"),
+        ).ddl_if(dialect="mssql")
+        if sql_server_layout != "heap"
+        else sa.Index("Index_RowVersion", table.c.RowVersion, mssql_clustered=False).ddl_if(
+            dialect="mssql"
+        ),
         sa.Index(index_name(name, "Index_RowVersion"), table.c.RowVersion).ddl_if(
             dialect="postgresql"
         ),

@@ -31,11 +31,106 @@ def test_parse(text, table, schema, catalog):
         (QueueAddress("orders", "sales"), "orders@[sales]"),
         (QueueAddress("orders", "sa]les", "erp"), "orders@[sa]]les]@[erp]"),
         (QueueAddress("my@queue", "dbo"), "[my@queue]@[dbo]"),
-        (QueueAddress("q", None, "cat"), "q@@[cat]"),
+        (QueueAddress("q", None, "cat"), "q@[]@[cat]"),
     ],
 )
 def test_format(address, text):
     assert str(address) == text
+    assert address.format("mssql") == address.format("sqlite") == text
+
+
+# .NET vectors: src/NServiceBus.Transport.SqlServer.UnitTests/QueueAddressTests.cs of
+# Particular/NServiceBus.SqlServer at 214c4e8f06175186e356677546ea2d8e0f2b0c55.
+DOTNET_SQL_SERVER_PARSE = [
+    ("my.table", "my.table", None, None),
+    ("my.table@[my.schema]", "my.table", "my.schema", None),
+    ("my.table@[my.sch@ma]", "my.table", "my.sch@ma", None),
+    ("my.table@[my.sch[[]ma]", "my.table", "my.sch[[]ma", None),
+    ("my.table@my.schema", "my.table", "my.schema", None),
+    ("my.table@[my.schema]@[my.catalog]", "my.table", "my.schema", "my.catalog"),
+    ("my.table@[my.schema]@[my.c@talog]", "my.table", "my.schema", "my.c@talog"),
+    ("my.table@[my.schema]@[my.c[[]talog]", "my.table", "my.schema", "my.c[[]talog"),
+    ("my.table@[my.schema]@my.catalog", "my.table", "my.schema", "my.catalog"),
+    ("my.table@my.schema@my.catalog", "my.table", "my.schema", "my.catalog"),
+    ("my.table@[]@[my.catalog]", "my.table", None, "my.catalog"),
+    ("my.table@[]@my.catalog", "my.table", None, "my.catalog"),
+    ("my.table@my]schema", "my.table", "my]schema", None),
+    ("my.table@my]]schema", "my.table", "my]]schema", None),
+    ("my.table@[my]]schema]", "my.table", "my]schema", None),
+    ("my.table@my[schema", "my.table", "my[schema", None),
+    # SafeUnquote: a blank part is none.
+    ("q@[ ]@[c]", "q", None, "c"),
+]
+
+
+@pytest.mark.parametrize(("text", "table", "schema", "catalog"), DOTNET_SQL_SERVER_PARSE)
+def test_sql_server_form_reads_as_dotnet_does(text, table, schema, catalog):
+    for dialect in (None, "mssql", "sqlite"):
+        assert QueueAddress.parse(text, dialect) == QueueAddress(table, schema, catalog)
+
+
+# Same file: the formatted (Value) vectors whose inputs are unquoted names.
+@pytest.mark.parametrize(
+    ("address", "text"),
+    [
+        (QueueAddress("my.table"), "my.table"),
+        (QueueAddress("my.table", "my.schema"), "my.table@[my.schema]"),
+        (QueueAddress("my.table", "my.schema", "my.catalog"), "my.table@[my.schema]@[my.catalog]"),
+        (QueueAddress("my.table", None, "my.catalog"), "my.table@[]@[my.catalog]"),
+    ],
+)
+def test_sql_server_form_writes_as_dotnet_does(address, text):
+    assert address.format("mssql") == text
+
+
+# PostgreSQL form: PostgreSql/Addressing/QueueAddress.cs (Parse: first '.' outside quotes) and
+# CanonicalQueueAddress.cs ("schema"."table"), PostgreSqlNameHelper.cs, same commit.
+@pytest.mark.parametrize(
+    ("text", "table", "schema"),
+    [
+        ('"public"."orders"', "orders", "public"),
+        ('"sales"."Samples.Sales"', "Samples.Sales", "sales"),
+        ('public."orders"', "orders", "public"),  # a bare part is taken as written
+        ('Sales."Orders"', "Orders", "Sales"),  # not case-folded
+        ('"orders"', "orders", None),
+        ('"a.b"."c""d"', 'c"d', "a.b"),
+        ('a.b."c"', 'b."c"', "a"),  # split at the first dot outside quotes
+        # No double quote: .NET never writes that; it stays one name (endpoint names hold dots).
+        ("Samples.Sales", "Samples.Sales", None),
+        ("orders", "orders", None),
+        ('"q@x"', "q@x", None),  # '@' inside quotes: still the PostgreSQL form
+        ('"".orders', "orders", None),  # blank schema is none
+        # '@' outside quotes: the table@[schema] form this library has always read.
+        ("orders@[sales]", "orders", "sales"),
+        ("Samples.Sales@[dbo]", "Samples.Sales", "dbo"),
+    ],
+)
+def test_postgresql_form_reads_as_dotnet_does(text, table, schema):
+    assert QueueAddress.parse(text, "postgresql") == QueueAddress(table, schema)
+
+
+@pytest.mark.parametrize(
+    ("address", "text"),
+    [
+        (QueueAddress("orders", "public"), '"public"."orders"'),
+        (QueueAddress("Samples.Sales", "my schema"), '"my schema"."Samples.Sales"'),
+        (QueueAddress('c"d', 'a"b'), '"a""b"."c""d"'),
+        (QueueAddress("orders"), '"orders"'),
+    ],
+)
+def test_postgresql_form_writes_as_dotnet_does(address, text):
+    assert address.format("postgresql") == text
+
+
+def test_postgresql_form_has_no_catalog():
+    with pytest.raises(ConfigurationError, match="cat"):
+        QueueAddress("q", "s", "cat").format("postgresql")
+
+
+@pytest.mark.parametrize("bad", ['""', '"public".""', '"public". '])
+def test_postgresql_blank_table_is_refused(bad):
+    with pytest.raises(InvalidQueueName, match="empty"):
+        QueueAddress.parse(bad, "postgresql")
 
 
 @pytest.mark.parametrize("bad", ["", "@schema", "a@b@c@d"])
@@ -45,9 +140,11 @@ def test_bad_addresses_are_refused_with_the_address_named(bad):
     assert repr(bad) in str(info.value) or bad == ""
 
 
-def test_empty_and_nul_names_are_refused():
+def test_empty_blank_and_nul_names_are_refused():
     with pytest.raises(InvalidQueueName, match="empty"):
         QueueAddress("")
+    with pytest.raises(InvalidQueueName, match="whitespace"):
+        QueueAddress("q", " ")
     with pytest.raises(InvalidQueueName, match="NUL"):
         QueueAddress("a\x00b")
 
@@ -78,10 +175,19 @@ def test_catalog_only_on_sql_server():
         QueueAddress("q", "public", "other").check_for("postgresql")
 
 
-names = st.text(st.characters(blacklist_characters="\x00"), min_size=1, max_size=40)
+names = st.text(st.characters(blacklist_characters="\x00"), min_size=1, max_size=40).filter(
+    lambda name: name.strip() != ""
+)
 
 
 @given(names, st.none() | names, st.none() | names)
 def test_format_then_parse_round_trips(table, schema, catalog):
     address = QueueAddress(table, schema, catalog)
     assert QueueAddress.parse(str(address)) == address
+    assert QueueAddress.parse(address.format("mssql"), "mssql") == address
+
+
+@given(names, st.none() | names)
+def test_postgresql_format_then_parse_round_trips(table, schema):
+    address = QueueAddress(table, schema)
+    assert QueueAddress.parse(address.format("postgresql"), "postgresql") == address

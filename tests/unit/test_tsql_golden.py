@@ -9,10 +9,16 @@ import sys
 import pytest
 import sqlalchemy as sa
 
+from sqlqueue_orm import schema
 from sqlqueue_orm.addressing import QueueAddress
 from sqlqueue_orm.cli import ddl_dialect
+from sqlqueue_orm.config import QueueSettings
+from sqlqueue_orm.exceptions import ConfigurationError
+from sqlqueue_orm.migration import tsql
 from sqlqueue_orm.queuing import sql
 from sqlqueue_orm.schema import QueueInstaller
+
+MSSQL_URL = "mssql+pyodbc://user:pw@host/db?driver=FreeTDS"  # nothing connects
 
 
 @pytest.fixture(scope="module")
@@ -113,14 +119,6 @@ def test_queue_ddl_before_sql_server_2019_has_no_sequential_key_option():
     ]
 
 
-def test_install_lock_statement():
-    from sqlqueue_orm import schema
-
-    assert "sp_getapplock @Resource = :resource, @LockMode = 'Exclusive', @LockOwner = " in (
-        schema._MSSQL_INSTALL_LOCK
-    )
-
-
 def test_cli_ddl_names_the_queue_in_every_statement():
     out = subprocess.run(
         [sys.executable, "-m", "sqlqueue_orm.cli", "ddl", "--dialect", "mssql", "o'rders@[sa les]"],
@@ -140,3 +138,136 @@ def test_cli_ddl_names_the_queue_in_every_statement():
         "INCLUDE ([Id], [RowVersion]) WHERE [Expires] IS NOT NULL"
     )
     assert all("[sa les].[o'rders]" in statement for statement in statements)
+
+
+# -- the NServiceBus 8+ heap layout -----------------------------------------------------------
+def test_queue_ddl_heap_layout_is_nservicebus_8s():
+    # CreateQueueText, src/NServiceBus.Transport.SqlServer/Queuing/SqlServerConstants.cs
+    # (Particular/NServiceBus.SqlServer 214c4e8f): a heap, then
+    # "CREATE NONCLUSTERED INDEX Index_RowVersion ON {0} ([RowVersion] ASC)" and Index_Expires.
+    installer = QueueInstaller(QueueSettings(sql_server_layout="heap"))
+    for version in (None, 2017):
+        statements = installer.ddl(QueueAddress("orders", "sales"), ddl_dialect("mssql", version))
+        assert statements == [
+            CREATE_TABLE,
+            "CREATE NONCLUSTERED INDEX [Index_RowVersion] ON [sales].[orders] ([RowVersion])",
+            EXPIRES_INDEX,
+        ]
+    # The layout is SQL Server's alone: the PostgreSQL DDL is the same either way.
+    postgresql = ddl_dialect("postgresql")
+    assert installer.ddl(QueueAddress("orders"), postgresql) == QueueInstaller().ddl(
+        QueueAddress("orders"), postgresql
+    )
+
+
+@pytest.mark.parametrize("bad", ["HEAP", "nonclustered", "", None])
+def test_unknown_sql_server_layout_is_refused_by_name(bad):
+    with pytest.raises(ConfigurationError, match=repr(bad).replace("(", r"\(")):
+        QueueSettings(sql_server_layout=bad)
+
+
+def test_cli_ddl_heap_layout():
+    out = subprocess.run(
+        [
+            *(sys.executable, "-m", "sqlqueue_orm.cli", "ddl", "--dialect", "mssql"),
+            *("--sql-server-layout", "heap", "orders@[sales]"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert (
+        "\nCREATE NONCLUSTERED INDEX [Index_RowVersion] ON [sales].[orders] ([RowVersion])\n"
+        in (out)
+    )
+    assert "CLUSTERED INDEX [Index_RowVersion]" not in out.replace("NONCLUSTERED", "")
+
+
+# -- the installer's applock --------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("catalog", "schema_name", "table", "resource"),
+    [
+        # '{0}_lock' with {0} = CanonicalQueueAddress.QualifiedTableName (SqlServerConstants.cs,
+        # CanonicalQueueAddress.cs, SqlServerNameHelper.Quote; NServiceBus.SqlServer 214c4e8f).
+        ("nservicebus", "dbo", "Samples.Sales", "[nservicebus].[dbo].[Samples.Sales]_lock"),
+        ("my]db", "sa]les", "q]", "[my]]db].[sa]]les].[q]]]_lock"),
+    ],
+)
+def test_install_lock_resource_is_nservicebus_installers(catalog, schema_name, table, resource):
+    assert schema.mssql_lock_resource(catalog, schema_name, table) == resource
+
+
+def test_install_lock_statement():
+    assert schema._MSSQL_INSTALL_LOCK == (
+        "DECLARE @status int, @resource nvarchar(255) = CAST(:resource AS varchar(8000)); "
+        "EXEC @status = sp_getapplock @Resource = @resource, @LockMode = 'Exclusive', "
+        "@LockOwner = 'Transaction', @LockTimeout = 60000; SELECT @status"
+    )
+    assert schema._MSSQL_CATALOG_AND_SCHEMA == "SELECT DB_NAME(), SCHEMA_NAME()"
+
+
+# -- the migration's heap path (0004) ------------------------------------------------------------
+ADDRESS = QueueAddress("orders", "sales")
+NEW_CLUSTERED = "CREATE CLUSTERED INDEX [Index_RowVersion] ON [sales].[orders] ([RowVersion])"
+KEPT = "a heap (the NServiceBus 8+ layout); kept, Index_RowVersion nonclustered"
+
+
+def _lines(batch: str) -> list[str]:
+    return [line.strip() for line in batch.splitlines()]
+
+
+def test_migration_keeps_a_heap_unless_asked():
+    lines = _lines(tsql.table_batch("0004_rowversion_layout", "upgrade", ADDRESS))
+    # The only clustered builds left rebuild an Index_RowVersion that already is clustered
+    # (on the wrong key): never a heap.
+    clustered = [line for line in lines if line.startswith("CREATE CLUSTERED INDEX")]
+    assert clustered == [
+        f"{NEW_CLUSTERED} WITH (DROP_EXISTING = ON, ONLINE = ON);",
+        f"{NEW_CLUSTERED} WITH (DROP_EXISTING = ON);",
+    ]
+    guard = lines[lines.index(clustered[0]) - 4]
+    assert "i.type = 1 AND NOT" in guard
+    # A heap with no Index_RowVersion gets a nonclustered one; one with it is left as it is
+    # (rebuilt nonclustered only if its key is wrong); the batch says so each time.
+    assert sum(KEPT in line for line in lines) == 2
+    assert (
+        "CREATE NONCLUSTERED INDEX [Index_RowVersion] ON [sales].[orders] ([RowVersion]) "
+        "WITH (ONLINE = ON);"
+    ) in lines
+    assert (
+        "CREATE NONCLUSTERED INDEX [Index_RowVersion] ON [sales].[orders] ([RowVersion]) "
+        "WITH (DROP_EXISTING = ON, ONLINE = ON);"
+    ) in lines
+
+
+def test_migration_rebuilds_heaps_clustered_when_asked():
+    lines = _lines(
+        tsql.table_batch("0004_rowversion_layout", "upgrade", ADDRESS, cluster_heaps=True)
+    )
+    assert not any(KEPT in line for line in lines)
+    assert f"{NEW_CLUSTERED} WITH (ONLINE = ON);" in lines  # a heap with no Index_RowVersion
+    heap_rebuild = f"{NEW_CLUSTERED} WITH (DROP_EXISTING = ON, ONLINE = ON);"
+    assert lines.count(heap_rebuild) == 2  # the nonclustered one, and a clustered wrong key
+    assert (
+        "-- Index_RowVersion must be the clustered index on (RowVersion): asked to rebuild heaps"
+        in (lines)
+    )
+
+
+def test_sqlqueue_migrate_cluster_heaps_flag_reaches_the_script():
+    def script(*flags: str) -> str:
+        return subprocess.run(
+            [
+                *(sys.executable, "-m", "sqlqueue_orm.cli", "--url", MSSQL_URL, "migrate"),
+                *("--sql", "--queues", "orders@[sales]", "--revision", "0004_rowversion_layout"),
+                *flags,
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+
+    assert KEPT in script()
+    kept_out = script("--cluster-heaps")
+    assert KEPT not in kept_out
+    assert f"{NEW_CLUSTERED} WITH (ONLINE = ON);" in kept_out

@@ -265,7 +265,7 @@ BEGIN
             PRINT N'queue ' + @table + N': renamed index ' + QUOTENAME(@index) + N' to ' + N'[Index_RowVersion]';
         END
     END
-    -- Index_RowVersion must be the clustered index on (RowVersion): a heap is rebuilt clustered
+    -- Index_RowVersion on (RowVersion), clustered unless the table is a heap (the NServiceBus 8+ layout): a heap is kept, its index nonclustered (cluster_heaps rebuilds it)
     IF NOT EXISTS (SELECT 1 FROM sys.indexes AS i WHERE i.object_id = @object_id AND i.name = N'Index_RowVersion')
     BEGIN
         IF EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = @object_id AND type IN (1, 5) AND name <> N'Index_RowVersion')
@@ -284,31 +284,52 @@ BEGIN
         END
         ELSE
         BEGIN
+            PRINT N'queue ' + @table + N': a heap (the NServiceBus 8+ layout); kept, Index_RowVersion nonclustered (rebuild it clustered with cluster_heaps)';
             IF @online = 1
             BEGIN
-                SET @sql = N'CREATE CLUSTERED INDEX [Index_RowVersion] ON ' + @table + N' ([RowVersion]) WITH (ONLINE = ON)';
+                SET @sql = N'CREATE NONCLUSTERED INDEX [Index_RowVersion] ON ' + @table + N' ([RowVersion]) WITH (ONLINE = ON)';
                 EXEC sp_executesql @sql;
             END
             ELSE
             BEGIN
-                SET @sql = N'CREATE CLUSTERED INDEX [Index_RowVersion] ON ' + @table + N' ([RowVersion])';
+                SET @sql = N'CREATE NONCLUSTERED INDEX [Index_RowVersion] ON ' + @table + N' ([RowVersion])';
                 EXEC sp_executesql @sql;
             END
         END
     END
     ELSE
     BEGIN
-        IF EXISTS (SELECT 1 FROM sys.indexes AS i WHERE i.object_id = @object_id AND i.name = N'Index_RowVersion' AND (i.type <> 1 OR NOT (EXISTS (SELECT 1 FROM sys.index_columns AS ic JOIN sys.columns AS c ON c.object_id = ic.object_id AND c.column_id = ic.column_id WHERE ic.object_id = i.object_id AND ic.index_id = i.index_id AND ic.key_ordinal = 1 AND c.name = N'RowVersion') AND NOT EXISTS (SELECT 1 FROM sys.index_columns AS ic WHERE ic.object_id = i.object_id AND ic.index_id = i.index_id AND ic.key_ordinal > 1)))) AND NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = @object_id AND type IN (1, 5) AND name <> N'Index_RowVersion')
+        IF EXISTS (SELECT 1 FROM sys.indexes AS i WHERE i.object_id = @object_id AND i.name = N'Index_RowVersion' AND i.type <> 1) AND NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = @object_id AND type IN (1, 5) AND name <> N'Index_RowVersion')
         BEGIN
-            IF @online = 1
+            PRINT N'queue ' + @table + N': a heap (the NServiceBus 8+ layout); kept, Index_RowVersion nonclustered (rebuild it clustered with cluster_heaps)';
+            IF EXISTS (SELECT 1 FROM sys.indexes AS i WHERE i.object_id = @object_id AND i.name = N'Index_RowVersion' AND NOT (EXISTS (SELECT 1 FROM sys.index_columns AS ic JOIN sys.columns AS c ON c.object_id = ic.object_id AND c.column_id = ic.column_id WHERE ic.object_id = i.object_id AND ic.index_id = i.index_id AND ic.key_ordinal = 1 AND c.name = N'RowVersion') AND NOT EXISTS (SELECT 1 FROM sys.index_columns AS ic WHERE ic.object_id = i.object_id AND ic.index_id = i.index_id AND ic.key_ordinal > 1)))
             BEGIN
-                SET @sql = N'CREATE CLUSTERED INDEX [Index_RowVersion] ON ' + @table + N' ([RowVersion]) WITH (DROP_EXISTING = ON, ONLINE = ON)';
-                EXEC sp_executesql @sql;
+                IF @online = 1
+                BEGIN
+                    SET @sql = N'CREATE NONCLUSTERED INDEX [Index_RowVersion] ON ' + @table + N' ([RowVersion]) WITH (DROP_EXISTING = ON, ONLINE = ON)';
+                    EXEC sp_executesql @sql;
+                END
+                ELSE
+                BEGIN
+                    SET @sql = N'CREATE NONCLUSTERED INDEX [Index_RowVersion] ON ' + @table + N' ([RowVersion]) WITH (DROP_EXISTING = ON)';
+                    EXEC sp_executesql @sql;
+                END
             END
-            ELSE
+        END
+        ELSE
+        BEGIN
+            IF EXISTS (SELECT 1 FROM sys.indexes AS i WHERE i.object_id = @object_id AND i.name = N'Index_RowVersion' AND i.type = 1 AND NOT (EXISTS (SELECT 1 FROM sys.index_columns AS ic JOIN sys.columns AS c ON c.object_id = ic.object_id AND c.column_id = ic.column_id WHERE ic.object_id = i.object_id AND ic.index_id = i.index_id AND ic.key_ordinal = 1 AND c.name = N'RowVersion') AND NOT EXISTS (SELECT 1 FROM sys.index_columns AS ic WHERE ic.object_id = i.object_id AND ic.index_id = i.index_id AND ic.key_ordinal > 1)))
             BEGIN
-                SET @sql = N'CREATE CLUSTERED INDEX [Index_RowVersion] ON ' + @table + N' ([RowVersion]) WITH (DROP_EXISTING = ON)';
-                EXEC sp_executesql @sql;
+                IF @online = 1
+                BEGIN
+                    SET @sql = N'CREATE CLUSTERED INDEX [Index_RowVersion] ON ' + @table + N' ([RowVersion]) WITH (DROP_EXISTING = ON, ONLINE = ON)';
+                    EXEC sp_executesql @sql;
+                END
+                ELSE
+                BEGIN
+                    SET @sql = N'CREATE CLUSTERED INDEX [Index_RowVersion] ON ' + @table + N' ([RowVersion]) WITH (DROP_EXISTING = ON)';
+                    EXEC sp_executesql @sql;
+                END
             END
         END
     END
