@@ -3,12 +3,17 @@ r"""The NServiceBus header wire format: a flat JSON object of strings, ``/`` wri
 .NET's DataContractJsonSerializer (transport 3.x to 7.x) writes ``/`` as ``\\/``, and 8.x keeps
 doing so for compatibility, so we do too. Non-ASCII characters are written as themselves, as both
 .NET serializers do. Reading accepts any valid JSON escaping.
+
+Values may be ``null``: NServiceBus's serializer writes a ``Dictionary<string, string>`` entry
+whose value is null as ``null`` (``NServiceBus.ExceptionInfo.HelpLink`` in most error-queue
+messages). Such values are read as ``None`` and written back as ``null``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import reprlib
 from collections.abc import Mapping
 
 from sqlqueue_orm import exceptions
@@ -31,7 +36,10 @@ FAILED_QUEUE = "NServiceBus.FailedQ"
 TIME_OF_FAILURE = "NServiceBus.TimeOfFailure"
 EXCEPTION_TYPE = "NServiceBus.ExceptionInfo.ExceptionType"
 EXCEPTION_MESSAGE = "NServiceBus.ExceptionInfo.Message"
+EXCEPTION_HELP_LINK = "NServiceBus.ExceptionInfo.HelpLink"
 TIME_TO_BE_RECEIVED = "NServiceBus.TimeToBeReceived"
+
+_JSON_TYPES = {dict: "object", list: "array", int: "number", float: "number", bool: "boolean"}
 
 #: ``yyyy-MM-dd HH:mm:ss:ffffff Z``, NServiceBus's DateTimeExtensions.ToWireFormattedString.
 _WIRE_TIME_FORMAT = "%Y-%m-%d %H:%M:%S:%f Z"
@@ -75,29 +83,71 @@ def format_timespan(seconds: float) -> str:
     return text
 
 
-def serialize(headers: Mapping[str, str]) -> str:
-    """Serialize *headers* to the wire format.
+def serialize(headers: Mapping[str, str | None]) -> str:
+    """Serialize *headers* to the wire format (``None`` values as ``null``).
 
-    :raises InvalidMessage: naming the header whose key or value is not a string.
+    :raises InvalidMessage: naming the header whose key is not a string or whose value is neither
+        a string nor ``None``.
     """
     for key, value in headers.items():
-        if not isinstance(key, str) or not isinstance(value, str):
+        if not isinstance(key, str) or not (value is None or isinstance(value, str)):
             raise exceptions.InvalidMessage(
-                f"header {key!r} has value {value!r}: header keys and values must be strings"
+                f"header {key!r} has value {value!r}: header keys must be strings and values "
+                "strings or None"
             )
     # "/" only ever appears inside JSON strings, so a plain replace is exact (RFC 8259 allows \/).
     return json.dumps(dict(headers), ensure_ascii=False, separators=(",", ":")).replace("/", "\\/")
 
 
-def deserialize(text: str) -> dict[str, str]:
-    """Parse wire-format headers.
+def deserialize(text: str | bytes) -> dict[str, str | None]:
+    """Parse wire-format headers (bytes must be UTF-8).
 
-    :raises ValueError: describing why *text* is not a JSON object of strings.
+    :raises ValueError: describing why *text* is not a JSON object of strings and nulls
+        (:class:`UnicodeDecodeError` and :class:`RecursionError` included; see :func:`decode`
+        for a parse that never raises).
     """
+    if isinstance(text, bytes | bytearray | memoryview):
+        text = bytes(text).decode("utf-8")
     value = json.loads(text)
-    if not isinstance(value, dict):
+    if type(value) is not dict:
         raise ValueError(f"headers are a JSON {type(value).__name__}, not an object")
     for key, item in value.items():
-        if not isinstance(item, str):
-            raise ValueError(f"header {key!r} has a non-string value {item!r}")
+        if item is not None and type(item) is not str:
+            raise ValueError(
+                f"header {reprlib.repr(key)} has a JSON {_JSON_TYPES.get(type(item), 'value')} "
+                "value, not a string or null"
+            )
     return value
+
+
+def decode(raw: object) -> tuple[dict[str, str | None], str | bytes, str | None]:
+    """Parse a queue row's stored headers; never raises, whatever *raw* holds.
+
+    :param raw: the Headers column as the driver returned it: text, or bytes where the receive
+        selects it as a blob so that the driver cannot fail decoding it.
+    :returns: ``(headers, raw_headers, error)``: on success the parsed headers, the text as
+        stored and ``None``; on failure ``{}``, the content unchanged (text, or bytes when it is
+        not valid UTF-8) and a sentence saying why it could not be read.
+    """
+    kept = raw if type(raw) is str or type(raw) is bytes else _keep(raw)
+    if raw is None:
+        return {}, kept, "headers are NULL"
+    try:
+        text = kept.decode("utf-8") if type(kept) is bytes else kept
+    except UnicodeDecodeError as error:
+        return {}, kept, f"headers are not valid UTF-8: {error}"
+    try:
+        return deserialize(text), text, None
+    except RecursionError:
+        return {}, text, "headers are nested too deeply to parse"
+    except Exception as error:  # any reason at all: a row nobody can read must not block its queue
+        return {}, text, f"headers cannot be read: {error}"
+
+
+def _keep(raw: object) -> str | bytes:
+    """*raw* as str or bytes (a driver may hand out a memoryview, or None for NULL)."""
+    if isinstance(raw, str | bytes):
+        return raw
+    if isinstance(raw, bytearray | memoryview):
+        return bytes(raw)
+    return "" if raw is None else str(raw)

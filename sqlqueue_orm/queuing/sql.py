@@ -153,11 +153,15 @@ SQLITE: Final = SqlText(
         f"VALUES (:id, {_SQLITE_EXPIRES}, :headers, :body)"
     ),
     # SQLite serializes writers, so the oldest rows are never held by another receiver.
+    # Headers come back as a BLOB and are decoded in Python: SQLite stores whatever bytes it is
+    # given in a TEXT column, and the sqlite3 driver fails the whole fetch ("Could not decode to
+    # UTF-8 column") on a value that is not UTF-8, which would block the queue behind that row.
     receive=(
         'DELETE FROM {table} WHERE "RowVersion" IN ('
         'SELECT "RowVersion" FROM {table} ORDER BY "RowVersion" LIMIT :n) '
         'RETURNING "Id", "RowVersion", '
-        f'("Expires" IS NOT NULL AND "Expires" <= {_SQLITE_NOW}), "Headers", "Body"'
+        f'("Expires" IS NOT NULL AND "Expires" <= {_SQLITE_NOW}), '
+        'CAST("Headers" AS BLOB), "Body"'
     ),
     peek='SELECT COALESCE(MAX("RowVersion") - MIN("RowVersion") + 1, 0) FROM {table}',
     purge_expired=(
