@@ -39,7 +39,15 @@ EXCEPTION_MESSAGE = "NServiceBus.ExceptionInfo.Message"
 EXCEPTION_HELP_LINK = "NServiceBus.ExceptionInfo.HelpLink"
 TIME_TO_BE_RECEIVED = "NServiceBus.TimeToBeReceived"
 
-_JSON_TYPES = {dict: "object", list: "array", int: "number", float: "number", bool: "boolean"}
+_JSON_TYPES = {
+    dict: "object",
+    list: "array",
+    str: "string",
+    int: "number",
+    float: "number",
+    bool: "boolean",
+    type(None): "null",
+}
 
 #: ``yyyy-MM-dd HH:mm:ss:ffffff Z``, NServiceBus's DateTimeExtensions.ToWireFormattedString.
 _WIRE_TIME_FORMAT = "%Y-%m-%d %H:%M:%S:%f Z"
@@ -103,21 +111,41 @@ def deserialize(text: str | bytes) -> dict[str, str | None]:
     """Parse wire-format headers (bytes must be UTF-8).
 
     :raises ValueError: describing why *text* is not a JSON object of strings and nulls
-        (:class:`UnicodeDecodeError` and :class:`RecursionError` included; see :func:`decode`
-        for a parse that never raises).
+        (:class:`UnicodeDecodeError` included).
+    :raises RecursionError: when *text* nests deeper than the parser can follow. See
+        :func:`decode` for a parse that never raises.
     """
     if isinstance(text, bytes | bytearray | memoryview):
         text = bytes(text).decode("utf-8")
     value = json.loads(text)
     if type(value) is not dict:
-        raise ValueError(f"headers are a JSON {type(value).__name__}, not an object")
+        raise ValueError(f"headers are a JSON {_json_type(value)}, not an object")
     for key, item in value.items():
         if item is not None and type(item) is not str:
             raise ValueError(
-                f"header {reprlib.repr(key)} has a JSON {_JSON_TYPES.get(type(item), 'value')} "
-                "value, not a string or null"
+                f"header {reprlib.repr(key)} has a JSON {_json_type(item)} value, "
+                "not a string or null"
             )
+    if "\\u" in text:  # only a \u escape can give an unpaired surrogate
+        _refuse_unpaired_surrogates(value)
     return value
+
+
+def _json_type(value: object) -> str:
+    return _JSON_TYPES.get(type(value), type(value).__name__)
+
+
+def _refuse_unpaired_surrogates(values: Mapping[str, str | None]) -> None:
+    """Refuse an escaped surrogate without its pair: no valid text can hold it, nor send it on."""
+    for key, item in values.items():
+        for part in (key, item):
+            if part is not None and not part.isascii():
+                try:
+                    part.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise ValueError(
+                        f"header {reprlib.repr(key)} holds an unpaired UTF-16 surrogate"
+                    ) from None
 
 
 def decode(raw: object) -> tuple[dict[str, str | None], str | bytes, str | None]:

@@ -109,12 +109,13 @@ def test_postgresql_text_cannot_hold_invalid_utf8(database):
     ("raw", "why"),
     [
         ("{broken", "cannot be read"),
-        ("[1,2]", "JSON list"),
-        ("null", "JSON NoneType"),
+        ("[1,2]", "JSON array"),
+        ("null", "JSON null"),
         ('{"a":{"b":"c"}}', "JSON object"),
         ('{"n":' + "9" * 5000 + "}", "cannot be read"),
+        ('{"NServiceBus.ExceptionInfo.Message":"cut \\ud83d"}', "unpaired UTF-16 surrogate"),
     ],
-    ids=["not-json", "array", "null", "nested-value", "huge-number"],
+    ids=["not-json", "array", "null", "nested-value", "huge-number", "unpaired-surrogate"],
 )
 def test_headers_that_are_not_an_object_of_strings_do_not_block(database, raw, why):
     transport = database.transport()
