@@ -148,11 +148,14 @@ def _refuse_unpaired_surrogates(values: Mapping[str, str | None]) -> None:
                     ) from None
 
 
-def decode(raw: object) -> tuple[dict[str, str | None], str | bytes, str | None]:
+def decode(
+    raw: object, encoding: str = "utf-8"
+) -> tuple[dict[str, str | None], str | bytes, str | None]:
     """Parse a queue row's stored headers; never raises, whatever *raw* holds.
 
     :param raw: the Headers column as the driver returned it: text, or bytes where the receive
         selects it as a blob so that the driver cannot fail decoding it.
+    :param encoding: how bytes are encoded (UTF-16LE from SQL Server's nvarchar).
     :returns: ``(headers, raw_headers, error)``: on success the parsed headers, the text as
         stored and ``None``; on failure ``{}``, the content unchanged (text, or bytes when it is
         not valid UTF-8) and a sentence saying why it could not be read.
@@ -161,9 +164,10 @@ def decode(raw: object) -> tuple[dict[str, str | None], str | bytes, str | None]
     if raw is None:
         return {}, kept, "headers are NULL"
     try:
-        text = kept.decode("utf-8") if type(kept) is bytes else kept
+        text = kept.decode(encoding) if type(kept) is bytes else kept
     except UnicodeDecodeError as error:
-        return {}, kept, f"headers are not valid UTF-8: {error}"
+        name = encoding.upper().replace("-LE", "")
+        return {}, kept, f"headers are not valid {name}: {error}"
     try:
         return deserialize(text), text, None
     except RecursionError:

@@ -166,11 +166,12 @@ class IncomingMessage:
         body: bytes | None,
         expired: bool,
         queue: str = "",
+        headers_encoding: str = "utf-8",
     ) -> IncomingMessage:
         """Build a message from a received row, flagging headers that cannot be read.
 
-        :param raw_headers: the Headers column as the driver returned it (text or bytes); never
-            raises because of it.
+        :param raw_headers: the Headers column as the driver returned it (text, or bytes in
+            *headers_encoding*); never raises because of it.
         """
-        parsed, kept, error = headers.decode(raw_headers)
+        parsed, kept, error = headers.decode(raw_headers, headers_encoding)
         return cls(native_id, row_version, parsed, body, expired, kept, error, queue)

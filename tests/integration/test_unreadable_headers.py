@@ -16,6 +16,7 @@ import pytest
 import sqlalchemy as sa
 
 from sqlqueue_orm import OutgoingMessage, UnitOfWork, headers, queue_model
+from sqlqueue_orm.models import queue_table
 from sqlqueue_orm.sending.outbox import Outbox
 from tests.conftest import only
 
@@ -26,8 +27,8 @@ def insert_raw(database, queue, raw_headers, body=b"hostile"):
     """Insert a row whose Headers hold *raw_headers* exactly (bytes: stored as TEXT, unchecked)."""
     model = queue_model(queue)
     value = raw_headers
-    if isinstance(raw_headers, bytes):  # SQLite keeps any bytes in a TEXT column
-        value = sa.cast(sa.literal(raw_headers, sa.LargeBinary()), sa.Text())
+    if isinstance(raw_headers, bytes):  # cast unchecked: SQLite TEXT, SQL Server nvarchar
+        value = sa.cast(sa.literal(raw_headers, sa.LargeBinary()), queue_table.HEADERS_TYPE)
     with database.engine.begin() as connection:
         connection.execute(
             sa.insert(model).values(id=uuid.uuid4(), recoverable=True, headers=value, body=body)
@@ -88,12 +89,16 @@ def test_deeply_nested_object_value_does_not_block(database, path):
 
 @only("sqlite", "mssql")
 @pytest.mark.parametrize("path", PATHS)
-def test_headers_that_are_not_utf8_do_not_block(database, path):
+def test_headers_the_driver_cannot_decode_do_not_block(database, path):
     transport = database.transport()
-    transport.create_queue("latin1")
-    raw = '{"NServiceBus.MessageId":"caf\xe9"}'.encode("latin-1")
-    insert_raw(database, "latin1", raw)
-    assert_hostile_then_good(database, transport, "latin1", raw, "not valid UTF-8", path)
+    transport.create_queue("undecodable")
+    if database.dialect == "sqlite":  # Latin-1 bytes in a TEXT column
+        raw, why = '{"NServiceBus.MessageId":"caf\xe9"}'.encode("latin-1"), "not valid UTF-8"
+    else:  # an unpaired surrogate in nvarchar (UTF-16LE code units)
+        raw = '{"a":"'.encode("utf-16-le") + b"\x00\xd8" + '"}'.encode("utf-16-le")
+        why = "not valid UTF-16"
+    insert_raw(database, "undecodable", raw)
+    assert_hostile_then_good(database, transport, "undecodable", raw, why, path)
 
 
 @only("postgresql")

@@ -143,3 +143,17 @@ def test_time_format():
 )
 def test_timespan_format(seconds, text):
     assert headers.format_timespan(seconds) == text
+
+
+def test_decode_reads_sql_server_utf16_bytes():
+    # SQL Server's receive hands Headers out as the nvarchar's UTF-16LE bytes.
+    text = DOTNET_SERIALIZED[3][0]
+    assert headers.decode(text.encode("utf-16-le"), "utf-16-le") == (
+        DOTNET_SERIALIZED[3][1],
+        text,
+        None,
+    )
+    unpaired = '{"a":"'.encode("utf-16-le") + b"\x00\xd8" + '"}'.encode("utf-16-le")
+    values, kept, error = headers.decode(unpaired, "utf-16-le")
+    assert values == {} and kept == unpaired
+    assert error is not None and error.startswith("headers are not valid UTF-16:")
