@@ -15,6 +15,7 @@ import datetime as dt
 import json
 import reprlib
 from collections.abc import Mapping
+from typing import Any
 
 from sqlqueue_orm import exceptions
 
@@ -115,19 +116,30 @@ def deserialize(text: str | bytes) -> dict[str, str | None]:
     :raises RecursionError: when *text* nests deeper than the parser can follow. See
         :func:`decode` for a parse that never raises.
     """
-    if isinstance(text, bytes | bytearray | memoryview):
+    if not isinstance(text, str):
         text = bytes(text).decode("utf-8")
-    value = json.loads(text)
+    return _checked(json.loads(text), text)
+
+
+def _checked(value: Any, text: str) -> dict[str, str | None]:
+    """*value* (parsed from *text*) if it is an object of strings and nulls; else ValueError."""
     if type(value) is not dict:
         raise ValueError(f"headers are a JSON {_json_type(value)}, not an object")
-    for key, item in value.items():
-        if item is not None and type(item) is not str:
+    for item in value.values():
+        if type(item) is not str and item is not None:
+            key = next(key for key, found in value.items() if found is item)
             raise ValueError(
                 f"header {reprlib.repr(key)} has a JSON {_json_type(item)} value, "
                 "not a string or null"
             )
-    if "\\u" in text:  # only a \u escape can give an unpaired surrogate
-        _refuse_unpaired_surrogates(value)
+    # Only a \u escape can give an unpaired surrogate. Walk the escapes (text is valid JSON, so
+    # each backslash starts one): a few hundred ns cheaper than `"\\u" in text`.
+    escape = text.find("\\")
+    while escape >= 0:
+        if text[escape + 1] == "u":
+            _refuse_unpaired_surrogates(value)
+            break
+        escape = text.find("\\", escape + 2)
     return value
 
 
@@ -157,19 +169,22 @@ def decode(
         selects it as a blob so that the driver cannot fail decoding it.
     :param encoding: how bytes are encoded (UTF-16LE from SQL Server's nvarchar).
     :returns: ``(headers, raw_headers, error)``: on success the parsed headers, the text as
-        stored and ``None``; on failure ``{}``, the content unchanged (text, or bytes when it is
-        not valid UTF-8) and a sentence saying why it could not be read.
+        stored and ``None``; on failure ``{}``, the content unchanged (text, or bytes when they
+        are not valid in *encoding*) and a sentence saying why it could not be read.
     """
-    kept = raw if type(raw) is str or type(raw) is bytes else _keep(raw)
-    if raw is None:
-        return {}, kept, "headers are NULL"
+    if type(raw) is str:  # PostgreSQL hands out text; SQLite and SQL Server bytes
+        text = raw
+    else:
+        kept = raw if type(raw) is bytes else _keep(raw)
+        if raw is None:
+            return {}, kept, "headers are NULL"
+        try:
+            text = kept.decode(encoding) if isinstance(kept, bytes) else kept
+        except UnicodeDecodeError as error:
+            name = encoding.upper().replace("-LE", "")
+            return {}, kept, f"headers are not valid {name}: {error}"
     try:
-        text = kept.decode(encoding) if type(kept) is bytes else kept
-    except UnicodeDecodeError as error:
-        name = encoding.upper().replace("-LE", "")
-        return {}, kept, f"headers are not valid {name}: {error}"
-    try:
-        return deserialize(text), text, None
+        return _checked(json.loads(text), text), text, None
     except RecursionError:
         return {}, text, "headers are nested too deeply to parse"
     except Exception as error:  # any reason at all: a row nobody can read must not block its queue
