@@ -9,7 +9,11 @@ when the engine has cursor listeners).
 
 from __future__ import annotations
 
+import base64
 import json
+import os
+import subprocess
+import sys
 import uuid
 
 import pytest
@@ -228,3 +232,25 @@ def test_null_header_values_survive_a_unit_of_work(database, mode):
     assert forwarded.headers_error is None
     assert forwarded.headers[headers.EXCEPTION_HELP_LINK] is None
     assert forwarded.headers == message.headers
+
+
+@only("sqlite")
+def test_cli_receive_json_prints_undecodable_headers_as_base64(database):
+    transport = database.transport()
+    transport.create_queue("cli")
+    raw = b'{"a":"caf\xe9"}'
+    insert_raw(database, "cli", raw)
+    insert_raw(database, "cli", "[" * 100_000)
+    done = subprocess.run(
+        [sys.executable, "-m", "sqlqueue_orm.cli", "receive", "cli", "--count", "5", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "SQLQUEUE_URL": database.url},
+        timeout=120,
+    )
+    first, second = (json.loads(line) for line in done.stdout.splitlines())
+    assert first["headers"] is None and base64.b64decode(first["headers_base64"]) == raw
+    assert "not valid UTF-8" in first["headers_error"]
+    assert second["headers"] == "[" * 100_000 and "nested too deeply" in second["headers_error"]
+    assert transport.peek("cli") == 0
