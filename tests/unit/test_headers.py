@@ -157,3 +157,14 @@ def test_decode_reads_sql_server_utf16_bytes():
     values, kept, error = headers.decode(unpaired, "utf-16-le")
     assert values == {} and kept == unpaired
     assert error is not None and error.startswith("headers are not valid UTF-16:")
+
+
+@given(st.binary() | st.text() | st.recursive(st.none() | st.text(), st.lists))
+def test_decode_never_raises_whatever_the_column_holds(raw):
+    if isinstance(raw, list):
+        raw = json.dumps(raw)
+    values, kept, error = headers.decode(raw)
+    if error is not None:
+        assert values == {}
+        assert kept == (raw if raw is not None else "") or kept == raw.decode("utf-8")
+    headers.decode(raw, "utf-16-le")
