@@ -8,6 +8,7 @@ Feature areas add their own sub-commands through a ``register(subparsers)`` func
 from __future__ import annotations
 
 import argparse
+import base64
 import importlib
 import json
 import logging
@@ -96,7 +97,7 @@ def _cmd_receive(args: argparse.Namespace) -> int:
         messages = transport.receive(args.queue, max_messages=args.count)
     for message in messages:
         if args.json:
-            record = {
+            record: dict[str, object] = {
                 "id": str(message.id),
                 "message_id": message.message_id,
                 "headers": message.headers
@@ -107,6 +108,9 @@ def _cmd_receive(args: argparse.Namespace) -> int:
             }
             if message.headers_error is not None:
                 record["headers_error"] = message.headers_error
+                if isinstance(message.raw_headers, bytes):  # not UTF-8: JSON cannot hold them
+                    record["headers"] = None
+                    record["headers_base64"] = base64.b64encode(message.raw_headers).decode()
             print(json.dumps(record, ensure_ascii=False))
         else:
             state = " (expired)" if message.expired else ""

@@ -47,14 +47,14 @@ class OutgoingMessage:
 
     :param body: bytes as they are, ``str`` as UTF-8, a pydantic model as JSON (which also sets
         ``NServiceBus.ContentType`` and ``NServiceBus.EnclosedMessageTypes``), or ``None``.
-    :param headers: extra headers, strings to strings.
+    :param headers: extra headers, strings to strings (``None`` is sent as JSON ``null``).
     :param message_id: ``NServiceBus.MessageId``; a new GUID unless given here or in *headers*.
     :param time_to_be_received: seconds or a timedelta; the message expires that long after the
         database receives the send (TTBR, measured by the database's clock).
     """
 
     body: bytes | str | pydantic.BaseModel | None = None
-    headers: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    headers: Mapping[str, str | None] = dataclasses.field(default_factory=dict)
     message_id: str | None = None
     time_to_be_received: dt.timedelta | float | None = None
     id: uuid.UUID = dataclasses.field(default_factory=uuid.uuid4)
@@ -121,17 +121,19 @@ class IncomingMessage:
     """A message taken off a queue.
 
     ``expired`` is true when its TTBR had passed: the row is gone from the queue all the same, and
-    a handler should discard it. ``headers_error`` is set (and ``headers`` empty) when the stored
-    headers are not a JSON object of strings; ``raw_headers`` always holds them as stored, so a
-    poison message can be moved to an error queue unchanged.
+    a handler should discard it. A header whose stored value is JSON ``null`` (as .NET writes
+    them) is ``None`` in ``headers``. ``headers_error`` is set (and ``headers`` empty) when the
+    stored headers cannot be read for any reason (not JSON, not an object of strings and nulls,
+    nested too deeply, not valid UTF-8); ``raw_headers`` always holds them as stored (text, or
+    bytes when they are not valid UTF-8), so a poison message can be moved on unchanged.
     """
 
     id: uuid.UUID
     row_version: int
-    headers: dict[str, str]
+    headers: dict[str, str | None]
     body: bytes | None
     expired: bool
-    raw_headers: str
+    raw_headers: str | bytes
     headers_error: str | None = None
     queue: str = ""
 
@@ -160,15 +162,16 @@ class IncomingMessage:
         cls,
         native_id: uuid.UUID,
         row_version: int,
-        raw_headers: str,
+        raw_headers: object,
         body: bytes | None,
         expired: bool,
         queue: str = "",
+        headers_encoding: str = "utf-8",
     ) -> IncomingMessage:
-        """Build a message from a received row, flagging headers that cannot be parsed."""
-        try:
-            parsed = headers.deserialize(raw_headers)
-            error = None
-        except ValueError as exc:
-            parsed, error = {}, str(exc)
-        return cls(native_id, row_version, parsed, body, expired, raw_headers, error, queue)
+        """Build a message from a received row, flagging headers that cannot be read.
+
+        :param raw_headers: the Headers column as the driver returned it (text, or bytes in
+            *headers_encoding*); never raises because of it.
+        """
+        parsed, kept, error = headers.decode(raw_headers, headers_encoding)
+        return cls(native_id, row_version, parsed, body, expired, kept, error, queue)

@@ -38,6 +38,8 @@ class SqlText:
     purge_expired_without_row_locks: str | None = None
     #: How native ids go to and come back from the driver.
     id_to_driver: Callable[[uuid.UUID], Any] = str
+    #: How the receive's Headers column is encoded when it comes back as bytes.
+    headers_encoding: str = "utf-8"
     # Max rows one receive may ask for (SQL Server: TOP takes a bigint; keep batches sane).
     max_batch: int = 10_000
 
@@ -59,6 +61,11 @@ MSSQL: Final = SqlText(
         "INSERT INTO {table} ([Id], [Expires], [Headers], [Body]) "
         f"VALUES (:id, {_MSSQL_EXPIRES}, :headers, :body)"
     ),
+    # Headers come back as their UTF-16LE bytes, decoded in Python (headers_encoding): nvarchar
+    # holds any UTF-16 code units, an unpaired surrogate too, and pyodbc's strict decoding would
+    # fail the whole fetch on one, blocking the queue behind that row. (NServiceBus reads
+    # deleted.Headers as it is; .NET strings take unpaired surrogates.) The inner CAST reads a
+    # legacy varchar column as Unicode first.
     receive=(
         "WITH message AS (SELECT TOP(:n) * FROM {table} WITH (UPDLOCK, READPAST, ROWLOCK) "
         "ORDER BY [RowVersion]) "
@@ -66,7 +73,7 @@ MSSQL: Final = SqlText(
         "OUTPUT deleted.[Id], deleted.[RowVersion], "
         "CASE WHEN deleted.[Expires] IS NULL THEN 0 "
         "WHEN deleted.[Expires] > GETUTCDATE() THEN 0 ELSE 1 END, "
-        "deleted.[Headers], deleted.[Body];"
+        "CAST(CAST(deleted.[Headers] AS nvarchar(max)) AS varbinary(max)), deleted.[Body];"
     ),
     # READCOMMITTEDLOCK: READPAST needs locking reads, which RCSI (Azure SQL's default) turns off.
     peek=(
@@ -82,9 +89,13 @@ MSSQL: Final = SqlText(
     ),
     purge_all="DELETE FROM {table};",
     id_to_driver=str,
+    headers_encoding="utf-16-le",
 )
 
 _PG_NOW = "timezone('UTC', clock_timestamp())"
+# Headers are read as text: in a UTF8 database every text value is valid UTF-8 (the server
+# refuses anything else on the way in), so psycopg cannot fail decoding one. A SQL_ASCII database
+# would make psycopg return bytes, but SQLAlchemy's psycopg dialect cannot run on one at all.
 _PG_RETURNING = (
     'RETURNING "Id", "RowVersion", '
     f'("Expires" IS NOT NULL AND "Expires" <= {_PG_NOW}) AS expired, "Headers", "Body"'
@@ -153,11 +164,15 @@ SQLITE: Final = SqlText(
         f"VALUES (:id, {_SQLITE_EXPIRES}, :headers, :body)"
     ),
     # SQLite serializes writers, so the oldest rows are never held by another receiver.
+    # Headers come back as a BLOB and are decoded in Python: SQLite stores whatever bytes it is
+    # given in a TEXT column, and the sqlite3 driver fails the whole fetch ("Could not decode to
+    # UTF-8 column") on a value that is not UTF-8, which would block the queue behind that row.
     receive=(
         'DELETE FROM {table} WHERE "RowVersion" IN ('
         'SELECT "RowVersion" FROM {table} ORDER BY "RowVersion" LIMIT :n) '
         'RETURNING "Id", "RowVersion", '
-        f'("Expires" IS NOT NULL AND "Expires" <= {_SQLITE_NOW}), "Headers", "Body"'
+        f'("Expires" IS NOT NULL AND "Expires" <= {_SQLITE_NOW}), '
+        'CAST("Headers" AS BLOB), "Body"'
     ),
     peek='SELECT COALESCE(MAX("RowVersion") - MIN("RowVersion") + 1, 0) FROM {table}',
     purge_expired=(

@@ -222,9 +222,11 @@ class TableQueue:
         if len(rows) > 1:
             rows = list(rows)
             rows.sort(key=lambda row: row[1])  # OUTPUT/RETURNING order is not guaranteed
+        encoding, queue = self._text.headers_encoding, self.name
         messages = [
             IncomingMessage.from_row(
-                _to_uuid(row[0]), int(row[1]), row[3], _to_bytes(row[4]), bool(row[2]), self.name
+                _to_uuid(row[0]), int(row[1]), row[3], _to_bytes(row[4]), bool(row[2]), queue,
+                encoding,
             )
             for row in rows
         ]

@@ -108,7 +108,7 @@ class OutboxOperation:
     """One message stored in an outbox record, waiting to be sent to its destination."""
 
     message_id: str
-    headers: dict[str, str]
+    headers: dict[str, str | None]
     body: bytes | None
     options: dict[str, str]
 
@@ -163,11 +163,18 @@ class OutboxOperation:
         if not isinstance(message_id, str) or not message_id:
             raise ValueError(f"operation MessageId {message_id!r} is not a non-empty string")
         options, message_headers = data.get("Options") or {}, data.get("Headers") or {}
-        for what, value in (("Options", options), ("Headers", message_headers)):
-            if not isinstance(value, dict) or not all(
-                isinstance(key, str) and isinstance(item, str) for key, item in value.items()
-            ):
-                raise ValueError(f"operation {message_id}: {what} is not an object of strings")
+        if not isinstance(options, dict) or not all(
+            isinstance(key, str) and isinstance(item, str) for key, item in options.items()
+        ):
+            raise ValueError(f"operation {message_id}: Options is not an object of strings")
+        # Header values may be null, as NServiceBus's Dictionary<string, string> writes them.
+        if not isinstance(message_headers, dict) or not all(
+            isinstance(key, str) and (item is None or isinstance(item, str))
+            for key, item in message_headers.items()
+        ):
+            raise ValueError(
+                f"operation {message_id}: Headers is not an object of strings and nulls"
+            )
         destination = options.get(DESTINATION)
         if not destination:
             raise ValueError(

@@ -35,10 +35,98 @@ def test_non_string_values_are_refused_naming_the_header():
         headers.serialize({"n": 1})  # type: ignore[dict-item]
 
 
-@pytest.mark.parametrize("bad", ["[]", '{"a": 1}', '{"a": null}'])
-def test_deserialize_rejects_what_is_not_an_object_of_strings(bad):
+@pytest.mark.parametrize("bad", ["[]", "null", '{"a": 1}', '{"a": {}}', '{"a": [null]}'])
+def test_deserialize_rejects_what_is_not_an_object_of_strings_and_nulls(bad):
     with pytest.raises(ValueError):
         headers.deserialize(bad)
+
+
+# What NServiceBus's DictionarySerializer writes, from the approved outputs of its
+# DictionarySerializerTests (Particular/NServiceBus.SqlServer, commit 214c4e8f,
+# src/NServiceBus.Transport.SqlServer.UnitTests/ApprovalFiles/DictionarySerializerTests.*).
+DOTNET_SERIALIZED = [
+    (
+        '{"key1":"value1","key2":"value2","keyWithNull":null,"keyWithEmpty":""}',
+        {"key1": "value1", "key2": "value2", "keyWithNull": None, "keyWithEmpty": ""},
+    ),
+    ("{}", {}),
+    (
+        '{"key\\/with\\/slashes":"value\\/with\\/slashes",'
+        '"key\\\\with\\\\backslashes":"value\\\\with\\\\backslashes",'
+        '"key\\"with\\"quotes":"value\\"with\\"quotes","key<with>angle":"value<with>angle",'
+        '"key&with&ampersand":"value&with&ampersand","key{with}braces":"value{with}braces"}',
+        {
+            "key/with/slashes": "value/with/slashes",
+            "key\\with\\backslashes": "value\\with\\backslashes",
+            'key"with"quotes': 'value"with"quotes',
+            "key<with>angle": "value<with>angle",
+            "key&with&ampersand": "value&with&ampersand",
+            "key{with}braces": "value{with}braces",
+        },
+    ),
+    (
+        '{"ümlaut":"äöü","emoji":"\\uD83D\\uDE80","japanese":"こんにちは","arabic":"مرحبا",'
+        '"newline":"line1\\r\\nline2","tab":"value\\twith\\ttabs"}',
+        {
+            "ümlaut": "äöü",
+            "emoji": "🚀",
+            "japanese": "こんにちは",
+            "arabic": "مرحبا",
+            "newline": "line1\r\nline2",
+            "tab": "value\twith\ttabs",
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), DOTNET_SERIALIZED)
+def test_reads_everything_the_dotnet_serializer_writes(text, expected):
+    assert headers.deserialize(text) == expected
+    assert headers.decode(text) == (expected, text, None)
+    assert headers.decode(text.encode("utf-8")) == (expected, text, None)
+
+
+def test_null_values_are_written_as_dotnet_writes_them():
+    values = {"key1": "value1", "key2": "value2", "keyWithNull": None, "keyWithEmpty": ""}
+    assert headers.serialize(values) == DOTNET_SERIALIZED[0][0]
+
+
+@given(st.dictionaries(st.text(), st.none() | st.text()))
+def test_round_trip_with_nulls(values):
+    assert headers.deserialize(headers.serialize(values)) == values
+
+
+HOSTILE = [
+    ("[" * 100_000, "nested too deeply"),
+    ('{"a":' * 100_000, "nested too deeply"),
+    (b'{"a":"\xff\xfe"}', "not valid UTF-8"),
+    (b"\xc3", "not valid UTF-8"),
+    ("", "cannot be read"),
+    ("{broken", "cannot be read"),
+    ("[1, 2]", "JSON array"),
+    ("null", "JSON null"),
+    ('"text"', "JSON string"),
+    ('{"a": 1}', "JSON number"),
+    ('{"a": {"b": "c"}}', "JSON object"),
+    ('{"a": NaN}', "JSON number"),
+    ('{"a": ' + "1" * 5000 + "}", "cannot be read"),
+    ("\ufeff{}", "cannot be read"),
+    ('{"a":"\\udc80"}', "unpaired UTF-16 surrogate"),
+    ('{"\\ud83d":"b"}', "unpaired UTF-16 surrogate"),
+    (None, "NULL"),
+]
+
+
+@pytest.mark.parametrize(("raw", "why"), HOSTILE, ids=lambda value: repr(value)[:20])
+def test_decode_never_raises_and_keeps_the_raw_content(raw, why):
+    values, kept, error = headers.decode(raw)
+    assert values == {}
+    assert error is not None and why in error
+    assert len(error) < 300  # a sentence, not the hostile content echoed back
+    if isinstance(raw, bytes):
+        assert kept == raw  # not UTF-8: the bytes, unchanged
+    else:
+        assert kept == (raw if raw is not None else "")
 
 
 def test_time_format():
@@ -55,3 +143,28 @@ def test_time_format():
 )
 def test_timespan_format(seconds, text):
     assert headers.format_timespan(seconds) == text
+
+
+def test_decode_reads_sql_server_utf16_bytes():
+    # SQL Server's receive hands Headers out as the nvarchar's UTF-16LE bytes.
+    text = DOTNET_SERIALIZED[3][0]
+    assert headers.decode(text.encode("utf-16-le"), "utf-16-le") == (
+        DOTNET_SERIALIZED[3][1],
+        text,
+        None,
+    )
+    unpaired = '{"a":"'.encode("utf-16-le") + b"\x00\xd8" + '"}'.encode("utf-16-le")
+    values, kept, error = headers.decode(unpaired, "utf-16-le")
+    assert values == {} and kept == unpaired
+    assert error is not None and error.startswith("headers are not valid UTF-16:")
+
+
+@given(st.binary() | st.text() | st.recursive(st.none() | st.text(), st.lists))
+def test_decode_never_raises_whatever_the_column_holds(raw):
+    if isinstance(raw, list):
+        raw = json.dumps(raw)
+    values, kept, error = headers.decode(raw)
+    if error is not None:
+        assert values == {}
+        assert kept == (raw if raw is not None else "") or kept == raw.decode("utf-8")
+    headers.decode(raw, "utf-16-le")

@@ -48,7 +48,8 @@ GOLDEN = {
         f"WITH message AS (SELECT TOP(?) * FROM {TABLE} WITH (UPDLOCK, READPAST, ROWLOCK) "
         "ORDER BY [RowVersion]) DELETE FROM message OUTPUT deleted.[Id], deleted.[RowVersion], "
         "CASE WHEN deleted.[Expires] IS NULL THEN 0 WHEN deleted.[Expires] > GETUTCDATE() THEN 0 "
-        "ELSE 1 END, deleted.[Headers], deleted.[Body];",
+        "ELSE 1 END, CAST(CAST(deleted.[Headers] AS nvarchar(max)) AS varbinary(max)), "
+        "deleted.[Body];",
         ("n",),
     ),
     "peek": (
