@@ -167,6 +167,16 @@ def _split_top_level(text: str) -> list[str]:
     return parts
 
 
+def _output_column(item: str) -> str:
+    """The column an OUTPUT item hands back: ``deleted.X``, or a CAST of it (ours reads Headers
+    as its UTF-16LE bytes, decoded in Python, so a lone surrogate cannot fail the driver's
+    fetch); anything else (the expired CASE) is ``<flag>``."""
+    if re.fullmatch(r"deleted\.\w+", item):
+        return item.removeprefix("deleted.")
+    cast = re.fullmatch(r"(?:CAST\()+deleted\.(\w+)(?: AS [\w()]+\))+", item, re.I)
+    return cast.group(1) if cast else "<flag>"
+
+
 def _parts(text: str) -> dict[str, object]:
     """The parts of a statement that matter for sharing a queue."""
     raw = text
@@ -196,10 +206,7 @@ def _parts(text: str) -> dict[str, object]:
     output = re.search(r"OUTPUT (.*?);?$", text)
     if output:
         items = _split_top_level(output.group(1).rstrip(";"))
-        found["output"] = [
-            item.removeprefix("deleted.") if re.fullmatch(r"deleted\.\w+", item) else "<flag>"
-            for item in items
-        ]
+        found["output"] = [_output_column(item) for item in items]
         flags = [item for item in items if item.upper().startswith("CASE")]
         found["expired_flag"] = " ".join(flags)
     where = re.findall(r"WHERE (Expires < GETUTCDATE\(\))", text)
