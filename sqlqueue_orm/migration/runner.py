@@ -133,7 +133,14 @@ def run_migrations() -> None:
     x_arguments = context.get_x_argument(as_dictionary=True)
     options = environment.options(config, x_arguments)
     if context.is_offline_mode():
-        _run_offline(config, x_arguments, options)
+        try:
+            _run_offline(config, x_arguments, options)
+        except (OfflineRefused, DatabaseUnreachable) as error:
+            if config.cmd_opts is None:
+                raise  # called from Python (or sqlqueue migrate): the caller reports it
+            # The alembic console would print "FAILED: ..." to stdout, into `> upgrade.sql`.
+            print(f"alembic: error: {error}", file=sys.stderr)
+            raise SystemExit(2 if isinstance(error, OfflineRefused) else 1) from error
         return
     connection = config.attributes.get("connection")
     if connection is not None:
