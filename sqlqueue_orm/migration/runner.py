@@ -77,7 +77,10 @@ def run(
     except CommandError as error:
         raise exceptions.ConfigurationError(f"migrate: {error}") from error
     except sa.exc.DBAPIError as error:
-        raise exceptions.DatabaseError(f"migrate: {error.orig}") from error
+        url = environment.database_url(config, {})
+        raise exceptions.DatabaseError(
+            f"migrate: the database at {_where(url)}: {_cause(error)}"
+        ) from error
 
 
 def database_revision(config: Config, x_arguments: dict[str, str] | None = None) -> str:
@@ -89,10 +92,6 @@ def database_revision(config: Config, x_arguments: dict[str, str] | None = None)
     connection = config.attributes.get("connection")
     if connection is not None:
         return _recorded(connection)
-    address = sa.engine.make_url(url)
-    where = address.host or address.database or "the default host"
-    if address.port:
-        where = f"{where}:{address.port}"
     try:
         engine = db.create_engine(url, poolclass=sa.pool.NullPool)
         try:
@@ -101,11 +100,23 @@ def database_revision(config: Config, x_arguments: dict[str, str] | None = None)
         finally:
             engine.dispose()
     except (sa.exc.DBAPIError, ImportError) as error:
-        cause = str(getattr(error, "orig", None) or error).strip().splitlines()[0]
         raise DatabaseUnreachable(
-            f"cannot read the revision of the database at {where} ({cause}); to write the "
-            "script without it, give the range: FROM:TO (base:head from scratch)"
+            f"cannot read the revision of the database at {_where(url)} ({_cause(error)}); to "
+            "write the script without it, give the range: FROM:TO (base:head from scratch)"
         ) from error
+
+
+def _where(url: str) -> str:
+    """The host (and port) of *url*, or the file of a SQLite URL, for one-line errors."""
+    address = sa.engine.make_url(url)
+    where = address.host or address.database or "the default host"
+    return f"{where}:{address.port}" if address.port else where
+
+
+def _cause(error: BaseException) -> str:
+    """The driver's own message, first line only (psycopg adds hints on further lines)."""
+    text = str(getattr(error, "orig", None) or error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def _recorded(connection: Connection) -> str:

@@ -246,3 +246,18 @@ def test_an_offline_downgrade_starts_from_the_database_revision(
     assert "Running downgrade 0004_rowversion_layout -> 0003_filter_expires_index" in script
     _run_script(database.url, script)
     assert _version(database.engine) == ["0002_headers_nvarchar"]
+
+
+@pytest.mark.parametrize(
+    ("url", "where"),
+    [(UNREACHABLE, "127.0.0.1:1"), ("sqlite:////nonexistent-dir/q.db", "/nonexistent-dir/q.db")],
+    ids=["postgresql", "sqlite"],
+)
+def test_an_unreachable_database_online_is_one_line_naming_it(
+    capsys: pytest.CaptureFixture[str], url: str, where: str
+) -> None:
+    assert cli.main(["--url", url, "migrate"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1, captured.err
+    assert f"migrate: the database at {where}: " in captured.err
