@@ -181,9 +181,17 @@ def sweep(context: MigrationContext, revisions: list[str]) -> list[addressing.Qu
 def _upgrade_one(
     connection: Connection, address: addressing.QueueAddress, revisions: list[str], report: Report
 ) -> None:
+    if connection.dialect.name == "sqlite":
+        for revision in revisions:
+            changed = apply(connection, revision, "upgrade", address, quiet=True)
+            report.record(address, revision, changed)
+        return
+    before = layout(connection, address)
     for revision in revisions:
-        changed = apply(connection, revision, "upgrade", address, quiet=True)
-        report.record(address, revision, changed)
+        _execute(connection, revision, "upgrade", address)
+        after = layout(connection, address)
+        report.record(address, revision, after != before)
+        before = after
 
 
 def target_of(context: MigrationContext) -> discovery.Target:
@@ -285,12 +293,19 @@ def apply(
             "queue %s: %s (%d rows)", address, step.describe(direction), _count(connection, address)
         )
     before = layout(connection, address)
-    if name == "mssql":
+    _execute(connection, revision, direction, address)
+    return layout(connection, address) != before
+
+
+def _execute(
+    connection: Connection, revision: str, direction: str, address: addressing.QueueAddress
+) -> None:
+    """Run a step's statements on one table (SQL Server, PostgreSQL; autocommit)."""
+    if connection.dialect.name == "mssql":
         _run_batch(connection, tsql.table_batch(revision, direction, address), address)
     else:
         for statement in plpgsql.table_statements(revision, direction, address):
             connection.exec_driver_sql(statement, execution_options={"no_parameters": True})
-    return layout(connection, address) != before
 
 
 def layout(connection: Connection, address: addressing.QueueAddress) -> list[tuple[Any, ...]]:
