@@ -164,17 +164,27 @@ def sweep(context: MigrationContext, revisions: list[str]) -> list[addressing.Qu
         connection.commit()  # only the look-up's reads: each table gets its own transaction
     if not addresses:
         log.info("no queue tables in %s", _where(target))
+    failed: list[Exception] = []
     for address in addresses:
         pending = [rev for rev in revisions if (address, rev) not in report.applied]
-        if connection.dialect.name == "sqlite":
-            # One transaction per table: it is upgraded whole or not at all.
-            with connection.begin():
-                _upgrade_one(connection, address, pending, report)
-        elif pending:
-            with context.autocommit_block():
-                assert context.connection is not None
-                _upgrade_one(context.connection, address, pending, report)
+        try:
+            if connection.dialect.name == "sqlite":
+                # One transaction per table: it is upgraded whole or not at all.
+                with connection.begin():
+                    _upgrade_one(connection, address, pending, report)
+            elif pending:
+                with context.autocommit_block():
+                    assert context.connection is not None
+                    _upgrade_one(context.connection, address, pending, report)
+        except (exceptions.SqlQueueError, sa.exc.DBAPIError) as error:
+            # One table that cannot be upgraded must not keep the others legacy: go on, then
+            # fail the run (every later run tries again, and says so again).
+            log.error("queue %s: not upgraded: %s", address, error)
+            failed.append(error)
+            continue
         log.info("queue %s: %s", address, report.line(address))
+    if failed:
+        raise failed[0]
     return addresses
 
 

@@ -139,3 +139,27 @@ def test_a_legacy_table_that_appears_after_head_is_upgraded_by_the_next_run(
         LATE_2_2_2: "upgraded: "
         + ", ".join(rev for rev in steps.STEPS if rev != "0001_expires_index"),
     }
+
+
+@only("sqlite")
+def test_a_table_the_sweep_cannot_upgrade_does_not_hold_back_the_others(
+    database: Any, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    caplog.set_level(logging.INFO, logger="sqlqueue_orm.migration")
+    assert cli.main(["--url", database.url, "migrate"]) == 0
+    checked = "a checked v1 q"  # sorts first
+    with database.engine.begin() as connection:
+        names = legacy.Names(connection.dialect, checked, None)
+        # A CHECK constraint, which SQLite's table rebuild would not keep: refused by name.
+        ddl = legacy.BUILDERS[("v1", "sqlite")](names)[0]
+        connection.exec_driver_sql(ddl[:-1] + ", CHECK (\"Id\" <> ''))")
+        before = _create_legacy(connection, "v1", LATE_V1, seed=3)
+    caplog.clear()
+
+    assert cli.main(["--url", database.url, "migrate"]) == 2
+    assert checked in capsys.readouterr().err
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and errors[0].startswith(f"queue {QueueAddress(checked)}: not upgraded")
+    with database.engine.begin() as connection:
+        _assert_current(connection, LATE_V1)
+        assert legacy.snapshot(connection, LATE_V1, None) == before
