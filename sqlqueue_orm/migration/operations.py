@@ -14,6 +14,8 @@ migration's transaction (:mod:`~sqlqueue_orm.migration.sqlite`); SQL Server and 
 table in its own transaction, outside Alembic's (``autocommit_block``), so locks are never held
 across tables and ``CREATE INDEX CONCURRENTLY`` can run. A crash midway leaves some tables done and
 the revision not stamped; the steps are idempotent, so running again finishes the job.
+:func:`sweep` ends every online upgrade, at head too: each queue table through every step of the
+database's revision, one summary line per table.
 
 Offline (``--sql``) it writes the script instead and never queries the database: one named block
 per table with ``-x queues=...``, else a server-side loop (:mod:`~sqlqueue_orm.migration.tsql`,
