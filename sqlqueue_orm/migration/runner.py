@@ -184,13 +184,18 @@ def _run_offline(config: Config, x_arguments: dict[str, str], options: dict[str,
         "output_buffer": script,
         **options,
     }
-    context.configure(**settings)
-    # The range as the command got it ("FROM:TO"): Alembic resolves "base" and "no range"
-    # alike, so read the raw option.
+    # The range as the command got it ("FROM:TO"): Alembic resolves "base" and "no range" alike,
+    # so read the raw option, from a first configure() kept quiet (its "Context impl" lines
+    # would come twice, and before a refusal that must be the only line).
+    quiet = logging.getLogger("alembic.runtime.migration")
+    was_disabled, quiet.disabled = quiet.disabled, True
+    try:
+        context.configure(**settings)
+    finally:
+        quiet.disabled = was_disabled
     environment_context = context.get_context().environment_context
     assert environment_context is not None
-    given = environment_context.context_opts.get("starting_rev")
-    if given is None:
+    if environment_context.context_opts.get("starting_rev") is None:
         context.configure(**settings, starting_rev=database_revision(config, x_arguments))
     with context.begin_transaction():
         context.run_migrations()

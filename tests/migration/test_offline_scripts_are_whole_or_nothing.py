@@ -11,7 +11,6 @@ no range given, are refused before anything is printed.
 from __future__ import annotations
 
 import io
-import os
 import shutil
 import subprocess
 import sys
@@ -87,6 +86,7 @@ def test_sqlite_is_refused_before_anything_is_printed(
     assert out.getvalue() == ""
 
 
+@pytest.mark.parametrize("tool", ["alembic", "sqlqueue"])
 @pytest.mark.parametrize(
     ("url", "code", "says"),
     [
@@ -95,25 +95,23 @@ def test_sqlite_is_refused_before_anything_is_printed(
     ],
     ids=["sqlite", "unreachable"],
 )
-def test_the_alembic_console_refuses_with_one_line(
-    tmp_path: Path, url: str, code: int, says: str
+def test_the_console_scripts_refuse_with_one_line_and_print_nothing(
+    tmp_path: Path, tool: str, url: str, code: int, says: str
 ) -> None:
-    alembic = Path(sys.executable).with_name("alembic")
+    """As a shell runs them, with their own logging set up: `... > upgrade.sql` stays empty."""
+    executable = str(Path(sys.executable).with_name(tool))
+    url = url.format(tmp=tmp_path)
+    if tool == "alembic":
+        argv = [executable, "-x", f"url={url}", "upgrade", "head", "--sql"]
+    else:
+        argv = [executable, "--url", url, "migrate", "--sql"]
     result = subprocess.run(
-        [str(alembic), "-x", f"url={url.format(tmp=tmp_path)}", "upgrade", "head", "--sql"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        env={**os.environ},
-        timeout=300,
-        check=False,
+        argv, cwd=REPO, capture_output=True, text=True, timeout=300, check=False
     )
     assert result.returncode == code
-    assert result.stdout == ""  # `> upgrade.sql` stays empty
-    # alembic.ini's logging may add Alembic's own INFO lines; the error is one line.
-    said = [line for line in result.stderr.splitlines() if not line.startswith("INFO ")]
-    assert len(said) == 1, result.stderr
-    assert said[0].startswith(f"alembic: error: {says}"), result.stderr
+    assert result.stdout == ""
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(f"{tool}: error: {says}"), result.stderr
 
 
 def test_an_unreachable_database_without_a_range_is_refused(
