@@ -1,3 +1,3 @@
-from sqlqueue_orm.migration.environment import run_migrations
+from sqlqueue_orm.migration.runner import run_migrations
 
 run_migrations()

@@ -1,7 +1,9 @@
 """Alembic migrations of queue tables (of any NServiceBus era) and of the shared tables.
 
-* :mod:`~sqlqueue_orm.migration.environment`: what both ``env.py`` files run, and the Config
-  ``sqlqueue migrate`` builds on the scripts shipped in the package.
+* :mod:`~sqlqueue_orm.migration.runner`: what both ``env.py`` files run (online, then the sweep
+  of every queue table; offline scripts whole or not at all) and ``sqlqueue migrate``'s entry.
+* :mod:`~sqlqueue_orm.migration.environment`: the Config ``sqlqueue migrate`` builds on the
+  scripts shipped in the package, and the options every run configures.
 * :mod:`~sqlqueue_orm.migration.operations`: ``op.upgrade_queue_tables(revision)`` and
   ``op.downgrade_queue_tables(revision)``, online (table by table, with progress lines) or as an
   offline script.

@@ -32,10 +32,16 @@ def register(subparsers: Any) -> None:
         "--sql", action="store_true", help="print the script to stdout instead of running it"
     )
     parser.add_argument(
-        "--revision", default="head", metavar="REV", help="upgrade to REV (default: head)"
+        "--revision",
+        metavar="REV",
+        help="upgrade to REV (default: head); with --sql, FROM:TO gives the script's range "
+        "(default: from the database's revision)",
     )
     parser.add_argument(
-        "--downgrade", metavar="REV", help="downgrade to REV instead (base: the v1 layout)"
+        "--downgrade",
+        metavar="REV",
+        help="downgrade to REV instead (base: the v1 layout); with --sql, from --revision or "
+        "else the database's revision",
     )
     parser.add_argument(
         "--schema",
@@ -57,32 +63,23 @@ def register(subparsers: Any) -> None:
 
 
 def _cmd_migrate(args: argparse.Namespace) -> int:
-    from alembic import command
-    from alembic.util import CommandError
-    from sqlalchemy import exc
-
-    from sqlqueue_orm import cli, exceptions
-    from sqlqueue_orm.migration.environment import alembic_config
+    from sqlqueue_orm import cli
+    from sqlqueue_orm.migration import environment, runner
 
     for name in ("sqlqueue_orm.migration", "alembic.runtime.migration"):
         logging.getLogger(name).setLevel(logging.INFO)
-    config = alembic_config(
+    config = environment.alembic_config(
         cli.resolve_url(args),
         schemas=args.schema,
         queues=[args.queues] if args.queues else [],
         stdout=sys.stdout,
         cluster_heaps=args.cluster_heaps,
     )
-    try:
-        if args.downgrade is not None:
-            revision = args.downgrade
-            if args.sql and ":" not in revision:
-                revision = f"{args.revision}:{revision}"  # offline downgrades need a range
-            command.downgrade(config, revision, sql=args.sql)
-        else:
-            command.upgrade(config, args.revision, sql=args.sql)
-    except CommandError as error:
-        raise exceptions.ConfigurationError(f"migrate: {error}") from error
-    except exc.DBAPIError as error:
-        raise exceptions.DatabaseError(f"migrate: {error.orig}") from error
+    if args.downgrade is not None:
+        revision = args.downgrade
+        if args.sql and args.revision is not None and ":" not in revision:
+            revision = f"{args.revision}:{revision}"
+        runner.run(config, revision, downgrade=True, sql=args.sql)
+    else:
+        runner.run(config, args.revision or "head", sql=args.sql)
     return 0

@@ -1,4 +1,6 @@
-"""The Alembic environment both ``env.py`` files run, and the Config ``sqlqueue migrate`` builds.
+"""The Alembic Config ``sqlqueue migrate`` builds, and what every run configures.
+
+The run itself (online, the sweep, offline scripts) is :mod:`~sqlqueue_orm.migration.runner`.
 
 * URL: ``config.attributes["sqlqueue_url"]`` (set by ``sqlqueue migrate``), else ``-x url=...``,
   else ``$SQLQUEUE_URL``, else ``sqlalchemy.url`` of ``alembic.ini``.
@@ -19,7 +21,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.resources
-import logging.config
 import os
 import pkgutil
 import sys
@@ -27,9 +28,8 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TextIO
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection
 
-from sqlqueue_orm import db, exceptions, schema
+from sqlqueue_orm import exceptions, schema
 from sqlqueue_orm.migration import discovery, operations
 
 if TYPE_CHECKING:
@@ -39,8 +39,6 @@ if TYPE_CHECKING:
 VERSION_TABLE = "sqlqueue_alembic_version"
 #: Branch label of the root revision.
 BRANCH = "sqlqueue_orm"
-
-log = logging.getLogger(__name__)
 
 
 def script_location() -> str:
@@ -58,7 +56,7 @@ def alembic_config(
     *,
     schemas: Iterable[str] = (),
     queues: Iterable[str] = (),
-    connection: Connection | None = None,
+    connection: sa.engine.Connection | None = None,
     stdout: TextIO | None = None,
     cluster_heaps: bool = False,
 ) -> Config:
@@ -99,7 +97,8 @@ def _load_shared_models() -> sa.MetaData:
     return models.Base.metadata
 
 
-def _url(config: Config, x_arguments: Mapping[str, str]) -> str:
+def database_url(config: Config, x_arguments: Mapping[str, str]) -> str:
+    """The run's URL: ``sqlqueue migrate``'s, ``-x url``, ``$SQLQUEUE_URL``, ``alembic.ini``."""
     url = (
         config.attributes.get("sqlqueue_url")
         or x_arguments.get("url")
@@ -153,56 +152,25 @@ def _include_name(metadata: sa.MetaData) -> Any:
     return include_name
 
 
-def run_migrations() -> None:
-    """Run the migrations Alembic asked for, online or offline (called by ``env.py``)."""
-    from alembic import context
+def options(config: Config, x_arguments: Mapping[str, str]) -> dict[str, Any]:
+    """The ``context.configure()`` options every run shares (version table, target, filters).
 
-    config = context.config
-    if config.config_file_name is not None and config.attributes.get("configure_logger", True):
-        logging.config.fileConfig(config.config_file_name, disable_existing_loggers=False)
-    x_arguments = context.get_x_argument(as_dictionary=True)
-    target = _target(config, x_arguments)
+    :param x_arguments: Alembic's ``-x`` arguments, as a dictionary.
+    """
     metadata = _load_shared_models()
-    options: dict[str, Any] = {
+    return {
         "target_metadata": metadata,
         "version_table": VERSION_TABLE,
         "transaction_per_migration": True,
         "include_object": _include_object(metadata),
         "include_name": _include_name(metadata),
         "compare_type": True,
-        operations.TARGET_OPTION: target,
+        operations.TARGET_OPTION: _target(config, x_arguments),
     }
-    if context.is_offline_mode():
-        context.configure(
-            url=_url(config, x_arguments),
-            literal_binds=True,
-            dialect_opts={"paramstyle": "named"},
-            **options,
-        )
-        with context.begin_transaction():
-            context.run_migrations()
-        return
-    connection = config.attributes.get("connection")
-    if connection is not None:
-        _run_online(connection, options)
-        return
-    engine = db.create_engine(_url(config, x_arguments), poolclass=sa.pool.NullPool)
-    try:
-        with engine.connect() as connection:
-            _run_online(connection, options)
-    finally:
-        engine.dispose()
 
 
-def _run_online(connection: Connection, options: dict[str, Any]) -> None:
-    from alembic import context
+def run_migrations() -> None:
+    """Run the migrations Alembic asked for (kept for ``env.py`` files that import it here)."""
+    from sqlqueue_orm.migration import runner
 
-    if connection.dialect.name == "sqlite":
-        # sqlqueue_orm's SQLite engines begin transactions themselves (BEGIN IMMEDIATE), which
-        # makes DDL transactional: a revision commits whole or not at all.
-        options = {**options, "transactional_ddl": True}
-    context.configure(connection=connection, **options)
-    with context.begin_transaction():
-        context.run_migrations()
-    if connection.in_transaction():
-        connection.commit()
+    runner.run_migrations()

@@ -14,6 +14,8 @@ migration's transaction (:mod:`~sqlqueue_orm.migration.sqlite`); SQL Server and 
 table in its own transaction, outside Alembic's (``autocommit_block``), so locks are never held
 across tables and ``CREATE INDEX CONCURRENTLY`` can run. A crash midway leaves some tables done and
 the revision not stamped; the steps are idempotent, so running again finishes the job.
+:func:`sweep` ends every online upgrade, at head too: each queue table through every step of the
+database's revision, one summary line per table.
 
 Offline (``--sql``) it writes the script instead and never queries the database: one named block
 per table with ``-x queues=...``, else a server-side loop (:mod:`~sqlqueue_orm.migration.tsql`,
@@ -22,6 +24,7 @@ per table with ``-x queues=...``, else a server-side loop (:mod:`~sqlqueue_orm.m
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -32,7 +35,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 
-from sqlqueue_orm import addressing, exceptions
+from sqlqueue_orm import addressing, db, exceptions
 from sqlqueue_orm.migration import discovery, plpgsql, sqlite, steps, tsql
 from sqlqueue_orm.queuing import sql
 
@@ -40,6 +43,31 @@ log = logging.getLogger(__name__)
 
 #: The ``context.configure()`` option carrying the run's :class:`~.discovery.Target`.
 TARGET_OPTION = "sqlqueue_target"
+#: The ``context.configure()`` option carrying the run's :class:`Report`.
+REPORT_OPTION = "sqlqueue_report"
+
+
+@dataclasses.dataclass
+class Report:
+    """What an online run did to each queue table, step by step (for the sweep's summary)."""
+
+    #: ``(table, step)`` pairs applied in this run, and whether the step changed the table.
+    applied: dict[tuple[addressing.QueueAddress, str], bool] = dataclasses.field(
+        default_factory=dict
+    )
+
+    def record(self, address: addressing.QueueAddress, revision: str, changed: bool) -> None:
+        """Note that step *revision* ran on the table at *address* (and whether it acted)."""
+        self.applied[(address, revision)] = changed
+
+    def changed(self, address: addressing.QueueAddress) -> list[str]:
+        """The steps that changed the table at *address* in this run, in the order they ran."""
+        return [rev for (where, rev), acted in self.applied.items() if where == address and acted]
+
+    def line(self, address: addressing.QueueAddress) -> str:
+        """The summary of one table: ``upgraded: <steps>`` or ``already current``."""
+        changed = self.changed(address)
+        return f"upgraded: {', '.join(changed)}" if changed else "already current"
 
 
 class RawSql(sa.sql.expression.Executable, sa.sql.expression.ClauseElement):
@@ -112,6 +140,76 @@ def _downgrade(operations: Operations, operation: DowngradeQueueTablesOp) -> Non
     run(operations, operation.revision, operation.direction)
 
 
+def report_of(context: MigrationContext) -> Report:
+    """The run's report, as the environment configured it (a throw-away one otherwise)."""
+    report = context.opts.get(REPORT_OPTION)
+    return report if isinstance(report, Report) else Report()
+
+
+def sweep(context: MigrationContext, revisions: list[str]) -> list[addressing.QueueAddress]:
+    """Bring every queue table of the run's target through the upgrade steps *revisions*.
+
+    Online runs end here, at head too: a queue table that appeared after its steps ran (a .NET
+    v1 endpoint's new queue, a restored database) is upgraded like the others. A step that
+    already ran on a table in this run is not repeated; the others find nothing to do on a
+    current table (they are idempotent). Logs one line per table saying what was done.
+
+    :param revisions: the queue steps the database's revision includes, oldest first.
+    :returns: the queue tables found.
+    """
+    connection = context.connection
+    assert connection is not None
+    target = target_of(context)
+    report = report_of(context)
+    addresses = discovery.find(connection, target)
+    if connection.in_transaction():
+        connection.commit()  # only the look-up's reads: each table gets its own transaction
+    if not addresses:
+        log.info("no queue tables in %s", _where(target))
+    failed: list[Exception] = []
+    for address in addresses:
+        pending = [rev for rev in revisions if (address, rev) not in report.applied]
+        try:
+            if connection.dialect.name == "sqlite":
+                # One transaction per table: it is upgraded whole or not at all.
+                with connection.begin():
+                    _upgrade_one(connection, address, pending, report, target.cluster_heaps)
+            elif pending:
+                with context.autocommit_block():
+                    assert context.connection is not None
+                    _upgrade_one(context.connection, address, pending, report, target.cluster_heaps)
+        except (exceptions.SqlQueueError, sa.exc.DBAPIError) as error:
+            # One table that cannot be upgraded must not keep the others legacy: go on, then
+            # fail the run (every later run tries again, and says so again).
+            log.error("queue %s: not upgraded: %s", address, error)
+            failed.append(error)
+            continue
+        log.info("queue %s: %s", address, report.line(address))
+    if failed:
+        raise failed[0]
+    return addresses
+
+
+def _upgrade_one(
+    connection: Connection,
+    address: addressing.QueueAddress,
+    revisions: list[str],
+    report: Report,
+    cluster_heaps: bool = False,
+) -> None:
+    if connection.dialect.name == "sqlite":
+        for revision in revisions:
+            changed = apply(connection, revision, "upgrade", address, quiet=True)
+            report.record(address, revision, changed)
+        return
+    before = layout(connection, address)
+    for revision in revisions:
+        _execute(connection, revision, "upgrade", address, cluster_heaps)
+        after = layout(connection, address)
+        report.record(address, revision, after != before)
+        before = after
+
+
 def target_of(context: MigrationContext) -> discovery.Target:
     """The run's target (schemas, named queues), as the environment configured it."""
     target = context.opts.get(TARGET_OPTION)
@@ -172,30 +270,105 @@ def _online(
     name = connection.dialect.name
     addresses = discovery.find(connection, target)
     step = steps.step(revision, direction)
+    report = report_of(context)
     if not addresses:
         log.info("no queue tables in %s: %s", _where(target), step.describe(direction))
     if name == "sqlite":
         for address in addresses:
-            sqlite.apply(connection, revision, direction, address)
+            report.record(address, revision, apply(connection, revision, direction, address))
         return
-    if name not in ("postgresql", "mssql"):
-        raise exceptions.ConfigurationError(f"queue tables cannot be migrated on {name}")
     with context.autocommit_block():
         autocommit = context.connection
         assert autocommit is not None
         for address in addresses:
-            log.info(
-                "queue %s: %s (%d rows)",
+            report.record(
                 address,
-                step.describe(direction),
-                _count(autocommit, address),
+                revision,
+                apply(autocommit, revision, direction, address, cluster_heaps=target.cluster_heaps),
             )
-            if name == "mssql":
-                batch = tsql.table_batch(revision, direction, address, target.cluster_heaps)
-                _run_batch(autocommit, batch, address)
-            else:
-                for statement in plpgsql.table_statements(revision, direction, address):
-                    autocommit.exec_driver_sql(statement, execution_options={"no_parameters": True})
+
+
+def apply(
+    connection: Connection,
+    revision: str,
+    direction: str,
+    address: addressing.QueueAddress,
+    *,
+    quiet: bool = False,
+    cluster_heaps: bool = False,
+) -> bool:
+    """Apply step *revision* in *direction* to one queue table; whether its layout changed.
+
+    SQLite runs in the caller's transaction; SQL Server and PostgreSQL need *connection* in
+    autocommit (each statement is its own transaction, ``CONCURRENTLY`` needs none around it).
+
+    :param quiet: log nothing (the sweep logs one line per table instead of one per step).
+    :param cluster_heaps: SQL Server: rebuild a heap (the NServiceBus 8+ layout) into a
+        clustered table; by default a heap stays a heap.
+    """
+    name = connection.dialect.name
+    step = steps.step(revision, direction)
+    if name == "sqlite":
+        if quiet:
+            return bool(sqlite.changes(connection, revision, direction, address))
+        return bool(sqlite.apply(connection, revision, direction, address))
+    if name not in ("postgresql", "mssql"):
+        raise exceptions.ConfigurationError(f"queue tables cannot be migrated on {name}")
+    if not quiet:
+        log.info(
+            "queue %s: %s (%d rows)", address, step.describe(direction), _count(connection, address)
+        )
+    before = layout(connection, address)
+    _execute(connection, revision, direction, address, cluster_heaps)
+    return layout(connection, address) != before
+
+
+def _execute(
+    connection: Connection,
+    revision: str,
+    direction: str,
+    address: addressing.QueueAddress,
+    cluster_heaps: bool = False,
+) -> None:
+    """Run a step's statements on one table (SQL Server, PostgreSQL; autocommit)."""
+    if connection.dialect.name == "mssql":
+        _run_batch(
+            connection, tsql.table_batch(revision, direction, address, cluster_heaps), address
+        )
+    else:
+        for statement in plpgsql.table_statements(revision, direction, address):
+            connection.exec_driver_sql(statement, execution_options={"no_parameters": True})
+
+
+def layout(connection: Connection, address: addressing.QueueAddress) -> list[tuple[Any, ...]]:
+    """What a step can change in a queue table: its columns and indexes, as the catalog has them.
+
+    Two equal layouts mean a step did nothing to the table (the steps are idempotent).
+    """
+    name = connection.dialect.name
+    if name == "postgresql":
+        # Column types, NOT NULL, identity and defaults; each index's full definition and validity
+        # (a failed CONCURRENTLY build leaves an invalid one that the steps rebuild).
+        statement = sa.text(
+            "SELECT 'column', a.attname::text, format_type(a.atttypid, a.atttypmod) || ' ' "
+            "|| a.attnotnull::text || ' ' || a.attidentity::text || ' ' "
+            "|| coalesce(pg_get_expr(d.adbin, d.adrelid), '') "
+            "FROM pg_attribute AS a LEFT JOIN pg_attrdef AS d "
+            "ON d.adrelid = a.attrelid AND d.adnum = a.attnum "
+            "WHERE a.attrelid = to_regclass(:table) AND a.attnum > 0 AND NOT a.attisdropped "
+            "UNION ALL "
+            "SELECT 'index', c.relname::text, pg_get_indexdef(i.indexrelid) || ' ' "
+            "|| i.indisvalid::text || ' ' || i.indisclustered::text "
+            "FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid "
+            "WHERE i.indrelid = to_regclass(:table) ORDER BY 1, 2"
+        ).bindparams(table=sql.format_table(connection.dialect, address))
+        return [tuple(row) for row in connection.execute(statement)]
+    inspector = sa.inspect(connection)
+    schema = db.schema_argument(address)
+    return [
+        ("column", repr(sorted(inspector.get_columns(address.table, schema=schema), key=str))),
+        ("index", repr(sorted(inspector.get_indexes(address.table, schema=schema), key=str))),
+    ]
 
 
 def _where(target: discovery.Target) -> str:

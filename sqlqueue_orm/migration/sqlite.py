@@ -491,3 +491,11 @@ def apply(
         "; ".join(done) or "nothing to do",
     )
     return done
+
+
+def changes(
+    connection: Connection, revision: str, direction: str, address: addressing.QueueAddress
+) -> list[str]:
+    """:func:`apply` without its progress line and row count: what was done (the sweep's way)."""
+    steps.step(revision, direction)
+    return _STEPS[(revision, direction)](Table(connection, address))

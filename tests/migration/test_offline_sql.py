@@ -55,12 +55,12 @@ def _golden(name: str, text: str) -> None:
 
 @pytest.fixture(scope="module")
 def named_tsql() -> str:
-    return _script(MSSQL_URL, LAST_QUEUE_REVISION, queues=NAMED)
+    return _script(MSSQL_URL, f"base:{LAST_QUEUE_REVISION}", queues=NAMED)
 
 
 @pytest.fixture(scope="module")
 def looping_tsql() -> str:
-    return _script(MSSQL_URL, LAST_QUEUE_REVISION, schemas=["Legacy Queues", "dbo"])
+    return _script(MSSQL_URL, f"base:{LAST_QUEUE_REVISION}", schemas=["Legacy Queues", "dbo"])
 
 
 def test_named_tsql_golden(named_tsql: str) -> None:
@@ -122,9 +122,9 @@ def test_looping_tsql_finds_tables_by_signature(looping_tsql: str) -> None:
     )
 
 
-def test_offline_mode_never_connects() -> None:
-    # An unreachable server: offline scripts must be written without it.
-    script = _script("postgresql+psycopg://nobody@127.0.0.1:1/none", LAST_QUEUE_REVISION)
+def test_an_explicit_range_never_connects() -> None:
+    # An unreachable server: a script with its range given is written without it.
+    script = _script("postgresql+psycopg://nobody@127.0.0.1:1/none", f"base:{LAST_QUEUE_REVISION}")
     assert "DO $sqlqueue$" in script
 
 
@@ -136,7 +136,7 @@ def test_sqlqueue_migrate_sql_prints_the_script(capsys: pytest.CaptureFixture[st
             "migrate",
             "--sql",
             "--revision",
-            LAST_QUEUE_REVISION,
+            f"base:{LAST_QUEUE_REVISION}",
             "--queues",
             ",".join(NAMED),
         ]
