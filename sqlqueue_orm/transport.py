@@ -216,7 +216,7 @@ class Transport:
                 f"message {to.message_id!r} from queue {to.queue!r} has no "
                 f"{headers.REPLY_TO_ADDRESS} header to reply to"
             )
-        reply_headers = {
+        reply_headers: dict[str, str | None] = {
             headers.MESSAGE_INTENT: "Reply",
             headers.CORRELATION_ID: to.headers.get(headers.CORRELATION_ID) or to.message_id,
         }

@@ -260,7 +260,9 @@ def test_sqlqueue_migrate_cluster_heaps_flag_reaches_the_script():
         return subprocess.run(
             [
                 *(sys.executable, "-m", "sqlqueue_orm.cli", "--url", MSSQL_URL, "migrate"),
-                *("--sql", "--queues", "orders@[sales]", "--revision", "0004_rowversion_layout"),
+                # An explicit FROM:TO range: no SQL Server to read the current revision from.
+                *("--sql", "--queues", "orders@[sales]"),
+                *("--revision", "0003_filter_expires_index:0004_rowversion_layout"),
                 *flags,
             ],
             capture_output=True,
