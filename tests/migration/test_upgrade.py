@@ -48,6 +48,8 @@ TABLES = {
     "no-indexes": "no-indexes-q.z w",
     "no-recoverable": "no-recoverable-q.z w",
 }
+#: Eras whose SQL Server table is a heap (NServiceBus 4.3.2+): kept a heap by 0004.
+HEAP_ERAS = ("heap", "no-indexes", "no-recoverable")
 MESSAGES = 1000
 NOT_A_QUEUE = "not a-queue.t"
 OUTSIDE = "outside-v1 q.t"
@@ -159,7 +161,9 @@ def _build(connection: Connection, dialect: str) -> dict[str, list[tuple[object,
         snapshots[era] = legacy.snapshot(connection, table, SCHEMA, has_recoverable(era))
         assert len(snapshots[era]) > 800
         # The shapes to compare with: a fresh current table and a v1 table of the same name.
-        fresh = build_queue_table(sa.MetaData(), table, FRESH)
+        # SQL Server: 0004 keeps the heaps of .NET's layout (unless asked), as "heap" builds them.
+        layout = "heap" if dialect == "mssql" and era in HEAP_ERAS else "clustered"
+        fresh = build_queue_table(sa.MetaData(), table, FRESH, layout)
         fresh.create(connection)
         legacy.create(connection, "v1", table, V1_REFERENCE)
     # Tables that must be left alone: not a queue; a queue outside the configured schema.

@@ -274,3 +274,20 @@ def test_sqlqueue_migrate_cluster_heaps_flag_reaches_the_script():
     kept_out = script("--cluster-heaps")
     assert KEPT not in kept_out
     assert f"{NEW_CLUSTERED} WITH (ONLINE = ON);" in kept_out
+
+
+@pytest.mark.parametrize(("value", "rebuilds"), [("true", True), ("false", False)])
+def test_alembic_x_cluster_heaps_reaches_the_script(value, rebuilds):
+    import argparse
+    import io
+
+    from alembic import command
+
+    from sqlqueue_orm.migration import environment
+
+    out = io.StringIO()
+    config = environment.alembic_config(MSSQL_URL, queues=["orders@[sales]"], stdout=out)
+    config.cmd_opts = argparse.Namespace(x=[f"cluster_heaps={value}"])
+    command.upgrade(config, "0004_rowversion_layout", sql=True)
+    assert (KEPT not in out.getvalue()) is rebuilds
+    assert (f"{NEW_CLUSTERED} WITH (ONLINE = ON);" in out.getvalue()) is rebuilds
