@@ -77,13 +77,13 @@ def _read_input(session: SparkSession, path: str, fmt: str | None) -> DataFrame:
 
 
 def _cmd_send(args: argparse.Namespace) -> int:
-    from sqlqueue_orm.contrib.spark import pipeline
+    from sqlqueue_orm.contrib.spark import sending
 
     session = _session(args)
     frame = _read_input(session, args.input, args.format)
     if args.partitions:
         frame = frame.repartition(args.partitions)
-    result = pipeline.send_dataframe(
+    result = sending.send_dataframe(
         frame,
         args.queue,
         _url(args),
@@ -99,10 +99,10 @@ def _cmd_send(args: argparse.Namespace) -> int:
 
 
 def _cmd_ingest(args: argparse.Namespace) -> int:
-    from sqlqueue_orm.contrib.spark import pipeline
+    from sqlqueue_orm.contrib.spark import ingesting
 
     session = _session(args)
-    result = pipeline.ingest(
+    result = ingesting.ingest(
         session,
         _url(args),
         args.queue,
@@ -147,10 +147,10 @@ def table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from sqlqueue_orm.contrib.spark import pipeline
+    from sqlqueue_orm.contrib.spark import reporting
 
     session = _session(args)
-    result = pipeline.report(session, args.path, bucket_seconds=args.bucket, exact=args.exact)
+    result = reporting.report(session, args.path, bucket_seconds=args.bucket, exact=args.exact)
     summary = result.summary.collect()  # one row per message type and endpoint
     failures = result.failures.collect()  # one row per exception type
     processed = sum(int(row["processed"]) for row in summary)
