@@ -405,6 +405,99 @@ def test_cli_sample_send_ingest(spark, database, tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
+# -- inputs checked before Spark starts ---------------------------------------------------------
+RUN_CLI = textwrap.dedent(
+    """
+    import sys
+    from sqlqueue_orm import cli
+    try:
+        code = cli.main(sys.argv[1:])
+    finally:
+        context = getattr(sys.modules.get("pyspark"), "SparkContext", None)
+        print("JVM started" if getattr(context, "_gateway", None) else "no JVM")
+    sys.exit(code)
+    """
+)
+
+
+def run_cli(*arguments, cwd):
+    environment = dict(os.environ)
+    environment["PYTHONPATH"] = REPO + os.pathsep + environment.get("PYTHONPATH", "")
+    environment.pop("SQLQUEUE_URL", None)
+    return subprocess.run(
+        [sys.executable, "-c", RUN_CLI, *arguments],
+        env=environment, cwd=cwd, capture_output=True, text=True, timeout=120, check=False,
+    )
+
+
+def assert_refused_before_spark(done, code, *named):
+    """Exit *code*, one line on stderr naming each of *named*, and no JVM (no Spark log line)."""
+    lines = done.stderr.splitlines()
+    assert done.returncode == code, done.stderr[-3000:]
+    assert len(lines) == 1, done.stderr[-3000:]
+    for value in named:
+        assert value in lines[0], lines[0]
+    assert done.stdout.splitlines()[-1] == "no JVM"
+    assert "log4j" not in done.stderr and "WARN" not in done.stderr
+
+
+def test_spark_commands_refuse_bad_input_before_starting_spark(database, tmp_path):
+    url = database.url
+    transport = database.transport()
+    transport.create_queue("sales")
+    transport.create_queue("audit")
+    orders = tmp_path / "orders.csv"
+    orders.write_text("order_id,customer\n1,alice\n")
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    not_a_dataset = tmp_path / "plain"
+    not_a_dataset.mkdir()
+    (not_a_dataset / "notes.txt").write_text("x")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    cases = [
+        # (arguments, the values the one line names)
+        (["send", "--queue", "sales", "--input", str(tmp_path / "none.csv")], ["none.csv"]),
+        (["send", "--queue", "absent", "--input", str(orders)], ["'absent'"]),
+        (["send", "--queue", "sales", "--input", str(orders), "--key-column", "nope"], ["'nope'"]),
+        (["send", "--queue", "sales", "--input", str(orders), "--header-column",
+          "Sales.Customer=client"], ["'client'"]),
+        (["send", "--queue", "sales", "--input", str(a_file)], ["a-file", "--format"]),
+        (["ingest", "--queue", "absent", "--path", str(tmp_path / "d")], ["'absent'"]),
+        (["ingest", "--queue", "audit", "--path", str(tmp_path / "d"), "--batch", "1000001"],
+         ["1000001"]),
+        (["ingest", "--queue", "audit", "--path", str(a_file)], ["a-file"]),
+        (["report", "--path", str(tmp_path / "nowhere")], ["nowhere"]),
+        (["report", "--path", str(not_a_dataset)], ["notes.txt"]),
+        (["report", "--path", str(empty), "--chart", str(tmp_path / "no" / "c.png")],
+         [str(tmp_path / "no")]),
+    ]
+    for arguments, named in cases:
+        done = run_cli("--url", url, "spark", *arguments, cwd=tmp_path)
+        assert_refused_before_spark(done, 2, *named)
+
+
+@pytest.mark.parametrize(
+    ("url", "named"),
+    [
+        ("postgresql+psycopg://someone:secret@127.0.0.1:1/nowhere", ["127.0.0.1:1", "refused"]),
+        ("sqlite:////nonexistent-directory/queues.db", ["/nonexistent-directory/queues.db",
+                                                        "unable to open"]),
+    ],
+)
+def test_spark_commands_report_an_unreachable_database_in_one_line(url, named, tmp_path):
+    orders = tmp_path / "orders.csv"
+    orders.write_text("order_id\n1\n")
+    for arguments in (
+        ["send", "--queue", "sales", "--input", str(orders)],
+        ["ingest", "--queue", "audit", "--path", str(tmp_path / "d")],
+        ["sample", "--count", "10"],
+    ):
+        done = run_cli("--url", url, "spark", *arguments, cwd=tmp_path)
+        assert_refused_before_spark(done, 1, *named)
+        assert "secret" not in done.stderr
+
+
 # -- no Spark needed ----------------------------------------------------------------------------
 def test_package_imports_pyspark_lazily_and_says_what_to_install():
     code = textwrap.dedent(

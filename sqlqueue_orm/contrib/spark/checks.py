@@ -115,6 +115,50 @@ def check_readable(what: str, path: str) -> None:
         raise exceptions.ConfigurationError(f"{what} {path!r} is not readable")
 
 
+def check_dataset(path: str, limit: int = 1_000) -> None:
+    """A local dataset directory must hold only Parquet files (outside ``_`` and ``.`` entries).
+
+    Looks at the first *limit* files only, so a large dataset is not walked whole.
+
+    :raises ConfigurationError: naming the path and a file that is not Parquet.
+    """
+    check_readable("dataset path", path)
+    if not is_local(path):
+        return
+    local = local_path(path)
+    if not os.path.isdir(local):
+        if not local.endswith(".parquet"):
+            raise exceptions.ConfigurationError(
+                f"dataset path {path!r} is neither a dataset directory nor a .parquet file"
+            )
+        return
+    seen = 0
+    for directory, subdirectories, names in os.walk(local):
+        subdirectories[:] = [name for name in subdirectories if not name.startswith(("_", "."))]
+        for name in names:
+            if name.startswith(("_", ".")):
+                continue
+            if not name.endswith(".parquet"):
+                found = os.path.relpath(os.path.join(directory, name), local)
+                raise exceptions.ConfigurationError(
+                    f"dataset path {path!r} is not an ingested dataset: {found!r} is not Parquet"
+                )
+            seen += 1
+            if seen >= limit:
+                return
+
+
+def check_existing_directory(what: str, path: str) -> None:
+    """A local *path* must be an existing, writable directory.
+
+    :raises ConfigurationError: naming *what* and the path.
+    """
+    if not os.path.isdir(path):
+        raise exceptions.ConfigurationError(f"{what} {path!r} does not exist")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise exceptions.ConfigurationError(f"{what} {path!r} is not writable")
+
+
 def check_writable_directory(what: str, path: str) -> None:
     """A local *path* must be a writable directory, or creatable in one.
 
@@ -134,3 +178,46 @@ def check_writable_directory(what: str, path: str) -> None:
         )
     if not os.access(existing, os.W_OK | os.X_OK):
         raise exceptions.ConfigurationError(f"{what} {path!r} is not writable")
+
+
+def describe_database(url: sa.URL) -> str:
+    """Where *url* points, for an error line: the SQLite file, else ``host:port/database``."""
+    if url.get_backend_name() == "sqlite":
+        return f"SQLite file {url.database!r}"
+    port = f":{url.port}" if url.port else ""
+    return f"{url.host or 'localhost'}{port}/{url.database or ''}"
+
+
+def check_database(url: str, queue: str | None = None) -> addressing.QueueAddress | None:
+    """Connect once to *url*; with *queue*, check that its table exists and return its address.
+
+    :raises DatabaseError: one line naming the host (or SQLite file) and the driver's cause.
+    :raises ConfigurationError: the queue name is not valid or its table does not exist.
+    """
+    parsed = check_url(url)
+    address = None
+    if queue is not None:
+        address = addressing.QueueAddress.coerce(queue)
+        address.check_for(parsed.get_backend_name())
+    engine = db.create_engine(parsed, poolclass=sa.pool.NullPool)
+    try:
+        try:
+            connection = engine.connect()
+        except sa.exc.DBAPIError as error:
+            cause = str(getattr(error, "orig", None) or error).strip().splitlines() or [""]
+            raise exceptions.DatabaseError(
+                f"cannot reach the database at {describe_database(parsed)}: {cause[0].strip()}"
+            ) from error
+        with connection:
+            if address is None:
+                return None
+            with db.wrap_db_errors(str(address)):
+                found = db.column_names(connection, address)
+    finally:
+        engine.dispose()
+    if not found:
+        raise exceptions.ConfigurationError(
+            f"queue {str(address)!r} does not exist; create it with "
+            f"`sqlqueue create-queue {address}`"
+        )
+    return address
