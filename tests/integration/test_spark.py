@@ -12,8 +12,10 @@ from __future__ import annotations
 import collections
 import datetime as dt
 import json
+import logging
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -377,13 +379,21 @@ def test_report_agrees_with_figures_computed_from_the_messages(
 
 
 @only("sqlite")
-def test_cli_sample_send_ingest(spark, database, tmp_path, capsys):
+def test_cli_sample_send_ingest(spark, database, tmp_path, capsys, caplog):
+    caplog.set_level(logging.INFO, logger="sqlqueue_orm.contrib.spark")
     url = database.url
     assert cli.main(["--url", url, "spark", "sample", "--count", "200", "--minutes", "5"]) == 0
     assert "audit: 200 audit message(s); error: 4 error message(s)" in capsys.readouterr().out
     assert cli.main(["--url", url, "spark", "ingest", "--queue", "audit", "--path",
                      str(tmp_path / "d"), "--batch", "150"]) == 0
     assert "audit: ingested 200 message(s) in 2 batch(es)" in capsys.readouterr().out
+    # Progress, one line per batch, the queue named in each.
+    progress = [r.getMessage() for r in caplog.records if "so far" in r.getMessage()]
+    assert [line.split(" (")[0] for line in progress] == [
+        "queue audit: 150 message(s) in 1 batch(es) so far",
+        "queue audit: 200 message(s) in 2 batch(es) so far",
+    ]
+    caplog.clear()
 
     orders = tmp_path / "orders.csv"
     orders.write_text("order_id,customer,amount\n1001,alice,12.5\n1002,bob,7.25\n")
@@ -391,8 +401,14 @@ def test_cli_sample_send_ingest(spark, database, tmp_path, capsys):
     arguments = ["--url", url, "spark", "send", "--queue", "sales", "--input", str(orders),
                  "--key-column", "order_id", "--header-column", "Sales.Customer=customer",
                  "--header", "NServiceBus.EnclosedMessageTypes=Sales.Messages.PlaceOrder"]
-    assert cli.main(arguments) == 0
+    assert cli.main([*arguments, "--partitions", "2"]) == 0
     assert "sales: sent 2 message(s), skipped 0 already sent" in capsys.readouterr().out
+    # Progress of the send: finished partitions and rows so far, the queue named.
+    assert any(
+        re.fullmatch(r"queue sales: sending: (\d+) of \1 partition\(s\) done, 2 row\(s\) so far",
+                     r.getMessage())
+        for r in caplog.records
+    ), [r.getMessage() for r in caplog.records]
     assert cli.main(arguments) == 0
     assert "sales: sent 0 message(s), skipped 2 already sent" in capsys.readouterr().out
     bodies = [json.loads(bytes(row[3])) for row in queue_rows(database.engine, "sales")]

@@ -191,12 +191,13 @@ def send_dataframe(
             for i, column in enumerate(mapped.values())
         ],
     )
+    partitions = projected.rdd.getNumPartitions()
     log.info("queue %s: sending a message per row over %d partition(s)",
-             plan.destination, projected.rdd.getNumPartitions())
+             plan.destination, partitions)
     context = projected.rdd.context
     handled = context.accumulator(0)  # rows sent or skipped, as tasks finish
-    with progress.TaskProgress(context, plan.destination, "sending", counter=handled,
-                               unit="row(s)"):
+    with progress.TaskProgress(context, plan.destination, "sending", partitions,
+                               counter=handled, unit="row(s)"):
         counts = projected.rdd.mapPartitions(
             functools.partial(_send_partition, plan, handled)
         ).collect()
