@@ -12,9 +12,9 @@ The run itself (online, the sweep, offline scripts) is :mod:`~sqlqueue_orm.migra
   recipe; SQLite ATTACHed schemas are reached that way).
 * Our lineage lives in its own version table, ``sqlqueue_alembic_version``, with branch label
   ``sqlqueue_orm``, so it sits beside the application's own Alembic history.
-* ``target_metadata`` is :data:`sqlqueue_orm.models.Base.metadata`: ``alembic check`` compares
-  the shared tables; queue tables (by column signature) and tables that are not ours are left
-  out, so autogenerate never proposes dropping them.
+* ``target_metadata`` is :data:`sqlqueue_orm.models.Base.metadata` with :data:`MODEL_MODULES`
+  imported: ``alembic check`` compares the shared tables; queue tables (by column signature) and
+  tables that are not ours are left out, so autogenerate never proposes dropping them.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from __future__ import annotations
 import importlib
 import importlib.resources
 import os
-import pkgutil
 import sys
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TextIO
@@ -88,12 +87,21 @@ def alembic_config(
     return config
 
 
+#: Modules declaring the shared tables on :data:`~sqlqueue_orm.models.Base.metadata`, imported by
+#: name so that the core never imports an optional part (import-linter forbids
+#: ``sqlqueue_orm.contrib`` here): contrib's models need no optional dependency to import.
+MODEL_MODULES = (
+    "sqlqueue_orm.models",  # OutboxData
+    "sqlqueue_orm.contrib.spark.models",  # SparkSendLedger
+)
+
+
 def _load_shared_models() -> sa.MetaData:
-    """Base.metadata with every module of :mod:`sqlqueue_orm.models` imported (all tables)."""
+    """Base.metadata with every module of :data:`MODEL_MODULES` imported (all shared tables)."""
     import sqlqueue_orm.models as models
 
-    for module in pkgutil.iter_modules(models.__path__):
-        importlib.import_module(f"{models.__name__}.{module.name}")
+    for name in MODEL_MODULES:
+        importlib.import_module(name)
     return models.Base.metadata
 
 

@@ -2,7 +2,8 @@
 
 Queue tables are created at run time with names only the user knows, so they live in their own
 :class:`~sqlalchemy.MetaData` (``QUEUE_METADATA``), never in :data:`Base.metadata`, which holds
-only the shared tables Alembic manages with autogenerate.
+only the shared tables Alembic manages with autogenerate. Contrib's tables (the Spark send
+ledger) live in contrib and join the same metadata when their module is imported.
 """
 
 from sqlqueue_orm.models.base import NAMING_CONVENTION as NAMING_CONVENTION
@@ -13,4 +14,3 @@ from sqlqueue_orm.models.queue_table import QUEUE_METADATA as QUEUE_METADATA
 from sqlqueue_orm.models.queue_table import QueueMessage as QueueMessage
 from sqlqueue_orm.models.queue_table import build_queue_table as build_queue_table
 from sqlqueue_orm.models.queue_table import queue_model as queue_model
-from sqlqueue_orm.models.spark_ledger import SparkSendLedger as SparkSendLedger

@@ -1,10 +1,15 @@
 """Spark data pipelines: send a message per DataFrame row, ingest audit/error queues, report.
 
 Needs the ``spark`` extra (``pip install sqlqueue_orm[spark]``). Importing this package does not
-import PySpark: each name below loads :mod:`sqlqueue_orm.contrib.spark.pipeline` on first use,
-and :func:`require_pyspark` turns a missing PySpark into a :class:`ConfigurationError` that says
-what to install. :mod:`~sqlqueue_orm.contrib.spark.sample` (synthetic NServiceBus audit and error
-messages for demos) needs no Spark at all.
+import PySpark: each name below loads its module on first use, and :func:`require_pyspark` turns
+a missing PySpark into a :class:`ConfigurationError` that says what to install.
+
+The modules, by concern: ``session`` (the SparkSession, task engines), ``sending``
+(:func:`send_dataframe`), ``ingesting`` (:func:`ingest`: its lock and file commit protocol),
+``dataset`` (the ingested dataset's schema and parsing), ``reporting`` (:func:`report`),
+``progress`` (progress lines of long jobs), ``models`` (the ``SparkSendLedger`` table) and
+``checks`` (inputs checked before Spark starts). ``models``, ``checks`` and ``sample``
+(synthetic NServiceBus audit and error messages for demos) need no Spark at all.
 
 Each Spark task opens its own connection from the database URL with the Python drivers
 (sqlite3, psycopg, pyodbc), so no JDBC jar is needed and nothing runs on driver-local state.
@@ -19,22 +24,11 @@ from typing import TYPE_CHECKING, Any
 from sqlqueue_orm import exceptions
 
 if TYPE_CHECKING:
-    from sqlqueue_orm.contrib.spark.pipeline import (
-        DATASET_SCHEMA,
-        QUEUE_ROW_SCHEMA,
-        IngestInProgress,
-        IngestResult,
-        Report,
-        SendResult,
-        failures,
-        ingest,
-        parse_messages,
-        report,
-        send_dataframe,
-        spark_session,
-        summary,
-        throughput,
-    )
+    from sqlqueue_orm.contrib.spark.dataset import DATASET_SCHEMA, QUEUE_ROW_SCHEMA, parse_messages
+    from sqlqueue_orm.contrib.spark.ingesting import IngestInProgress, IngestResult, ingest
+    from sqlqueue_orm.contrib.spark.reporting import Report, failures, report, summary, throughput
+    from sqlqueue_orm.contrib.spark.sending import SendResult, send_dataframe
+    from sqlqueue_orm.contrib.spark.session import spark_session
 
 __all__ = [
     "DATASET_SCHEMA",
@@ -54,7 +48,23 @@ __all__ = [
     "throughput",
 ]
 
-_PIPELINE = "sqlqueue_orm.contrib.spark.pipeline"
+#: The module of each lazily loaded name.
+_MODULES = {
+    "DATASET_SCHEMA": "dataset",
+    "QUEUE_ROW_SCHEMA": "dataset",
+    "parse_messages": "dataset",
+    "IngestInProgress": "ingesting",
+    "IngestResult": "ingesting",
+    "ingest": "ingesting",
+    "Report": "reporting",
+    "failures": "reporting",
+    "report": "reporting",
+    "summary": "reporting",
+    "throughput": "reporting",
+    "SendResult": "sending",
+    "send_dataframe": "sending",
+    "spark_session": "session",
+}
 
 
 def require_pyspark() -> None:
@@ -68,9 +78,9 @@ def require_pyspark() -> None:
 
 
 def __getattr__(name: str) -> Any:
-    """Load the pipeline (and PySpark) only when one of its names is used."""
-    if name in __all__ and name != "require_pyspark":
+    """Load a pipeline module (and PySpark) only when one of its names is used."""
+    if name in _MODULES:
         require_pyspark()
-        module = importlib.import_module(_PIPELINE)
+        module = importlib.import_module(f"{__name__}.{_MODULES[name]}")
         return getattr(module, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -25,7 +25,7 @@ def render_chart(
 ) -> None:
     """Write a two-panel PNG to *path*.
 
-    :param overall: rows of :func:`~sqlqueue_orm.contrib.spark.pipeline.throughput` without
+    :param overall: rows of :func:`~sqlqueue_orm.contrib.spark.reporting.throughput` without
         grouping (bucket_epoch, per_second, failed, processing_p95_ms, critical_p95_ms).
     :param by_endpoint: the same per ``processing_endpoint``.
     :param bucket_seconds: the bucket width, for the axis labels.

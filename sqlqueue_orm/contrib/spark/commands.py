@@ -1,12 +1,16 @@
 """``sqlqueue spark send|ingest|report|sample``: the Spark pipelines from the command line.
 
 PySpark is imported only when a Spark command runs (``sample`` needs none), so ``sqlqueue``
-works without the ``spark`` extra.
+works without the ``spark`` extra. Each command checks its inputs before it starts Spark (the
+queue exists, the input or dataset is there and readable, numbers in range, the database can be
+reached): a mistake exits 2 with one line naming the value, an unreachable database exits 1
+with one line naming the host and the cause, both in well under a JVM's start-up time.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import datetime as dt
 import logging
 import os
@@ -15,6 +19,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from sqlqueue_orm import cli, exceptions
+from sqlqueue_orm.contrib.spark import checks
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -47,6 +52,10 @@ def _session(args: argparse.Namespace) -> SparkSession:
     from sqlqueue_orm.contrib import spark
 
     spark.require_pyspark()
+    # Progress of long jobs is logged at INFO: shown by default, with the queue in each line.
+    progress_log = logging.getLogger("sqlqueue_orm.contrib.spark")
+    if progress_log.getEffectiveLevel() > logging.INFO:
+        progress_log.setLevel(logging.INFO)
     session = spark.spark_session(args.master)
     session.sparkContext.setLogLevel("ERROR")
     return session
@@ -58,7 +67,7 @@ def _url(args: argparse.Namespace) -> str:
     return cli.resolve_url(args)
 
 
-def _read_input(session: SparkSession, path: str, fmt: str | None) -> DataFrame:
+def _input_format(path: str, fmt: str | None) -> str:
     chosen = fmt or os.path.splitext(path.rstrip("/"))[1].lstrip(".").lower()
     if chosen == "jsonl":
         chosen = "json"
@@ -66,8 +75,73 @@ def _read_input(session: SparkSession, path: str, fmt: str | None) -> DataFrame:
         raise exceptions.ConfigurationError(
             f"cannot tell the format of input {path!r}; pass --format {'|'.join(_FORMATS)}"
         )
-    if not os.path.exists(path) and "://" not in path:
-        raise exceptions.ConfigurationError(f"input {path!r} does not exist")
+    return chosen
+
+
+def _input_columns(path: str, fmt: str) -> list[str] | None:
+    """The columns of a local CSV or Parquet file, read without Spark (None: not known here)."""
+    if not checks.is_local(path) or not os.path.isfile(checks.local_path(path)):
+        return None
+    local = checks.local_path(path)
+    try:
+        if fmt == "csv":
+            with open(local, newline="", encoding="utf-8") as stream:
+                return next(csv.reader(stream), [])
+        if fmt == "parquet":
+            from pyarrow import parquet
+
+            return list(parquet.read_schema(local).names)
+    except (OSError, UnicodeDecodeError, ImportError, ValueError):
+        return None
+    return None  # JSON: Spark infers columns from every record
+
+
+def _check_send(args: argparse.Namespace) -> None:
+    """Everything ``spark send`` can check before Spark starts (see :mod:`.checks`)."""
+    fmt = _input_format(args.input, args.format)
+    checks.check_readable("input", args.input)
+    columns = _input_columns(args.input, fmt)
+    if columns is not None:
+        wanted = [("body column", args.body_column), ("key column", args.key_column)]
+        wanted += [(f"header {name!r} column", column) for name, column in args.header_column or []]
+        for what, column in wanted:
+            if column is not None and column not in columns:
+                raise exceptions.ConfigurationError(
+                    f"{what} {column!r} is not in input {args.input!r}; its columns are {columns}"
+                )
+    address = checks.check_database(_url(args), args.queue)
+    if args.key_column is not None and address is not None:
+        from sqlqueue_orm.contrib.spark import models
+
+        if len(str(address)) > models.MAX_DESTINATION_LENGTH:
+            raise exceptions.ConfigurationError(
+                f"queue {str(address)!r} is longer than {models.MAX_DESTINATION_LENGTH} "
+                "characters, the most the send ledger records; send without --key-column"
+            )
+
+
+def _check_ingest(args: argparse.Namespace) -> None:
+    """Everything ``spark ingest`` can check before Spark starts."""
+    url = _url(args)
+    checks.check_ingest_arguments(url, args.queue, args.batch, args.partitions, args.max_batches)
+    checks.check_writable_directory("dataset path", args.path)
+    checks.check_database(url, args.queue)
+
+
+def _check_report(args: argparse.Namespace) -> None:
+    """Everything ``spark report`` can check before Spark starts."""
+    for path in args.path:
+        checks.check_dataset(path)
+    if args.chart:
+        if not args.chart.lower().endswith(".png"):
+            raise exceptions.ConfigurationError(f"chart {args.chart!r} must be a .png file")
+        checks.check_existing_directory(
+            "chart directory", os.path.dirname(os.path.abspath(args.chart))
+        )
+
+
+def _read_input(session: SparkSession, path: str, fmt: str | None) -> DataFrame:
+    chosen = _input_format(path, fmt)
     reader = session.read
     if chosen == "csv":
         return reader.option("header", True).option("inferSchema", True).csv(path)
@@ -77,13 +151,14 @@ def _read_input(session: SparkSession, path: str, fmt: str | None) -> DataFrame:
 
 
 def _cmd_send(args: argparse.Namespace) -> int:
-    from sqlqueue_orm.contrib.spark import pipeline
+    _check_send(args)
+    from sqlqueue_orm.contrib.spark import sending
 
     session = _session(args)
     frame = _read_input(session, args.input, args.format)
     if args.partitions:
         frame = frame.repartition(args.partitions)
-    result = pipeline.send_dataframe(
+    result = sending.send_dataframe(
         frame,
         args.queue,
         _url(args),
@@ -99,10 +174,11 @@ def _cmd_send(args: argparse.Namespace) -> int:
 
 
 def _cmd_ingest(args: argparse.Namespace) -> int:
-    from sqlqueue_orm.contrib.spark import pipeline
+    _check_ingest(args)
+    from sqlqueue_orm.contrib.spark import ingesting
 
     session = _session(args)
-    result = pipeline.ingest(
+    result = ingesting.ingest(
         session,
         _url(args),
         args.queue,
@@ -147,10 +223,11 @@ def table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from sqlqueue_orm.contrib.spark import pipeline
+    _check_report(args)
+    from sqlqueue_orm.contrib.spark import reporting
 
     session = _session(args)
-    result = pipeline.report(session, args.path, bucket_seconds=args.bucket, exact=args.exact)
+    result = reporting.report(session, args.path, bucket_seconds=args.bucket, exact=args.exact)
     summary = result.summary.collect()  # one row per message type and endpoint
     failures = result.failures.collect()  # one row per exception type
     processed = sum(int(row["processed"]) for row in summary)
@@ -190,7 +267,9 @@ def _cmd_sample(args: argparse.Namespace) -> int:
     from sqlqueue_orm.contrib.spark import sample
     from sqlqueue_orm.transport import Transport
 
-    with Transport(_url(args)) as transport:
+    url = _url(args)
+    checks.check_database(url)
+    with Transport(url) as transport:
         audit, error = sample.fill_sample_queues(
             transport,
             audit_queue=args.audit_queue,

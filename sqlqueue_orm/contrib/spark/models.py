@@ -1,4 +1,4 @@
-"""SparkSendLedger: which keyed messages ``send_dataframe`` has already sent, per destination.
+"""``SparkSendLedger``: the keyed messages ``send_dataframe`` has sent, per destination.
 
 =============== ========================= ===================== ==================
 column          SQL Server                PostgreSQL            SQLite
@@ -11,6 +11,11 @@ SentAt          datetime NOT NULL (UTC)   timestamp NOT NULL    DATETIME NOT NUL
 A row is inserted in the same transaction as the message it records, in the destination's
 database, so a row exists exactly when its message was sent. Index ``ix_SparkSendLedger_SentAt``
 serves pruning (``DELETE ... WHERE SentAt < :cutoff``): a pruned key is sent again on a re-run.
+
+The model lives in contrib (the core never imports contrib) but on the core's
+:data:`~sqlqueue_orm.models.Base.metadata`: Alembic's environment imports this module by name
+(:data:`sqlqueue_orm.migration.environment.MODEL_MODULES`), so ``alembic check`` and autogenerate
+compare it with what revision ``0006_spark_send_ledger`` created. No PySpark is imported here.
 """
 
 from __future__ import annotations
