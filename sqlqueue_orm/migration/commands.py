@@ -55,13 +55,13 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
     from alembic.util import CommandError
     from sqlalchemy import exc
 
-    from sqlqueue_orm import cli, exceptions
+    from sqlqueue_orm import exceptions
     from sqlqueue_orm.migration.environment import alembic_config
 
     for name in ("sqlqueue_orm.migration", "alembic.runtime.migration"):
         logging.getLogger(name).setLevel(logging.INFO)
     config = alembic_config(
-        cli.resolve_url(args),
+        args.context.url,
         schemas=args.schema,
         queues=[args.queues] if args.queues else [],
         stdout=sys.stdout,

@@ -11,6 +11,8 @@ import argparse
 import logging
 from typing import Any
 
+from sqlqueue_orm.cli import arguments
+
 log = logging.getLogger(__name__)
 
 
@@ -28,21 +30,21 @@ def register(subparsers: Any) -> None:
     sub.add_argument("--once", action="store_true", help="dispatch what is due, then exit")
     sub.add_argument(
         "--batch",
-        type=int,
+        type=arguments.bounded_int(1, 10_000),
         default=defaults.batch_size,
         metavar="N",
         help=f"records per transaction (default {defaults.batch_size})",
     )
     sub.add_argument(
         "--interval",
-        type=float,
+        type=arguments.positive_seconds,
         default=defaults.interval,
         metavar="S",
         help=f"seconds between polls when idle (default {defaults.interval:g})",
     )
     sub.add_argument(
         "--grace-period",
-        type=float,
+        type=arguments.non_negative_seconds,
         default=defaults.grace_period,
         metavar="S",
         help="leave records younger than this to the inline dispatch "
@@ -50,7 +52,7 @@ def register(subparsers: Any) -> None:
     )
     sub.add_argument(
         "--retry-delay",
-        type=float,
+        type=arguments.non_negative_seconds,
         default=defaults.retry_delay,
         metavar="S",
         help=f"wait before retrying a failed record ({defaults.retry_delay:g})",
@@ -69,7 +71,7 @@ def register(subparsers: Any) -> None:
     )
     sub.add_argument(
         "--batch",
-        type=int,
+        type=arguments.bounded_int(1, 100_000),
         default=CLEANUP_BATCH_SIZE,
         metavar="N",
         help=f"rows per delete (default {CLEANUP_BATCH_SIZE})",
@@ -78,12 +80,10 @@ def register(subparsers: Any) -> None:
 
 
 def _cmd_dispatch(args: argparse.Namespace) -> int:
-    from sqlqueue_orm import cli
     from sqlqueue_orm.config import DispatcherSettings
     from sqlqueue_orm.sending.dispatcher import OutboxDispatcher
     from sqlqueue_orm.sending.outbox import Outbox
     from sqlqueue_orm.sending.routing import Routing
-    from sqlqueue_orm.transport import Transport
 
     settings = DispatcherSettings(
         batch_size=args.batch,
@@ -95,7 +95,8 @@ def _cmd_dispatch(args: argparse.Namespace) -> int:
     if not args.verbose:
         # A service says what it did: one line per batch, even at the CLI's default level.
         logging.getLogger("sqlqueue_orm.sending").setLevel(logging.INFO)
-    with Transport(cli.resolve_url(args)) as transport, Outbox(transport, routing) as outbox:
+    transport = args.context.transport
+    with Outbox(transport, routing) as outbox:
         dispatcher = OutboxDispatcher(outbox, settings)
         dispatcher.install_signal_handlers()
         if args.once:
@@ -107,13 +108,11 @@ def _cmd_dispatch(args: argparse.Namespace) -> int:
 
 
 def _cmd_cleanup(args: argparse.Namespace) -> int:
-    from sqlqueue_orm import cli
     from sqlqueue_orm.config import CleanupSettings, parse_duration
     from sqlqueue_orm.sending.outbox import Outbox
-    from sqlqueue_orm.transport import Transport
 
     settings = CleanupSettings(older_than=parse_duration(args.older_than), batch_size=args.batch)
-    with Transport(cli.resolve_url(args)) as transport, Outbox(transport) as outbox:
+    with Outbox(args.context.transport) as outbox:
         deleted = outbox.cleanup(settings.older_than, batch_size=settings.batch_size)
     print(f"deleted {deleted} dispatched outbox record(s) older than {args.older_than}")
     return 0

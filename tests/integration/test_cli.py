@@ -57,6 +57,6 @@ def test_bad_input_exits_2_naming_the_value(database):
     )
     assert result.returncode == 2 and "nokey" in result.stderr
     result = sqlqueue(database.url, "send", "nowhere", "--body", "x", check=False)
-    assert result.returncode == 1 and "nowhere" in result.stderr
+    assert result.returncode == 2 and "sqlqueue create-queue nowhere" in result.stderr
     result = sqlqueue(database.url, "send", "a@b@c@d", "--body", "x", check=False)
     assert result.returncode == 2 and "a@b@c@d" in result.stderr
