@@ -184,8 +184,8 @@ def _cmd_receive(args: argparse.Namespace) -> int:
                 output.write(line_of(message, args))
     except errors.OutputClosed as error:
         _silence_stdout()
-        log.warning("queue %s: output closed; %d message(s) rolled back, none lost",
-                    args.queue, taken)
+        log.info("queue %s: output closed; %d message(s) rolled back, none lost",
+                 args.queue, taken)
         raise errors.OutputClosed(
             f"{error}; the {taken} message(s) taken off queue {args.queue!r} were put back"
         ) from error
