@@ -70,9 +70,13 @@ positive_int = bounded_int(1)
 batch_count = bounded_int(1, MAX_BATCH)
 
 
-def seconds(low: float = 0, *, allow_low: bool = False, high: float | None = None
-            ) -> Callable[[str], float]:
-    """Argument type: a finite number of seconds above *low* (or equal, with *allow_low*)."""
+def seconds(
+    low: float = 0, *, allow_low: bool = False, high: float | None = None, high_name: str = ""
+) -> Callable[[str], float]:
+    """Argument type: a finite number of seconds above *low* (or equal, with *allow_low*).
+
+    :param high: the largest value allowed, if any; *high_name* says it in words.
+    """
 
     def parse(text: str) -> float:
         try:
@@ -85,7 +89,10 @@ def seconds(low: float = 0, *, allow_low: bool = False, high: float | None = Non
             bound = f"at least {low:g}" if allow_low else f"more than {low:g}"
             raise argparse.ArgumentTypeError(f"{text!r} must be {bound} seconds")
         if high is not None and value > high:
-            raise argparse.ArgumentTypeError(f"{text!r} must be at most {high:g} seconds")
+            name = f" ({high_name})" if high_name else ""
+            raise argparse.ArgumentTypeError(
+                f"{text!r} must be at most {high:.0f} seconds{name}"
+            )
         return value
 
     parse.__name__ = "seconds"
@@ -97,7 +104,7 @@ positive_seconds = seconds(0)
 #: A number of seconds of 0 or more.
 non_negative_seconds = seconds(0, allow_low=True)
 #: A time to be received: above 0, at most 100 years.
-ttbr_seconds = seconds(0, high=MAX_TTBR_SECONDS)
+ttbr_seconds = seconds(0, high=MAX_TTBR_SECONDS, high_name="100 years; leave --ttbr out instead")
 
 
 def input_file(text: str) -> str:

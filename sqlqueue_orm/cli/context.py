@@ -51,7 +51,13 @@ class CommandContext:
     def transport(self) -> Transport:
         """The run's transport, made on first use after one connection proved the database."""
         if self._transport is None:
-            transport = Transport(self.url)
+            try:
+                transport = Transport(self.url)
+            except exceptions.ConfigurationError as error:
+                cause = str(error.__cause__ or error)
+                raise exceptions.ConfigurationError(
+                    f"cannot use database URL {describe_url(self.url, full=True)}: {cause}"
+                ) from error
             try:
                 check_reachable(transport.engine, self.url)
             except BaseException:
@@ -67,12 +73,17 @@ class CommandContext:
             self._transport = None
 
 
-def describe_url(url: str) -> str:
-    """*url* without its password, as ``host:port/database`` or the SQLite file path."""
+def describe_url(url: str, *, full: bool = False) -> str:
+    """*url* without its password, as ``host:port/database`` or the SQLite file path.
+
+    :param full: the whole URL, password masked, instead.
+    """
     try:
         parsed = sa.make_url(url)
-    except Exception:  # a bad URL is reported by the Transport; here only a name is wanted
-        return repr(url)
+    except Exception:  # not a URL at all: show its scheme only, it may hold a password
+        return repr(url.partition(":")[0] + ":...")
+    if full:
+        return repr(parsed.render_as_string(hide_password=True))
     if parsed.get_backend_name() == "sqlite":
         return f"SQLite file {parsed.database or ':memory:'}"
     host = parsed.host or "localhost"
@@ -93,7 +104,8 @@ def check_reachable(engine: sa.Engine, url: str) -> None:
 
 def _cause(url: str, error: sa.exc.DBAPIError) -> str:
     """The driver's reason, on one line, without the parts that repeat host and port."""
-    text = " ".join(str(error.orig).split())
+    # The first line: drivers add hints below it ("Is the server running on that host...").
+    text = " ".join((str(error.orig).strip().splitlines() or [""])[0].split())
     parsed = sa.make_url(url)
     if parsed.get_backend_name() == "sqlite":
         directory = os.path.dirname(os.path.abspath(parsed.database or "")) or "."

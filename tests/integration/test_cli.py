@@ -7,9 +7,12 @@ import json
 import os
 import select
 import shlex
+import socket
 import subprocess
 import sys
 import time
+
+import sqlalchemy as sa
 
 from tests.conftest import only
 
@@ -182,3 +185,70 @@ def test_receive_waits_until_a_slow_reader_has_read_each_message(database):
     assert data.count(b"\n") == 1  # handed over one at a time
     left = sqlqueue(url, "receive", "orders", "--count", "10", "--json").stdout.splitlines()
     assert [json.loads(line)["message_id"] for line in left] in (sent, sent[1:])
+
+
+# -- 10.7: one error policy: bad input exits 2, an unreachable database 1, one line each ---------
+@only("sqlite", "postgresql")
+def test_bad_input_is_one_line_naming_the_value_and_exit_2(database):
+    url = database.url
+    sqlqueue(url, "create-queue", "orders")
+    cases = [
+        (["receive", "orders", "--count", "10001"], "'10001'"),
+        (["browse", "orders", "--count", "0"], "'0'"),
+        (["send", "orders", "--body", "x", "--ttbr", "1e308"], "'1e308'"),
+        (["send", "orders", "--body", "x", "--ttbr", "1e10"], "100 years"),
+        (["send", "orders", "--body", "x", "--ttbr", "nan"], "'nan'"),
+        (["send", "orders", "--body-file", "/no/such/file"], "/no/such/file"),
+        (["purge-expired", "orders", "--batch", "x"], "'x'"),
+        (["outbox", "dispatch", "--once", "--batch", "0"], "'0'"),
+        (["send", "nowhere", "--body", "x"], "sqlqueue create-queue nowhere"),
+        (["receive", "nowhere"], "sqlqueue create-queue nowhere"),
+        (["browse", "nowhere"], "sqlqueue create-queue nowhere"),
+    ]
+    for args, named in cases:
+        result = sqlqueue(url, *args, check=False)
+        assert result.returncode == 2, (args, result.stderr)
+        assert named in one_line(result.stderr), (args, result.stderr)
+    result = run_bytes(url, b"send", b"orders", b"--body", b"\xff\xfe")
+    assert result.returncode == 2
+    assert "not valid UTF-8" in one_line(result.stderr.decode())
+    assert sqlqueue(url, "peek", "orders").stdout.strip() == "0"  # nothing was sent
+
+
+def _unreachable(url, *args):
+    result = sqlqueue(url, *args, check=False)
+    assert result.returncode == 1, result.stderr
+    return one_line(result.stderr)
+
+
+def test_unreachable_postgresql_is_one_line_naming_host_and_cause():
+    with socket.socket() as probe:  # a port on loopback that nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"postgresql+psycopg://someone:secret@127.0.0.1:{port}/shop"
+    for args in (["list-queues"], ["receive", "orders"], ["send", "orders", "--body", "x"]):
+        line = _unreachable(url, *args)
+        assert f"127.0.0.1:{port}" in line and "refused" in line.lower(), line
+        assert "secret" not in line
+    verbose = sqlqueue(url, "--verbose", "list-queues", check=False)
+    assert verbose.returncode == 1 and "Traceback" in verbose.stderr
+
+
+@only("postgresql")
+def test_unknown_database_or_role_is_one_line_naming_it(database):
+    parsed = sa.make_url(database.url)
+    line = _unreachable(
+        parsed.set(database="no_such_db").render_as_string(hide_password=False), "list-queues"
+    )
+    assert str(parsed.host) in line and "no_such_db" in line and "does not exist" in line
+    line = _unreachable(
+        parsed.set(username="no_such_role").render_as_string(hide_password=False), "peek", "q"
+    )
+    assert str(parsed.host) in line and "no_such_role" in line, line
+
+
+def test_sqlite_file_in_a_missing_directory_is_one_line(tmp_path):
+    missing = tmp_path / "no" / "such" / "dir"
+    line = _unreachable(f"sqlite:///{missing}/queue.db", "list-queues")
+    assert str(missing) in line and "does not exist" in line
+    assert not missing.exists()
