@@ -101,10 +101,21 @@ def _cmd_dispatch(args: argparse.Namespace) -> int:
         dispatcher.install_signal_handlers()
         if args.once:
             report = dispatcher.dispatch_pending()
-            print(report.describe())
+            print(_once_summary(report))
             return 0
         dispatcher.run()
     return 0
+
+
+def _once_summary(report: Any) -> str:
+    """What ``dispatch --once`` did, always with the number of records it deferred."""
+    import dataclasses
+
+    text = dataclasses.replace(report, deferred=0).describe()
+    text += f"; deferred {report.deferred} record(s)"
+    if report.deferred:
+        text += " (they failed and wait for a retry: see the log above)"
+    return text
 
 
 def _cmd_cleanup(args: argparse.Namespace) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import pty
 import select
 import shlex
 import socket
@@ -14,6 +15,7 @@ import time
 
 import sqlalchemy as sa
 
+import sqlqueue_orm
 from tests.conftest import only
 
 
@@ -252,3 +254,106 @@ def test_sqlite_file_in_a_missing_directory_is_one_line(tmp_path):
     line = _unreachable(f"sqlite:///{missing}/queue.db", "list-queues")
     assert str(missing) in line and "does not exist" in line
     assert not missing.exists()
+
+
+# -- 10.8: what users reached for ---------------------------------------------------------------
+def test_version():
+    result = sqlqueue("sqlite://", "--version")
+    assert result.stdout.strip() == f"sqlqueue {sqlqueue_orm.__version__}"
+
+
+@only("sqlite", "postgresql")
+def test_browse_shows_every_message_oldest_first_and_takes_none(database):
+    url = database.url
+    sqlqueue(url, "create-queue", "orders")
+    sent = [sqlqueue(url, "send", "orders", "--body", "first").stdout.strip()]
+    sent.append(sqlqueue(url, "send", "orders", "--body", "old", "--ttbr", "0.001").stdout.strip())
+    sent += [sqlqueue(url, "send", "orders", "--body", f"m{i}").stdout.strip() for i in range(3)]
+    time.sleep(0.05)
+    if database.dialect == "postgresql":  # (a SQLite receive holds the write lock: browse waits)
+        transport = database.transport()
+        with database.engine.connect() as holder:
+            # Another receiver holds the oldest message (uncommitted): browse still shows it.
+            [held] = transport.receive("orders", connection=holder)
+            assert held.message_id == sent[0]
+            browsed = sqlqueue(url, "browse", "orders", "--count", "3", "--json").stdout
+            holder.rollback()
+    else:
+        browsed = sqlqueue(url, "browse", "orders", "--count", "3", "--json").stdout
+    records = [json.loads(line) for line in browsed.splitlines()]
+    assert [r["message_id"] for r in records] == sent[:3]
+    assert [r["expired"] for r in records] == [False, True, False]
+    plain = sqlqueue(url, "browse", "orders", "--count", "10").stdout.splitlines()
+    assert plain[1] == f"{sent[1]} (expired): old" and len(plain) == 5
+    # Nothing was taken: every message is still there, in order.
+    left = sqlqueue(url, "receive", "orders", "--count", "10", "--json").stdout.splitlines()
+    assert [json.loads(line)["message_id"] for line in left] == sent
+
+
+@only("sqlite", "postgresql")
+def test_purge_all_asks_first_and_refuses_without_a_terminal(database):
+    url = database.url
+    sqlqueue(url, "create-queue", "orders")
+    for i in range(3):
+        sqlqueue(url, "send", "orders", "--body", f"m{i}")
+    env = {**os.environ, "SQLQUEUE_URL": url}
+    refused = subprocess.run(
+        [sys.executable, "-m", "sqlqueue_orm.cli", "purge-all", "orders"],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, timeout=120,
+    )
+    assert refused.returncode == 2 and "--yes" in one_line(refused.stderr)
+    assert len(sqlqueue(url, "browse", "orders", "--count", "10").stdout.splitlines()) == 3
+    # On a terminal it asks; "n" keeps the messages, "y" deletes them.
+    for answer, status, left in ((b"n\n", 2, 3), (b"y\n", 0, 0)):
+        leader, follower = pty.openpty()
+        process = subprocess.Popen(
+            [sys.executable, "-m", "sqlqueue_orm.cli", "purge-all", "orders"],
+            stdin=follower, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+        )
+        os.close(follower)
+        os.write(leader, answer)
+        _out, err = process.communicate(timeout=120)
+        os.close(leader)
+        assert process.returncode == status, err
+        assert b"Delete every message of queue 'orders'?" in err
+        assert len(sqlqueue(url, "browse", "orders", "--count", "10").stdout.splitlines()) == left
+    sqlqueue(url, "send", "orders", "--body", "again")
+    assert sqlqueue(url, "purge-all", "orders", "--yes").stdout.strip() == "1"
+    assert sqlqueue(url, "browse", "orders").stdout == ""
+
+
+@only("postgresql")
+def test_list_queues_looks_in_every_schema(database):
+    url = database.url
+    with database.engine.begin() as connection:
+        connection.exec_driver_sql('CREATE SCHEMA "sales"')
+        connection.exec_driver_sql('CREATE SCHEMA "Odd Name"')
+    sqlqueue(url, "create-queue", "orders", "invoices@sales", "audit@[Odd Name]")
+    sqlqueue(url, "send", "invoices@sales", "--body", "x")
+    listed = dict(line.split("\t") for line in sqlqueue(url, "list-queues").stdout.splitlines())
+    assert listed == {"orders": "0", "invoices@[sales]": "1", "audit@[Odd Name]": "0"}
+    only_sales = sqlqueue(url, "list-queues", "--schema", "sales").stdout.splitlines()
+    assert only_sales == ["invoices@[sales]\t1"]
+
+
+@only("sqlite", "postgresql")
+def test_outbox_dispatch_once_reports_what_it_deferred(database):
+    from sqlqueue_orm import OutgoingMessage
+    from sqlqueue_orm.sending.outbox import Outbox, OutboxOperation
+    from tests.outbox_app import install
+
+    transport = database.transport()
+    install(transport, "billing")
+    outbox = Outbox(transport)
+    with database.engine.begin() as connection:
+        for record_id, queue in (("good", "billing"), ("bad", "nowhere")):
+            operation = OutboxOperation.from_prepared(
+                queue, OutgoingMessage(b"x", message_id=record_id).prepare()
+            )
+            outbox.store(connection, record_id, [operation])
+    result = sqlqueue(database.url, "outbox", "dispatch", "--once", "--grace-period", "0")
+    assert "dispatched 1 record(s), 1 message(s) (billing: 1); deferred 1 record(s)" in (
+        result.stdout
+    )
+    again = sqlqueue(database.url, "outbox", "dispatch", "--once", "--grace-period", "0")
+    assert "dispatched 0 record(s), 0 message(s); deferred 0 record(s)" in again.stdout
