@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlqueue_orm.cli import arguments
+
+if TYPE_CHECKING:
+    from sqlqueue_orm.sending.outbox import DispatchReport
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +110,7 @@ def _cmd_dispatch(args: argparse.Namespace) -> int:
     return 0
 
 
-def _once_summary(report: Any) -> str:
+def _once_summary(report: DispatchReport) -> str:
     """What ``dispatch --once`` did, always with the number of records it deferred."""
     import dataclasses
 
