@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 #: Schemas that hold the database's own catalog, never queue tables (PostgreSQL, SQL Server).
 SYSTEM_SCHEMAS = frozenset({"information_schema", "pg_catalog", "sys", "guest"})
 _SYSTEM_PREFIXES = ("pg_toast", "pg_temp", "db_")
+#: Seconds a live reader of a pipe may read nothing before receive stops waiting for it.
+PATIENCE = 5.0
 
 
 def _context(args: argparse.Namespace) -> CommandContext:
@@ -90,10 +92,15 @@ class HandOver:
     a line counts as handed over only once the reader has read it: before the next line and
     before the commit we wait until the pipe is empty, and a reader that went away first
     (``head -1``) is a closed output. Files and terminals are handed over once flushed.
+
+    A reader that is alive but reads nothing for :data:`PATIENCE` seconds (one that reads only
+    once we have exited) would wait for us while we wait for it: we stop waiting and count what
+    is in the pipe as handed over, as a plain write would.
     """
 
-    def __init__(self, stream: IO[str]) -> None:
+    def __init__(self, stream: IO[str], queue: str = "") -> None:
         self.stream = stream
+        self.queue = queue
         try:
             self.fd: int | None = stream.fileno()
             self.pipe = stat.S_ISFIFO(os.fstat(self.fd).st_mode)
@@ -116,12 +123,21 @@ class HandOver:
         poller = select.poll()
         poller.register(self.fd, select.POLLOUT)
         pause = 0.0
+        last_unread, since = -1, time.monotonic()
         while True:
             for _fd, event in poller.poll(0):
                 if event & (select.POLLERR | select.POLLHUP):
                     raise errors.OutputClosed("standard output closed (the reader went away)")
             unread = struct.unpack("i", fcntl.ioctl(self.fd, termios.FIONREAD, b"\0\0\0\0"))[0]
             if unread == 0:
+                return
+            now = time.monotonic()
+            if unread != last_unread:
+                last_unread, since = unread, now
+            elif now - since > PATIENCE:
+                log.info("queue %s: the reader of standard output read nothing for %gs; "
+                         "no longer waiting for it", self.queue, PATIENCE)
+                self.pipe = False
                 return
             time.sleep(pause)
             pause = min(0.05, pause * 2 or 0.0005)
@@ -172,7 +188,7 @@ def _cmd_send(args: argparse.Namespace) -> int:
 
 def _cmd_receive(args: argparse.Namespace) -> int:
     transport = _context(args).transport
-    output = HandOver(sys.stdout)
+    output = HandOver(sys.stdout, args.queue)
     taken = 0
     try:
         # One transaction: the rows are deleted only if every line was handed over.
@@ -194,7 +210,7 @@ def _cmd_receive(args: argparse.Namespace) -> int:
 
 def _cmd_browse(args: argparse.Namespace) -> int:
     messages = _context(args).transport.browse(args.queue, max_messages=args.count)
-    output = HandOver(sys.stdout)
+    output = HandOver(sys.stdout, args.queue)
     try:
         for message in messages:
             output.write(line_of(message, args))

@@ -357,3 +357,20 @@ def test_outbox_dispatch_once_reports_what_it_deferred(database):
     )
     again = sqlqueue(database.url, "outbox", "dispatch", "--once", "--grace-period", "0")
     assert "dispatched 0 record(s), 0 message(s); deferred 0 record(s)" in again.stdout
+
+
+@only("sqlite")
+def test_receive_does_not_hang_on_a_reader_that_reads_after_it_exits(database):
+    url = database.url
+    sqlqueue(url, "create-queue", "orders")
+    sent = [sqlqueue(url, "send", "orders", "--body", f"m{i}").stdout.strip() for i in range(3)]
+    env = {**os.environ, "SQLQUEUE_URL": url}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sqlqueue_orm.cli", "receive", "orders", "--count", "3", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+    )
+    assert process.wait(timeout=120) == 0  # waits out its patience, then commits
+    lines = process.stdout.read().splitlines()
+    process.stdout.close()
+    assert [json.loads(line)["message_id"] for line in lines] == sent
+    assert sqlqueue(url, "receive", "orders").stdout == ""
