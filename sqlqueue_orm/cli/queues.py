@@ -62,6 +62,10 @@ def record(message: IncomingMessage, *, always_base64: bool = False) -> dict[str
     result["expired"] = message.expired
     if message.headers_error is not None:
         result["headers_error"] = message.headers_error
+        raw: object = message.raw_headers
+        if isinstance(raw, bytes):  # headers kept as bytes (not text): JSON cannot hold them
+            result["headers"] = None
+            result["headers_base64"] = base64.b64encode(raw).decode("ascii")
     return result
 
 
