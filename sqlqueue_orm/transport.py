@@ -13,15 +13,19 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import logging
 import threading
+import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from sqlqueue_orm import addressing, config, connections, db, exceptions, headers
 from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage
+from sqlqueue_orm.models.queue_table import queue_table
 from sqlqueue_orm.queuing.table_queue import PURGE_BATCH_SIZE, TableQueue
 from sqlqueue_orm.schema import QueueInstaller, SchemaInspector
 
@@ -250,6 +254,47 @@ class Transport:
                 return table_queue.receive(own, max_messages)
         with self._connections.transaction() as cursor:
             return table_queue.receive_on_cursor(cursor, max_messages)
+
+    def browse(
+        self,
+        queue: QueueRef,
+        max_messages: int = 10,
+        connection: Connection | None = None,
+        *,
+        after: int | None = None,
+    ) -> list[IncomingMessage]:
+        """Up to *max_messages* messages, oldest first, without taking them off the queue.
+
+        Reads every row, expired ones (flagged ``expired=True``) and rows another receiver holds
+        included; nothing is locked or deleted. *after*: only rows whose RowVersion is above it
+        (page on with the last ``row_version`` seen).
+        """
+        address = self.address(queue)
+        if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
+            raise exceptions.ConfigurationError(
+                f"max_messages {max_messages!r} must be a whole number of at least 1"
+            )
+        table = queue_table(address.table, db.schema_argument(address))
+        statement = sa.select(
+            table.c.Id, table.c.RowVersion, table.c.Expires, table.c.Headers, table.c.Body
+        )
+        if after is not None:
+            statement = statement.where(table.c.RowVersion > after)
+        statement = statement.order_by(table.c.RowVersion).limit(max_messages)
+        with db.wrap_db_errors(str(address)), self._connection(connection) as conn:
+            rows = conn.execute(statement).all()
+        now = dt.datetime.now(dt.UTC).replace(tzinfo=None)  # Expires is naive UTC
+        return [
+            IncomingMessage.from_row(
+                row.Id if isinstance(row.Id, uuid.UUID) else uuid.UUID(str(row.Id)),
+                int(row.RowVersion),
+                row.Headers,
+                None if row.Body is None else bytes(row.Body),
+                row.Expires is not None and row.Expires <= now,
+                str(address),
+            )
+            for row in rows
+        ]
 
     def peek(self, queue: QueueRef, connection: Connection | None = None) -> int:
         """Estimated message count (max - min RowVersion): cheap at any queue size."""

@@ -63,13 +63,12 @@ def register(subparsers: Any) -> None:
 
 
 def _cmd_migrate(args: argparse.Namespace) -> int:
-    from sqlqueue_orm import cli
     from sqlqueue_orm.migration import environment, runner
 
     for name in ("sqlqueue_orm.migration", "alembic.runtime.migration"):
         logging.getLogger(name).setLevel(logging.INFO)
     config = environment.alembic_config(
-        cli.resolve_url(args),
+        args.context.url,
         schemas=args.schema,
         queues=[args.queues] if args.queues else [],
         stdout=sys.stdout,

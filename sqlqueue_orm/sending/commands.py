@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from sqlqueue_orm.cli import arguments
+
+if TYPE_CHECKING:
+    from sqlqueue_orm.sending.outbox import DispatchReport
 
 log = logging.getLogger(__name__)
 
@@ -29,21 +34,21 @@ def register(subparsers: Any) -> None:
     sub.add_argument("--once", action="store_true", help="dispatch what is due, then exit")
     sub.add_argument(
         "--batch",
-        type=int,
+        type=arguments.bounded_int(1, 10_000),
         default=defaults.batch_size,
         metavar="N",
         help=f"records per transaction (default {defaults.batch_size})",
     )
     sub.add_argument(
         "--interval",
-        type=float,
+        type=arguments.positive_seconds,
         default=defaults.interval,
         metavar="S",
         help=f"seconds between polls when idle (default {defaults.interval:g})",
     )
     sub.add_argument(
         "--grace-period",
-        type=float,
+        type=arguments.non_negative_seconds,
         default=defaults.grace_period,
         metavar="S",
         help="leave records younger than this to the inline dispatch "
@@ -51,7 +56,7 @@ def register(subparsers: Any) -> None:
     )
     sub.add_argument(
         "--retry-delay",
-        type=float,
+        type=arguments.non_negative_seconds,
         default=defaults.retry_delay,
         metavar="S",
         help=f"wait before retrying a failed record ({defaults.retry_delay:g})",
@@ -70,7 +75,7 @@ def register(subparsers: Any) -> None:
     )
     sub.add_argument(
         "--batch",
-        type=int,
+        type=arguments.bounded_int(1, 100_000),
         default=CLEANUP_BATCH_SIZE,
         metavar="N",
         help=f"rows per delete (default {CLEANUP_BATCH_SIZE})",
@@ -84,12 +89,10 @@ def register(subparsers: Any) -> None:
 
 
 def _cmd_dispatch(args: argparse.Namespace) -> int:
-    from sqlqueue_orm import cli
     from sqlqueue_orm.config import DispatcherSettings
     from sqlqueue_orm.sending.dispatcher import OutboxDispatcher
     from sqlqueue_orm.sending.outbox import Outbox
     from sqlqueue_orm.sending.routing import Routing
-    from sqlqueue_orm.transport import Transport
 
     settings = DispatcherSettings(
         batch_size=args.batch,
@@ -101,27 +104,37 @@ def _cmd_dispatch(args: argparse.Namespace) -> int:
     if not args.verbose:
         # A service says what it did: one line per batch, even at the CLI's default level.
         logging.getLogger("sqlqueue_orm.sending").setLevel(logging.INFO)
-    with Transport(cli.resolve_url(args)) as transport, Outbox(transport, routing) as outbox:
+    transport = args.context.transport
+    with Outbox(transport, routing) as outbox:
         dispatcher = OutboxDispatcher(outbox, settings)
         dispatcher.install_signal_handlers()
         if args.once:
             report = dispatcher.dispatch_pending()
-            print(report.describe())
+            print(_once_summary(report))
             return 0
         dispatcher.run()
     return 0
 
 
+def _once_summary(report: DispatchReport) -> str:
+    """What ``dispatch --once`` did, always with the number of records it deferred."""
+    import dataclasses
+
+    text = dataclasses.replace(report, deferred=0).describe()
+    text += f"; deferred {report.deferred} record(s)"
+    if report.deferred:
+        text += " (they failed and wait for a retry: see the log above)"
+    return text
+
+
 def _cmd_cleanup(args: argparse.Namespace) -> int:
-    from sqlqueue_orm import cli
     from sqlqueue_orm.config import CleanupSettings, parse_duration
     from sqlqueue_orm.sending.outbox import Outbox
     from sqlqueue_orm.sending.routing import Routing
-    from sqlqueue_orm.transport import Transport
 
     settings = CleanupSettings(older_than=parse_duration(args.older_than), batch_size=args.batch)
     routing = Routing.load(args.routes) if args.routes else None
-    with Transport(cli.resolve_url(args)) as transport, Outbox(transport, routing) as outbox:
+    with Outbox(args.context.transport, routing) as outbox:
         deleted = outbox.cleanup(
             settings.older_than, batch_size=settings.batch_size, deliveries=False
         )

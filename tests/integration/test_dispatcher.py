@@ -168,7 +168,7 @@ def install_remote(url):
 
 def test_bad_dispatch_options_exit_2_naming_the_value(database, app, tmp_path):
     result = _dispatch_command(database.url, "--once", "--batch", "0")
-    assert result.returncode == 2 and "batch_size 0" in result.stderr
+    assert result.returncode == 2 and "--batch: '0'" in result.stderr
     result = _dispatch_command(database.url, "--once", "--routes", str(tmp_path / "none.toml"))
     assert result.returncode == 2 and "none.toml" in result.stderr
 

@@ -18,7 +18,8 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlqueue_orm import cli, exceptions
+from sqlqueue_orm import exceptions
+from sqlqueue_orm.cli import arguments
 from sqlqueue_orm.contrib.spark import checks
 
 if TYPE_CHECKING:
@@ -62,9 +63,7 @@ def _session(args: argparse.Namespace) -> SparkSession:
 
 
 def _url(args: argparse.Namespace) -> str:
-    from sqlqueue_orm import cli
-
-    return cli.resolve_url(args)
+    return arguments.resolve_url(args)
 
 
 def _input_format(path: str, fmt: str | None) -> str:
@@ -303,13 +302,14 @@ def register(subparsers: Any) -> None:
     sub.add_argument("--body-column", help="body column (default: the whole row as JSON)")
     sub.add_argument("--key-column",
                      help="row key: deterministic message ids, re-runs skip what was sent")
-    sub.add_argument("--header", action="append", type=cli.key_value, metavar="NAME=VALUE",
+    sub.add_argument("--header", action="append", type=arguments.key_value, metavar="NAME=VALUE",
                      help="constant header (repeatable)")
-    sub.add_argument("--header-column", action="append", type=cli.key_value, metavar="NAME=COLUMN",
+    sub.add_argument("--header-column", action="append", type=arguments.key_value,
+                     metavar="NAME=COLUMN",
                      help="header from a column (repeatable)")
-    sub.add_argument("--batch", type=cli.positive_int, default=1_000, metavar="N",
+    sub.add_argument("--batch", type=arguments.positive_int, default=1_000, metavar="N",
                      help="messages per transaction (default 1000)")
-    sub.add_argument("--partitions", type=cli.positive_int, metavar="N",
+    sub.add_argument("--partitions", type=arguments.positive_int, metavar="N",
                      help="repartition the input first (parallel connections)")
     with_master(sub)
     sub.set_defaults(func=_cmd_send)
@@ -317,11 +317,11 @@ def register(subparsers: Any) -> None:
     sub = commands.add_parser("ingest", help="drain a queue into a Parquet dataset, exactly once")
     sub.add_argument("--queue", required=True, help="queue to drain (audit, error)")
     sub.add_argument("--path", required=True, help="dataset directory (any Hadoop path)")
-    sub.add_argument("--batch", type=cli.positive_int, default=10_000, metavar="N",
+    sub.add_argument("--batch", type=arguments.positive_int, default=10_000, metavar="N",
                      help="messages per batch (default 10000)")
-    sub.add_argument("--partitions", type=cli.positive_int, metavar="N",
+    sub.add_argument("--partitions", type=arguments.positive_int, metavar="N",
                      help="Spark tasks per batch (default: default parallelism)")
-    sub.add_argument("--max-batches", type=cli.positive_int, metavar="N")
+    sub.add_argument("--max-batches", type=arguments.positive_int, metavar="N")
     sub.add_argument("--no-body", action="store_true", help="do not store message bodies")
     with_master(sub)
     sub.set_defaults(func=_cmd_ingest)
@@ -330,7 +330,7 @@ def register(subparsers: Any) -> None:
     sub.add_argument("--path", required=True, action="append",
                      help="dataset directory (repeatable)")
     sub.add_argument("--chart", metavar="FILE.png", help="write a PNG chart")
-    sub.add_argument("--bucket", type=cli.positive_int, metavar="SECONDS",
+    sub.add_argument("--bucket", type=arguments.positive_int, metavar="SECONDS",
                      help="throughput bucket (default: ~120 buckets over the data)")
     sub.add_argument("--exact", action="store_true",
                      help="exact percentiles (default: approximate, for large data)")
@@ -341,11 +341,11 @@ def register(subparsers: Any) -> None:
                               help="fill audit/error queues with synthetic NServiceBus messages")
     sub.add_argument("--audit-queue", default="audit")
     sub.add_argument("--error-queue", default="error")
-    sub.add_argument("--count", type=cli.positive_int, default=10_000, metavar="N",
+    sub.add_argument("--count", type=arguments.positive_int, default=10_000, metavar="N",
                      help="audit messages (default 10000)")
     sub.add_argument("--failure-rate", type=_rate, default=0.02, metavar="F",
                      help="error messages per audit message (default 0.02)")
-    sub.add_argument("--minutes", type=cli.positive_int, default=60,
+    sub.add_argument("--minutes", type=arguments.positive_int, default=60,
                      help="time window of the messages (default 60)")
     sub.add_argument("--start", type=_start, help="window start, ISO (default: --minutes ago)")
     sub.add_argument("--seed", type=int, default=1)

@@ -1,0 +1,132 @@
+"""Every argument type of the ``sqlqueue`` command line, validated one way.
+
+Each type is a function from the text the user typed to a value, raising
+:class:`argparse.ArgumentTypeError` with a message that quotes that text; the parser turns it
+into one line on stderr and exit status 2. Sub-command modules (``migrate``, ``outbox``,
+``spark``) import this module, and nothing else of :mod:`sqlqueue_orm.cli`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from collections.abc import Callable
+
+from sqlqueue_orm import db
+
+#: Upper bound of a time to be received: the one :class:`~sqlqueue_orm.messages.OutgoingMessage`
+#: accepts (100 years of 366 days); longer is a mistake, leave the TTBR unset instead.
+MAX_TTBR_SECONDS = 100 * 366 * 86_400
+#: Largest receive or browse batch (the hot path's own limit, ``queuing.sql.SqlText.max_batch``).
+MAX_BATCH = 10_000
+
+
+def resolve_url(args: argparse.Namespace) -> str:
+    """``--url``, else ``SQLQUEUE_URL``, else the embedded SQLite default."""
+    return str(getattr(args, "url", None) or os.environ.get("SQLQUEUE_URL") or db.DEFAULT_URL)
+
+
+def key_value(text: str) -> tuple[str, str]:
+    """Argument type ``KEY=VALUE`` (the value may hold ``=``)."""
+    key, sep, value = utf8_text(text).partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    return key, value
+
+
+def utf8_text(text: str) -> str:
+    """Argument type: text that is valid UTF-8 (the shell may pass any bytes)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        raise argparse.ArgumentTypeError(
+            f"'{shown}' is not valid UTF-8 (give bytes with --body-file)"
+        ) from None
+    return text
+
+
+def bounded_int(low: int, high: int | None = None) -> Callable[[str], int]:
+    """Argument type: a whole number from *low* to *high* (no upper bound when None)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < low or (high is not None and value > high):
+            bound = f"at least {low}" if high is None else f"from {low} to {high}"
+            raise argparse.ArgumentTypeError(f"{text!r} must be {bound}")
+        return value
+
+    parse.__name__ = "whole number"  # what argparse names in its own messages
+    return parse
+
+
+#: A whole number of at least 1.
+positive_int = bounded_int(1)
+#: A batch size of a receive or browse: 1 to 10,000.
+batch_count = bounded_int(1, MAX_BATCH)
+
+
+def seconds(
+    low: float = 0, *, allow_low: bool = False, high: float | None = None, high_name: str = ""
+) -> Callable[[str], float]:
+    """Argument type: a finite number of seconds above *low* (or equal, with *allow_low*).
+
+    :param high: the largest value allowed, if any; *high_name* says it in words.
+    """
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds")
+        if value < low or (value == low and not allow_low):
+            bound = f"at least {low:g}" if allow_low else f"more than {low:g}"
+            raise argparse.ArgumentTypeError(f"{text!r} must be {bound} seconds")
+        if high is not None and value > high:
+            name = f" ({high_name})" if high_name else ""
+            raise argparse.ArgumentTypeError(
+                f"{text!r} must be at most {high:.0f} seconds{name}"
+            )
+        return value
+
+    parse.__name__ = "seconds"
+    return parse
+
+
+#: A number of seconds above 0.
+positive_seconds = seconds(0)
+#: A number of seconds of 0 or more.
+non_negative_seconds = seconds(0, allow_low=True)
+#: A time to be received: above 0, at most 100 years.
+ttbr_seconds = seconds(0, high=MAX_TTBR_SECONDS, high_name="100 years; leave --ttbr out instead")
+
+
+def input_file(text: str) -> str:
+    """Argument type: a readable file, or ``-`` for standard input."""
+    if text == "-":
+        return text
+    if not os.path.isfile(text):
+        reason = "is a directory" if os.path.isdir(text) else "does not exist"
+        raise argparse.ArgumentTypeError(f"{text!r} {reason}")
+    if not os.access(text, os.R_OK):
+        raise argparse.ArgumentTypeError(f"{text!r} is not readable")
+    return text
+
+
+def sql_server_layout(parser: argparse.ArgumentParser) -> None:
+    """Add ``--sql-server-layout`` (how SQL Server queue tables are laid out) to *parser*."""
+    from sqlqueue_orm.models.queue_table import SQL_SERVER_LAYOUTS
+
+    parser.add_argument(
+        "--sql-server-layout",
+        choices=SQL_SERVER_LAYOUTS,
+        default="clustered",
+        help="SQL Server: clustered Index_RowVersion (default), or heap: the NServiceBus 8+ "
+        "layout for tables shared with .NET endpoints",
+    )

@@ -1,0 +1,122 @@
+"""What every sub-command is given: the database URL, resolved once, and one Transport.
+
+:func:`sqlqueue_orm.cli.main` builds a :class:`CommandContext` after parsing and sets it on the
+parsed arguments as ``args.context``; a command reads ``args.context.url`` or
+``args.context.transport``. The transport is made (and its database reached) on first use, so
+commands that need no database (``ddl``, ``migrate --sql``) never connect.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+
+import sqlalchemy as sa
+
+from sqlqueue_orm import exceptions
+from sqlqueue_orm.cli import arguments
+from sqlqueue_orm.transport import Transport
+
+log = logging.getLogger(__name__)
+
+
+class DatabaseUnreachable(exceptions.DatabaseError):
+    """The database cannot be reached, or refuses the login."""
+
+
+class CommandContext:
+    """The resolved ``--url`` and the :class:`Transport` of one ``sqlqueue`` run.
+
+    :param url: the database URL.
+    :param verbose: how many ``-v`` were given.
+    """
+
+    def __init__(self, url: str, verbose: int = 0) -> None:
+        self.url = url
+        self.verbose = verbose
+        self._transport: Transport | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> CommandContext:
+        """The context of parsed arguments (``--url``, ``$SQLQUEUE_URL`` or the default)."""
+        return cls(arguments.resolve_url(args), int(getattr(args, "verbose", 0) or 0))
+
+    @property
+    def where(self) -> str:
+        """The database as a person names it: host, port and database, or the SQLite file."""
+        return describe_url(self.url)
+
+    @property
+    def transport(self) -> Transport:
+        """The run's transport, made on first use after one connection proved the database."""
+        if self._transport is None:
+            try:
+                transport = Transport(self.url)
+            except exceptions.ConfigurationError as error:
+                cause = str(error.__cause__ or error)
+                raise exceptions.ConfigurationError(
+                    f"cannot use database URL {describe_url(self.url, full=True)}: {cause}"
+                ) from error
+            try:
+                check_reachable(transport.engine, self.url)
+            except BaseException:
+                transport.close()
+                raise
+            self._transport = transport
+        return self._transport
+
+    def close(self) -> None:
+        """Close the transport if one was made."""
+        if self._transport is not None:
+            self._transport.close()
+            self._transport = None
+
+
+def describe_url(url: str, *, full: bool = False) -> str:
+    """*url* without its password, as ``host:port/database`` or the SQLite file path.
+
+    :param full: the whole URL, password masked, instead.
+    """
+    try:
+        parsed = sa.make_url(url)
+    except Exception:  # not a URL at all: show its scheme only, it may hold a password
+        return repr(url.partition(":")[0] + ":...")
+    if full:
+        return repr(parsed.render_as_string(hide_password=True))
+    if parsed.get_backend_name() == "sqlite":
+        return f"SQLite file {parsed.database or ':memory:'}"
+    host = parsed.host or "localhost"
+    port = f":{parsed.port}" if parsed.port else ""
+    return f"{parsed.get_backend_name()} server {host}{port}, database {parsed.database!r}"
+
+
+def check_reachable(engine: sa.Engine, url: str) -> None:
+    """Open and close one connection; raise :class:`DatabaseUnreachable` naming host and cause."""
+    try:
+        with engine.connect():
+            pass
+    except sa.exc.DBAPIError as error:
+        raise DatabaseUnreachable(
+            f"cannot connect to the {describe_url(url)}: {_cause(url, error)}"
+        ) from error
+
+
+def _cause(url: str, error: sa.exc.DBAPIError) -> str:
+    """The driver's reason, on one line, without the parts that repeat host and port."""
+    # The first line: drivers add hints below it ("Is the server running on that host...").
+    text = " ".join((str(error.orig).strip().splitlines() or [""])[0].split())
+    parsed = sa.make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        directory = os.path.dirname(os.path.abspath(parsed.database or "")) or "."
+        if not os.path.isdir(directory):
+            return f"{text} (directory {directory} does not exist)"
+        return text
+    # psycopg: 'connection failed: connection to server at "h", port p failed: FATAL: reason'
+    _, found, reason = text.rpartition(" failed: ")
+    if found and reason:
+        text = reason
+    for prefix in ("FATAL:", "ERROR:"):
+        if text.startswith(prefix):
+            text = text[len(prefix):].strip()
+    return text

@@ -1,0 +1,60 @@
+"""``sqlqueue ddl``: print the DDL of queue tables for a DBA (no database needed)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from sqlalchemy.dialects import mssql, postgresql, sqlite
+from sqlalchemy.engine import Dialect
+
+from sqlqueue_orm.addressing import QueueAddress
+from sqlqueue_orm.cli import arguments
+from sqlqueue_orm.config import QueueSettings
+from sqlqueue_orm.schema import QueueInstaller
+
+#: ``--target-version`` years and the SQL Server major version of each.
+SQL_SERVER_MAJOR = {2016: 13, 2017: 14, 2019: 15, 2022: 16}
+
+
+def ddl_dialect(name: str, target_version: int | None = None) -> Dialect:
+    """A dialect for printing DDL: named paramstyle, so nothing in a name is %-doubled."""
+    if name == "mssql":
+        dialect: Dialect = mssql.dialect(paramstyle="named")  # type: ignore[no-untyped-call]
+        if target_version is not None:
+            dialect.server_version_info = (SQL_SERVER_MAJOR.get(target_version, 16),)
+        return dialect
+    if name == "postgresql":
+        return postgresql.dialect(paramstyle="named")  # type: ignore[no-untyped-call]
+    return sqlite.dialect(paramstyle="named")
+
+
+def _cmd_ddl(args: argparse.Namespace) -> int:
+    dialect = ddl_dialect(args.dialect, args.target_version)
+    installer = QueueInstaller(QueueSettings(sql_server_layout=args.sql_server_layout))
+    separator = "\nGO\n" if args.dialect == "mssql" else ";\n"
+    for name in args.names:
+        address = QueueAddress.parse(name, args.dialect)
+        address.check_for(args.dialect)
+        print(f"-- queue {address}")
+        statements = installer.ddl(address, dialect, body_string=args.body_string)
+        print(separator.join(statements) + separator)
+    return 0
+
+
+def register(commands: Any) -> None:
+    """Add ``ddl`` to the ``sqlqueue`` parser."""
+    sub = commands.add_parser("ddl", help="print the DDL of queue tables for a DBA")
+    sub.add_argument("--dialect", required=True, choices=("mssql", "postgresql", "sqlite"))
+    sub.add_argument(
+        "--target-version",
+        type=int,
+        choices=sorted(SQL_SERVER_MAJOR),
+        default=None,
+        metavar="YEAR",
+        help="SQL Server version (2016, 2017, 2019, 2022); default: 2019 or later",
+    )
+    sub.add_argument("--body-string", action="store_true")
+    arguments.sql_server_layout(sub)
+    sub.add_argument("names", nargs="+", metavar="NAME")
+    sub.set_defaults(func=_cmd_ddl)
