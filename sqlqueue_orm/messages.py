@@ -124,8 +124,9 @@ class IncomingMessage:
     a handler should discard it. A header whose stored value is JSON ``null`` (as .NET writes
     them) is ``None`` in ``headers``. ``headers_error`` is set (and ``headers`` empty) when the
     stored headers cannot be read for any reason (not JSON, not an object of strings and nulls,
-    nested too deeply, not valid UTF-8); ``raw_headers`` always holds them as stored (text, or
-    bytes when they are not valid UTF-8), so a poison message can be moved on unchanged.
+    nested too deeply, not valid text: UTF-8 on SQLite, UTF-16 on SQL Server); ``raw_headers``
+    always holds them as stored (text, or bytes when they are not valid text), so a poison
+    message can be moved on unchanged.
     """
 
     id: uuid.UUID
