@@ -19,9 +19,9 @@ Dispatching a record sends its operations and marks it dispatched (``Dispatched 
 ``DispatchedAt`` = now, ``Operations = '[]'``, as NServiceBus does). Operations whose
 destination is in the same database are sent *in the transaction that marks the record*, so
 they are delivered exactly once. Operations for other databases are committed there first,
-together with a row of that database's ``OutboxDelivery`` table (destination, message id), and
-the dispatcher looks for that row before sending: a crash between the destination's commit and
-the mark finds the row on the next try, and the message is not sent again (it counts as
+together with a row of that database's ``OutboxDelivery`` table (destination, message id) whose
+primary key refuses a second delivery: after a crash between the destination's commit and the
+mark, the next try finds the row and does not send the message again (it counts as
 ``already_delivered``). Exactly once, then, as long as the row is kept (the outbox cleanup
 deletes rows older than the records it deletes).
 """
@@ -260,6 +260,10 @@ class DispatchReport:
         return text
 
 
+class _AlreadyDelivered(Exception):
+    """A delivery row of the batch exists: roll back and look before sending."""
+
+
 @dataclasses.dataclass
 class _Sent:
     """Messages sent per queue, and messages skipped as already delivered."""
@@ -413,6 +417,7 @@ class Outbox:
         self._mark = mark_dispatched_statement()
         self._defer = defer_statement()
         self._delivered = delivered_statement()
+        self._record_deliveries = sa.insert(outbox_delivery.outbox_delivery_table())
         #: URLs of the databases whose OutboxDelivery table is known to exist.
         self._delivery_tables: set[str] = set()
 
@@ -659,26 +664,44 @@ class Outbox:
     ) -> tuple[int, int]:
         """Send *items* to *destination* in another database, each at most once; (sent, skipped).
 
-        One transaction there: read which of these message ids its ``OutboxDelivery`` holds for
-        the destination, insert the others and their delivery rows, commit. Should another
-        dispatcher insert the same row meanwhile, the primary key refuses the second and the
-        transaction rolls back (a ``DispatchError``; the retry then finds the row).
+        One transaction there inserts the messages and their ``OutboxDelivery`` rows. The rows
+        go first, without a look: when none of them is there (every dispatch that follows no
+        crash) the primary key accepts them all and that is the whole cost. When one is there
+        (a dispatcher died between the two commits, or another one got there first) the key
+        refuses it, the transaction rolls back, and a second one reads which rows exist and
+        sends only the others.
         """
         transport = self.router.transport_for(destination)
         self._require_delivery_table(transport, destination)
         key = outbox_delivery.delivery_key(str(transport.address(destination)))
-        table = outbox_delivery.outbox_delivery_table()
-        wanted = list(dict.fromkeys(outbox_delivery.delivery_key(op.message_id) for _, op in items))
+        try:
+            return self._deliver(transport, destination, key, items, look_first=False)
+        except _AlreadyDelivered:
+            return self._deliver(transport, destination, key, items, look_first=True)
+
+    def _deliver(
+        self,
+        transport: Transport,
+        destination: str,
+        key: str,
+        items: Sequence[tuple[str, OutboxOperation]],
+        *,
+        look_first: bool,
+    ) -> tuple[int, int]:
         with db.wrap_db_errors(destination), transport.engine.begin() as remote_connection:
             delivered: dict[str, str] = {}
-            for start in range(0, len(wanted), _LOOKUP_CHUNK):
-                chunk = wanted[start : start + _LOOKUP_CHUNK]
-                rows = remote_connection.execute(
-                    self._delivered, {"destination": key, "ids": chunk}
+            if look_first:
+                wanted = list(
+                    dict.fromkeys(outbox_delivery.delivery_key(op.message_id) for _, op in items)
                 )
-                delivered.update((str(row[0]), str(row[1])) for row in rows)
+                for start in range(0, len(wanted), _LOOKUP_CHUNK):
+                    rows = remote_connection.execute(
+                        self._delivered,
+                        {"destination": key, "ids": wanted[start : start + _LOOKUP_CHUNK]},
+                    )
+                    delivered.update((str(row[0]), str(row[1])) for row in rows)
             messages: list[PreparedMessage] = []
-            rows_to_insert: list[dict[str, Any]] = []
+            deliveries: list[dict[str, Any]] = []
             now = utc_now()
             for record_id, operation in items:
                 message_key = outbox_delivery.delivery_key(operation.message_id)
@@ -696,7 +719,7 @@ class Outbox:
                     continue
                 delivered[message_key] = record_id
                 messages.append(operation.prepare())
-                rows_to_insert.append(
+                deliveries.append(
                     {
                         "Destination": key,
                         "MessageId": message_key,
@@ -705,8 +728,13 @@ class Outbox:
                     }
                 )
             if messages:
+                try:
+                    remote_connection.execute(self._record_deliveries, deliveries)
+                except exc.IntegrityError as error:
+                    if look_first:
+                        raise  # inserted by someone else since the look: a DispatchError
+                    raise _AlreadyDelivered from error
                 transport.queue(destination).send(remote_connection, messages)
-                remote_connection.execute(sa.insert(table), rows_to_insert)
         return len(messages), len(items) - len(messages)
 
     def _require_delivery_table(self, transport: Transport, destination: str) -> None:
