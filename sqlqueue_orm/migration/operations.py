@@ -363,6 +363,22 @@ def layout(connection: Connection, address: addressing.QueueAddress) -> list[tup
             "WHERE i.indrelid = to_regclass(:table) ORDER BY 1, 2"
         ).bindparams(table=sql.format_table(connection.dialect, address))
         return [tuple(row) for row in connection.execute(statement)]
+    if name == "mssql":
+        # Every column of sys.indexes, whatever the server version has (2019+ adds
+        # optimize_for_sequential_key, which 0004 sets), and each column's type.
+        table = sql.format_table(connection.dialect, address)
+        indexes = sa.text(
+            "SELECT i.* FROM sys.indexes AS i WHERE i.object_id = OBJECT_ID(:table) "
+            "ORDER BY i.index_id"
+        ).bindparams(table=table)
+        columns = sa.text(
+            "SELECT c.name, TYPE_NAME(c.user_type_id), c.max_length, c.is_nullable, "
+            "c.is_identity FROM sys.columns AS c WHERE c.object_id = OBJECT_ID(:table) "
+            "ORDER BY c.column_id"
+        ).bindparams(table=table)
+        return [tuple(row) for row in connection.execute(columns)] + [
+            tuple(row) for row in connection.execute(indexes)
+        ]
     inspector = sa.inspect(connection)
     schema = db.schema_argument(address)
     return [

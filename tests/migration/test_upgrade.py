@@ -341,6 +341,8 @@ def test_alembic_console_script_from_the_repository(database: Any, tmp_path: Pat
     )
     assert result.returncode == 0, result.stderr
     assert "queue v1 queue-x.y: 0002_headers_nvarchar upgrade" in result.stderr
+    summary = "queue v1 queue-x.y: upgraded: 0001_expires_index, 0002_headers_nvarchar, 0004_"
+    assert summary in result.stderr  # the sweep's one line per table
     assert not (REPO / "must-not-be-used.db").exists()
     with database.engine.begin() as connection:
         build_queue_table(sa.MetaData(), "fresh twin", None).create(connection)
