@@ -19,13 +19,26 @@ from sqlalchemy.engine import Connection
 
 from sqlqueue_orm import addressing, db, exceptions
 from sqlqueue_orm.models import ddl
-from sqlqueue_orm.models.queue_table import queue_table
+from sqlqueue_orm.models.queue_table import POSTGRESQL_COLUMNS, queue_table
 
 log = logging.getLogger(__name__)
 
 #: Columns that make a table a queue table, whatever its name (Recoverable, CorrelationId and
 #: ReplyToAddress may have been dropped: NServiceBus 7+ tolerates that).
 QUEUE_SIGNATURE = frozenset({"Id", "Expires", "Headers", "Body", "RowVersion"})
+#: The same in NServiceBus's PostgreSQL layout (unquoted, so lower case; ``seq`` the order).
+POSTGRESQL_QUEUE_SIGNATURE = frozenset(POSTGRESQL_COLUMNS.values())
+
+
+def is_queue_table(columns: Iterable[str]) -> bool:
+    """Whether a table with *columns* is a queue table, in either layout."""
+    names = frozenset(columns)
+    return QUEUE_SIGNATURE <= names or POSTGRESQL_QUEUE_SIGNATURE <= names
+
+
+def body_string_column(dialect_name: str) -> str:
+    """The name of the optional computed column: ``bodystring`` (unquoted) on PostgreSQL."""
+    return "bodystring" if dialect_name == "postgresql" else "BodyString"
 
 
 #: Serializes installers: the lock lives until the installing transaction ends (so an error
@@ -67,11 +80,16 @@ def body_string_statement(dialect: sa.engine.Dialect, address: addressing.QueueA
     expression = str(ddl.BodyAsText().compile(dialect=dialect))
     if dialect.name == "mssql":
         template = f"ALTER TABLE {{table}} ADD [BodyString] AS {expression}"
+    elif dialect.name == "postgresql":
+        # NServiceBus's PostgreSqlConstants.AddMessageBodyStringColumn: BodyString unquoted.
+        template = (
+            f"ALTER TABLE {{table}} ADD COLUMN bodystring TEXT GENERATED ALWAYS AS "
+            f"({expression}) STORED"
+        )
     else:
-        kind = "STORED" if dialect.name == "postgresql" else "VIRTUAL"
         template = (
             f'ALTER TABLE {{table}} ADD COLUMN "BodyString" TEXT GENERATED ALWAYS AS '
-            f"({expression}) {kind}"
+            f"({expression}) VIRTUAL"
         )
     return sql.render(template, dialect, sql.format_table(dialect, address)).text
 
@@ -94,7 +112,7 @@ class QueueInstaller:
         """
         address.check_for(connection.dialect.name)
         schema = db.schema_argument(address)
-        table = queue_table(address.table, schema)
+        table = queue_table(address.table, schema, connection.dialect)
         _take_install_lock(connection, address)
         inspector = sa.inspect(connection)
         if (
@@ -124,7 +142,8 @@ class QueueInstaller:
             else:
                 created = True
                 log.info("queue %s: created table", address)
-        if body_string and "BodyString" not in db.column_names(connection, address):
+        column = body_string_column(connection.dialect.name)
+        if body_string and column not in db.column_names(connection, address):
             _run_ddl(connection, body_string_statement(connection.dialect, address))
             log.info("queue %s: added computed column BodyString", address)
         return created
@@ -137,7 +156,7 @@ class QueueInstaller:
     ) -> list[str]:
         """The statements :meth:`create` would run on an empty database, for review by a DBA."""
         schema = db.schema_argument(address)
-        table = queue_table(address.table, schema)
+        table = queue_table(address.table, schema, dialect)
         statements = [ddl.compile_ddl(sa.schema.CreateTable(table), dialect)]
         # The clustered index first: built after, it would rebuild every other index.
         for index in sorted(table.indexes, key=lambda item: "RowVersion" not in str(item.name)):
@@ -174,7 +193,7 @@ class SchemaInspector:
                 columns = frozenset(
                     str(column["name"]) for column in inspector.get_columns(name, schema=schema)
                 )
-                if QUEUE_SIGNATURE <= columns:
+                if is_queue_table(columns):
                     found.append(QueueTableInfo(addressing.QueueAddress(name, schema), columns))
         return found
 
@@ -190,7 +209,14 @@ class SchemaInspector:
         except exc.NoSuchTableError:
             return []
         found = []
-        if not any((index["column_names"] or [None])[0] == "Expires" for index in indexes):
+        if connection.dialect.name == "postgresql" and QUEUE_SIGNATURE <= set(columns):
+            found.append(
+                'is in the layout before NServiceBus\'s PostgreSQL one ("Id" ... "RowVersion"); '
+                "neither .NET endpoints nor this version can use it (fix: `sqlqueue migrate`)"
+            )
+        if not any(
+            (index["column_names"] or [None])[0] in ("Expires", "expires") for index in indexes
+        ):
             found.append(
                 "does not contain an index for column 'Expires'; purging and receiving expired "
                 "messages will scan the table (fix: `sqlqueue migrate`)"

@@ -32,7 +32,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 
-from sqlqueue_orm import addressing, exceptions
+from sqlqueue_orm import addressing, db, exceptions
 from sqlqueue_orm.migration import discovery, plpgsql, sqlite, steps, tsql
 from sqlqueue_orm.queuing import sql
 
@@ -137,6 +137,8 @@ def _offline(
 ) -> None:
     name = context.dialect.name
     statements: list[str] = []
+    if not steps.applies_to(revision, name):
+        return
     if name == "mssql":
         if target.queues:
             statements = [
@@ -167,8 +169,15 @@ def _online(
     connection = context.connection
     assert connection is not None
     name = connection.dialect.name
-    addresses = discovery.find(connection, target)
     step = steps.step(revision, direction)
+    if not steps.applies_to(revision, name):
+        log.info("nothing to do on %s: %s", name, step.describe(direction))
+        return
+    addresses = discovery.find(connection, target)
+    if name == "postgresql" and revision != steps.NSB_LAYOUT:
+        # Earlier steps know only the SQL Server column layout; a table already in
+        # NServiceBus's PostgreSQL layout is past them.
+        addresses = [a for a in addresses if not _in_nsb_layout(connection, a, step, direction)]
     if not addresses:
         log.info("no queue tables in %s: %s", _where(target), step.describe(direction))
     if name == "sqlite":
@@ -192,6 +201,16 @@ def _online(
             else:
                 for statement in plpgsql.table_statements(revision, direction, address):
                     autocommit.exec_driver_sql(statement, execution_options={"no_parameters": True})
+
+
+def _in_nsb_layout(
+    connection: Connection, address: addressing.QueueAddress, step: steps.Step, direction: str
+) -> bool:
+    if not set(steps.NSB_SIGNATURE) <= db.column_names(connection, address):
+        return False
+    log.info("queue %s: in NServiceBus's PostgreSQL layout; %s skipped", address,
+             step.describe(direction))
+    return True
 
 
 def _where(target: discovery.Target) -> str:

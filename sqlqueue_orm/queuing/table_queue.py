@@ -59,7 +59,11 @@ class TableQueue:
         self.quoted_table = table
         self._dialect = dialect
         self._send = sql.render(self._text.send, dialect, table)
-        self._send_plain = sql.render(self._text.send_without_recoverable, dialect, table)
+        self._send_plain = (
+            self._send
+            if self._text.send_without_recoverable == self._text.send
+            else sql.render(self._text.send_without_recoverable, dialect, table)
+        )
         self._receive = sql.render(self._text.receive, dialect, table)
         self._peek = sql.render(self._text.peek, dialect, table)
         self._purge = sql.render(self._text.purge_expired, dialect, table)
@@ -90,7 +94,7 @@ class TableQueue:
         """Insert *messages* in the caller's transaction (one statement; executemany for many)."""
         if messages:
             self.probe(connection)
-            self._on(connection, self._send_args(messages))
+            self._sent(messages, self._on(connection, self._send_args(messages)))
 
     def receive(self, connection: Connection, max_messages: int = 1) -> list[IncomingMessage]:
         """Delete and return up to *max_messages* of the oldest rows no other receiver holds.
@@ -103,7 +107,7 @@ class TableQueue:
         return self._messages(rows)
 
     def peek(self, connection: Connection) -> int:
-        """Estimated number of messages: max - min of RowVersion, the same cost at any size."""
+        """Estimated number of messages: max - min of RowVersion (seq), cheap at any size."""
         rows = self._on(connection, (self._peek, self._peek.params({}), False), fetch=True)
         return int(rows[0][0] or 0) if rows else 0
 
@@ -126,7 +130,7 @@ class TableQueue:
     def send_on_cursor(self, cursor: Any, messages: Sequence[PreparedMessage]) -> None:
         """:meth:`send` on a DBAPI cursor; :meth:`probe` must have run once before."""
         if messages:
-            self._run(cursor, self._send_args(messages))
+            self._sent(messages, self._run(cursor, self._send_args(messages)))
 
     def receive_on_cursor(self, cursor: Any, max_messages: int = 1) -> list[IncomingMessage]:
         """:meth:`receive` on a DBAPI cursor; :meth:`probe` must have run once before."""
@@ -139,6 +143,8 @@ class TableQueue:
 
     def probe(self, connection: Connection) -> None:
         """Run the one-time, cached schema probes: Recoverable column, row-lock privilege."""
+        if self._has_recoverable is None and self._send is self._send_plain:
+            self._has_recoverable = False  # the layout has no such column (PostgreSQL)
         if self._has_recoverable is None:
             with db.wrap_db_errors(self.name):
                 columns = db.column_names(connection, self.address)
@@ -167,6 +173,16 @@ class TableQueue:
         if log.isEnabledFor(logging.DEBUG):
             log.debug("queue %s: sending %d message(s)", self.name, len(rows))
         return (statement, rows, True) if len(rows) > 1 else (statement, rows[0], False)
+
+    def _sent(self, messages: Sequence[PreparedMessage], count: int) -> None:
+        if self._text.send_skips_duplicates and 0 <= count < len(messages):
+            log.warning(
+                "queue %s: %d of %d message(s) were already queued under the same id "
+                "(a retried send); not queued twice",
+                self.name,
+                len(messages) - count,
+                len(messages),
+            )
 
     def _receive_args(self, max_messages: int) -> tuple[sql.Statement, Any, bool]:
         if (
@@ -247,7 +263,7 @@ class TableQueue:
             log.warning(
                 "queue %s: this role may not UPDATE the table, so receives skip busy rows "
                 "with advisory locks instead of FOR UPDATE SKIP LOCKED; grant UPDATE on one "
-                'column (e.g. GRANT UPDATE ("Recoverable") ON ...) for the usual path',
+                "column (e.g. GRANT UPDATE (seq) ON ...) for the usual path",
                 self.name,
             )
         return allowed

@@ -159,7 +159,7 @@ def _build(connection: Connection, dialect: str) -> dict[str, list[tuple[object,
         snapshots[era] = legacy.snapshot(connection, table, SCHEMA, has_recoverable(era))
         assert len(snapshots[era]) > 800
         # The shapes to compare with: a fresh current table and a v1 table of the same name.
-        fresh = build_queue_table(sa.MetaData(), table, FRESH)
+        fresh = build_queue_table(sa.MetaData(), table, FRESH, connection.dialect)
         fresh.create(connection)
         legacy.create(connection, "v1", table, V1_REFERENCE)
     # Tables that must be left alone: not a queue; a queue outside the configured schema.
@@ -192,12 +192,25 @@ def legacy_db(database: Any, tmp_path: Path) -> Iterator[LegacyDatabase]:
 
 def _expected_current(legacy_db: LegacyDatabase, era: str) -> dict[str, Any]:
     fresh = legacy_db.describe(TABLES[era], FRESH)
+    if legacy_db.dialect == "postgresql":
+        # NServiceBus's layout; every era's CorrelationId holds values (legacy.messages), so
+        # revision 0008 keeps it as correlationid; Recoverable is gone from every era.
+        return shapes.with_kept_correlation_id(fresh)
     return fresh if has_recoverable(era) else shapes.without_column(fresh, "Recoverable")
 
 
 def _expected_v1(legacy_db: LegacyDatabase, era: str) -> dict[str, Any]:
     reference = legacy_db.describe(TABLES[era], V1_REFERENCE)
+    if legacy_db.dialect == "postgresql":
+        # The 0008 downgrade adds ReplyToAddress and Recoverable back at the end; no era keeps
+        # track of a dropped Recoverable, so it comes back on that era too.
+        return shapes.columns_in_any_order(reference)
     return reference if has_recoverable(era) else shapes.without_column(reference, "Recoverable")
+
+
+def _describe_v1(legacy_db: LegacyDatabase, table: str) -> dict[str, Any]:
+    shape = legacy_db.describe(table)
+    return shapes.columns_in_any_order(shape) if legacy_db.dialect == "postgresql" else shape
 
 
 def _assert_current_with_every_message(legacy_db: LegacyDatabase) -> None:
@@ -225,6 +238,8 @@ def test_upgrade_head_brings_every_era_to_the_current_schema(
     for era, table in TABLES.items():
         address = QueueAddress(table, SCHEMA)
         for revision in steps.STEPS:
+            if not steps.applies_to(revision, legacy_db.dialect):
+                continue
             pattern = re.compile(
                 re.escape(f"queue {address}: {revision} upgrade: ") + r".* \((\d+) rows\)"
             )
@@ -271,7 +286,7 @@ def test_downgrade_to_base_and_upgrade_again_round_trips(legacy_db: LegacyDataba
     legacy_db.run("downgrade", "base")
 
     for era, table in TABLES.items():
-        assert legacy_db.describe(table) == _expected_v1(legacy_db, era), era
+        assert _describe_v1(legacy_db, table) == _expected_v1(legacy_db, era), era
         assert legacy_db.snapshot(era) == legacy_db.snapshots[era], era
 
     legacy_db.run("upgrade", "head")
@@ -339,11 +354,13 @@ def test_alembic_console_script_from_the_repository(database: Any, tmp_path: Pat
     assert "queue v1 queue-x.y: 0002_headers_nvarchar upgrade" in result.stderr
     assert not (REPO / "must-not-be-used.db").exists()
     with database.engine.begin() as connection:
-        build_queue_table(sa.MetaData(), "fresh twin", None).create(connection)
+        build_queue_table(sa.MetaData(), "fresh twin", None, connection.dialect).create(connection)
     with database.engine.connect() as connection:
         assert legacy.snapshot(connection, "v1 queue-x.y", None) == before
         upgraded = shapes.describe(connection, "v1 queue-x.y", None)
         twin = shapes.describe(connection, "fresh twin", None)
+    if database.dialect == "postgresql":
+        twin = shapes.with_kept_correlation_id(twin)
     assert upgraded["columns"] == twin["columns"]
 
     def layout(shape: dict[str, Any]) -> list[tuple[str, object]]:
@@ -362,7 +379,9 @@ def test_sqlqueue_migrate(database: Any, capsys: pytest.CaptureFixture[str]) -> 
     with database.engine.connect() as connection:
         assert legacy.snapshot(connection, "v1 queue-x.y", None) == before
         indexes = shapes.describe(connection, "v1 queue-x.y", None)["indexes"]
-        assert any(index["keys"] in (["Expires"], ['"Expires"']) for index in indexes.values())
+        assert any(
+            index["keys"] in (["Expires"], ['"Expires"'], ["expires"]) for index in indexes.values()
+        )
     assert cli.main(["--url", database.url, "migrate", "--downgrade", "base"]) == 0
 
 
@@ -397,10 +416,10 @@ def test_an_invalid_index_left_by_a_failed_concurrent_build_is_rebuilt(database:
 
     with database.engine.begin() as connection:
         connection.execute(sa.schema.CreateSchema("fresh"))
-        build_queue_table(sa.MetaData(), table, "fresh").create(connection)
+        build_queue_table(sa.MetaData(), table, "fresh", connection.dialect).create(connection)
     with database.engine.connect() as connection:
-        assert shapes.describe(connection, table, None) == shapes.describe(
-            connection, table, "fresh"
+        assert shapes.describe(connection, table, None) == shapes.with_kept_correlation_id(
+            shapes.describe(connection, table, "fresh")
         )
 
 
@@ -416,13 +435,13 @@ def test_an_integer_serial_row_version_becomes_bigint_identity(database: Any) ->
         legacy.insert(connection, table, None, legacy.messages(100, seed=4))
         before = legacy.snapshot(connection, table, None)
         connection.execute(sa.schema.CreateSchema("fresh"))
-        build_queue_table(sa.MetaData(), table, "fresh").create(connection)
+        build_queue_table(sa.MetaData(), table, "fresh", connection.dialect).create(connection)
 
     command.upgrade(environment.alembic_config(database.url), "head")
 
     with database.engine.connect() as connection:
-        assert shapes.describe(connection, table, None) == shapes.describe(
-            connection, table, "fresh"
+        assert shapes.describe(connection, table, None) == shapes.with_kept_correlation_id(
+            shapes.describe(connection, table, "fresh")
         )
         assert legacy.snapshot(connection, table, None) == before
     with Transport(database.engine) as transport:

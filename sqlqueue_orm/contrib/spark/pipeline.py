@@ -829,8 +829,8 @@ def _fetch_partition(
     wanted = {int(row_version): str(native_id) for row_version, native_id in claims}
     if not wanted:
         return
-    table = queue_table(table_name, schema)
     engine = _task_engine(url)
+    table = queue_table(table_name, schema, engine)
     statement = sa.select(table.c.Id, table.c.RowVersion, table.c.Headers, table.c.Body)
     try:
         for chunk in _chunks(sorted(wanted), _IN_CHUNK):
@@ -989,7 +989,7 @@ def ingest(
         raise exceptions.ConfigurationError(
             f"queue {str(address)!r} is in another catalog; ingest it with that database's URL"
         )
-    table = queue_table(address.table, address.schema)
+    table = queue_table(address.table, address.schema, parsed_url.get_backend_name())
     files = _Files(spark, path)
     slices = partitions or spark.sparkContext.defaultParallelism
     engine = db.create_engine(url)
