@@ -466,3 +466,77 @@ def test_the_sqlite_rebuild_keeps_the_body_string_column(database: Any) -> None:
         columns = {c[0]: c for c in shapes.describe(connection, "v1 queue-x.y", None)["columns"]}
         assert columns["BodyString"][5] == 2  # still a generated (virtual) column
         assert columns["Headers"][1] == "TEXT"
+
+
+# -- NServiceBus's PostgreSQL layout (revision 0008) -------------------------------------------
+@only("postgresql")
+def test_every_upgraded_era_serves_the_dotnet_transports_statements(
+    legacy_db: LegacyDatabase,
+) -> None:
+    from tests.integration.test_nservicebus_postgresql import DotNetEndpoint
+
+    legacy_db.run("upgrade", "head")
+    for era, table in TABLES.items():
+        endpoint = DotNetEndpoint(legacy_db.engine, QueueAddress(table, SCHEMA))
+        old = legacy_db.snapshots[era]
+        assert endpoint.peek() >= len(old), era  # max - min + 1 over the gaps
+        endpoint.send(b"from .NET", {"n": "last"})
+        received = endpoint.receive_all()
+        # FIFO, ids, headers text and bodies byte for byte, then the new one behind them.
+        assert [(row[0], row[2], row[3]) for row in received[:-1]] == [
+            (row[0], row[-3], row[-2]) for row in old
+        ], era
+        assert received[-1][3] == b"from .NET", era
+
+
+@only("postgresql")
+def test_two_rows_with_one_id_stop_the_upgrade_naming_the_table(database: Any) -> None:
+    table = "dup ids q"
+    with database.engine.begin() as connection:
+        legacy.create(connection, "heap", table, None)
+        rows = legacy.messages(5, seed=8)
+        rows[3]["Id"] = rows[1]["Id"]
+        legacy.insert(connection, table, None, rows)
+        before = legacy.snapshot(connection, table, None)
+    config = environment.alembic_config(database.url)
+    with pytest.raises(sa.exc.DBAPIError, match=r"dup ids q.*share an Id"):
+        command.upgrade(config, "head")
+    with database.engine.connect() as connection:  # the step rolled back: nothing changed
+        assert legacy.snapshot(connection, table, None) == before
+    with database.engine.begin() as connection:  # the fix the message names, then again
+        names = legacy.Names(connection.dialect, table, None)
+        connection.exec_driver_sql(f'DELETE FROM {names.qualified} WHERE "RowVersion" = 4')
+    command.upgrade(config, "head")
+    with database.engine.connect() as connection:
+        assert legacy.snapshot(connection, table, None) == [r for r in before if r[-1] != 4]
+
+
+@only("postgresql")
+def test_the_body_string_column_follows_and_an_old_table_is_reported(
+    database: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    from sqlqueue_orm import schema
+
+    with database.engine.begin() as connection:
+        before = _v1_in_default_schema(connection)
+        connection.exec_driver_sql(
+            'ALTER TABLE "v1 queue-x.y" ADD COLUMN "BodyString" TEXT '
+            "GENERATED ALWAYS AS (encode(\"Body\", 'escape')) STORED"
+        )
+    with caplog.at_level(logging.WARNING), database.engine.connect() as connection:
+        problems = schema.SchemaInspector().warn(connection, QueueAddress("v1 queue-x.y"))
+    assert any("sqlqueue migrate" in p and "PostgreSQL" in p for p in problems)
+    assert any("queue v1 queue-x.y" in r.getMessage() for r in caplog.records)
+
+    command.upgrade(environment.alembic_config(database.url), "head")
+
+    with database.engine.connect() as connection:
+        assert legacy.snapshot(connection, "v1 queue-x.y", None) == before
+        body_strings = connection.exec_driver_sql(
+            'SELECT bodystring, encode(body, \'escape\') FROM "v1 queue-x.y"'
+        ).all()
+        assert schema.SchemaInspector().problems(connection, QueueAddress("v1 queue-x.y")) == []
+    assert body_strings and all(row[0] == row[1] for row in body_strings)
+    with Transport(database.engine) as transport:
+        transport.send("v1 queue-x.y", OutgoingMessage(b"new"))
+        assert transport.receive("v1 queue-x.y", max_messages=2000)[-1].body == b"new"
