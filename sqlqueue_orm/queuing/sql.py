@@ -36,6 +36,8 @@ class SqlText:
     #: receivers hold with transaction-scoped advisory locks instead of FOR UPDATE SKIP LOCKED.
     receive_without_row_locks: str | None = None
     purge_expired_without_row_locks: str | None = None
+    #: Columns the statements need; a table without them is reported as outdated, not retried.
+    required_columns: tuple[str, ...] = ()
     #: Whether send skips a row whose id is already queued (its row count then says so).
     send_skips_duplicates: bool = False
     #: How native ids go to and come back from the driver.
@@ -115,6 +117,7 @@ POSTGRESQL: Final = SqlText(
     send=_PG_SEND,
     send_without_recoverable=_PG_SEND,
     send_skips_duplicates=True,
+    required_columns=("id", "expires", "headers", "body", "seq"),
     # = ANY(ARRAY(...)) runs the claim once, as an InitPlan, before the delete.
     receive=(
         "DELETE FROM {table} WHERE seq = ANY(ARRAY("

@@ -20,7 +20,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Dialect
 
-from sqlqueue_orm import addressing, db
+from sqlqueue_orm import addressing, db, exceptions
 from sqlqueue_orm.messages import IncomingMessage, PreparedMessage
 from sqlqueue_orm.queuing import sql
 
@@ -143,12 +143,19 @@ class TableQueue:
 
     def probe(self, connection: Connection) -> None:
         """Run the one-time, cached schema probes: Recoverable column, row-lock privilege."""
-        if self._has_recoverable is None and self._send is self._send_plain:
-            self._has_recoverable = False  # the layout has no such column (PostgreSQL)
         if self._has_recoverable is None:
             with db.wrap_db_errors(self.name):
                 columns = db.column_names(connection, self.address)
-            if columns:  # no table yet: do not cache; the statement will say QueueNotFound
+            missing = [name for name in self._text.required_columns if name not in columns]
+            if columns and missing:
+                # PostgreSQL before revision 0008: the statements would fail on every call.
+                raise exceptions.SchemaOutdated(
+                    self.name,
+                    f"no column {', '.join(missing)} (NServiceBus's PostgreSQL layout)",
+                )
+            if columns and self._send is self._send_plain:
+                self._has_recoverable = False  # the layout has no such column (PostgreSQL)
+            elif columns:  # no table yet: do not cache; the statement will say QueueNotFound
                 self._has_recoverable = "Recoverable" in columns
                 if not self._has_recoverable:
                     log.info("queue %s: no Recoverable column; sending without it", self.name)

@@ -527,6 +527,9 @@ def test_the_body_string_column_follows_and_an_old_table_is_reported(
         problems = schema.SchemaInspector().warn(connection, QueueAddress("v1 queue-x.y"))
     assert any("sqlqueue migrate" in p and "PostgreSQL" in p for p in problems)
     assert any("queue v1 queue-x.y" in r.getMessage() for r in caplog.records)
+    with Transport(database.engine) as transport:  # not a transient error retried forever
+        with pytest.raises(exceptions.SchemaOutdated, match=r"no column id.*sqlqueue migrate"):
+            transport.send("v1 queue-x.y", OutgoingMessage(b"too early"))
 
     command.upgrade(environment.alembic_config(database.url), "head")
 
