@@ -81,10 +81,11 @@ class DotNetEndpoint:
         self._run(NSB_CREATE_QUEUE)
 
     def send(self, body: bytes | None, message_headers: dict[str, str],
-             ttbr_ms: int | None = None) -> uuid.UUID:
-        message_id = uuid.uuid4()
-        wire = headers.serialize({headers.MESSAGE_ID: str(message_id), **message_headers})
-        self._run(NSB_SEND, {"Id": message_id, "TimeToBeReceivedMs": ttbr_ms, "Headers": wire,
+             ttbr_ms: int | None = None) -> str:
+        """Send as ``MessageRow.From``/``PrepareSendCommand`` do: a new Guid as the native id."""
+        message_id = str(uuid.uuid4())
+        wire = headers.serialize({headers.MESSAGE_ID: message_id, **message_headers})
+        self._run(NSB_SEND, {"Id": uuid.uuid4(), "TimeToBeReceivedMs": ttbr_ms, "Headers": wire,
                              "Body": body})
         return message_id
 
@@ -199,7 +200,7 @@ def test_our_table_serves_their_send_receive_peek_and_purge(database: Any,
     sent = [dotnet.send(body, HEADERS) for body in BODIES]
     assert dotnet.peek() == len(BODIES)
     received = dotnet.receive_all()
-    assert [row[0] for row in received] == sent
+    assert [headers.deserialize(row[2])[headers.MESSAGE_ID] for row in received] == sent
     assert [row[3] for row in received] == BODIES
     assert [row[1] for row in received] == [0] * len(BODIES)
     assert all(headers.deserialize(row[2])[k] == v for row in received for k, v in HEADERS.items())
@@ -218,7 +219,7 @@ def test_their_send_our_receive_and_our_send_their_receive_keep_one_fifo(
         transport.create_queue(QUEUE)
     else:
         dotnet.create_queue()
-    order: list[tuple[str, uuid.UUID | str]] = []
+    order: list[tuple[str, str]] = []
     for number in range(6):  # interleaved: .NET, us, .NET, us, ...
         body = f"m{number}".encode()
         if number % 2 == 0:
@@ -234,10 +235,11 @@ def test_their_send_our_receive_and_our_send_their_receive_keep_one_fifo(
     assert [m.body for m in ours] + [row[3] for row in theirs] == [
         f"m{n}".encode() for n in range(6)
     ]
-    # Their rows: the native id is the message id they chose; ours: the one we returned.
-    assert ours[0].id == order[0][1] and str(ours[1].message_id) == order[1][1]
-    assert theirs[1][0] == order[4][1]
-    assert headers.deserialize(theirs[0][2])[headers.MESSAGE_ID] == order[3][1]
+    # Message ids cross over in the headers, both ways.
+    assert [m.message_id for m in ours] == [mid for _, mid in order[:3]]
+    assert [headers.deserialize(row[2])[headers.MESSAGE_ID] for row in theirs] == [
+        mid for _, mid in order[3:]
+    ]
 
 
 @only("postgresql")
