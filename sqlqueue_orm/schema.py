@@ -15,17 +15,30 @@ from collections.abc import Iterable
 
 import sqlalchemy as sa
 from sqlalchemy import exc
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Dialect
 
 from sqlqueue_orm import addressing, config, db, exceptions
 from sqlqueue_orm.models import ddl
-from sqlqueue_orm.models.queue_table import build_queue_table, queue_table
+from sqlqueue_orm.models.queue_table import POSTGRESQL_COLUMNS, build_queue_table, queue_table
 
 log = logging.getLogger(__name__)
 
 #: Columns that make a table a queue table, whatever its name (Recoverable, CorrelationId and
 #: ReplyToAddress may have been dropped: NServiceBus 7+ tolerates that).
 QUEUE_SIGNATURE = frozenset({"Id", "Expires", "Headers", "Body", "RowVersion"})
+#: The same in NServiceBus's PostgreSQL layout (unquoted, so lower case; ``seq`` the order).
+POSTGRESQL_QUEUE_SIGNATURE = frozenset(POSTGRESQL_COLUMNS.values())
+
+
+def is_queue_table(columns: Iterable[str]) -> bool:
+    """Whether a table with *columns* is a queue table, in either layout."""
+    names = frozenset(columns)
+    return QUEUE_SIGNATURE <= names or POSTGRESQL_QUEUE_SIGNATURE <= names
+
+
+def body_string_column(dialect_name: str) -> str:
+    """The name of the optional computed column: ``bodystring`` (unquoted) on PostgreSQL."""
+    return "bodystring" if dialect_name == "postgresql" else "BodyString"
 
 
 #: Serializes installers: the lock lives until the installing transaction ends (so an error
@@ -93,11 +106,16 @@ def body_string_statement(dialect: sa.engine.Dialect, address: addressing.QueueA
     expression = str(ddl.BodyAsText().compile(dialect=dialect))
     if dialect.name == "mssql":
         template = f"ALTER TABLE {{table}} ADD [BodyString] AS {expression}"
+    elif dialect.name == "postgresql":
+        # NServiceBus's PostgreSqlConstants.AddMessageBodyStringColumn: BodyString unquoted.
+        template = (
+            f"ALTER TABLE {{table}} ADD COLUMN bodystring TEXT GENERATED ALWAYS AS "
+            f"({expression}) STORED"
+        )
     else:
-        kind = "STORED" if dialect.name == "postgresql" else "VIRTUAL"
         template = (
             f'ALTER TABLE {{table}} ADD COLUMN "BodyString" TEXT GENERATED ALWAYS AS '
-            f"({expression}) {kind}"
+            f"({expression}) VIRTUAL"
         )
     return sql.render(template, dialect, sql.format_table(dialect, address)).text
 
@@ -116,14 +134,17 @@ class QueueInstaller:
     def __init__(self, settings: config.QueueSettings | None = None) -> None:
         self.settings = settings or config.QueueSettings()
 
-    def _table(self, address: addressing.QueueAddress, dialect_name: str) -> sa.Table:
+    def _table(self, address: addressing.QueueAddress, dialect: Dialect) -> sa.Table:
         """The table to create: the cached model's, or a heap-layout copy on SQL Server."""
         schema = db.schema_argument(address)
-        if dialect_name == "mssql" and self.settings.sql_server_layout != "clustered":
+        if dialect.name == "mssql" and self.settings.sql_server_layout != "clustered":
             return build_queue_table(
-                sa.MetaData(), address.table, schema, self.settings.sql_server_layout
+                sa.MetaData(),
+                address.table,
+                schema,
+                sql_server_layout=self.settings.sql_server_layout,
             )
-        return queue_table(address.table, schema)
+        return queue_table(address.table, schema, dialect)
 
     def create(
         self, connection: Connection, address: addressing.QueueAddress, body_string: bool = False
@@ -135,7 +156,7 @@ class QueueInstaller:
         """
         address.check_for(connection.dialect.name)
         schema = db.schema_argument(address)
-        table = self._table(address, connection.dialect.name)
+        table = self._table(address, connection.dialect)
         _take_install_lock(connection, address)
         inspector = sa.inspect(connection)
         if (
@@ -165,7 +186,8 @@ class QueueInstaller:
             else:
                 created = True
                 log.info("queue %s: created table", address)
-        if body_string and "BodyString" not in db.column_names(connection, address):
+        column = body_string_column(connection.dialect.name)
+        if body_string and column not in db.column_names(connection, address):
             _run_ddl(connection, body_string_statement(connection.dialect, address))
             log.info("queue %s: added computed column BodyString", address)
         return created
@@ -177,7 +199,7 @@ class QueueInstaller:
         body_string: bool = False,
     ) -> list[str]:
         """The statements :meth:`create` would run on an empty database, for review by a DBA."""
-        table = self._table(address, dialect.name)
+        table = self._table(address, dialect)
         statements = [ddl.compile_ddl(sa.schema.CreateTable(table), dialect)]
         # The clustered index first: built after, it would rebuild every other index.
         for index in sorted(table.indexes, key=lambda item: "RowVersion" not in str(item.name)):
@@ -214,7 +236,7 @@ class SchemaInspector:
                 columns = frozenset(
                     str(column["name"]) for column in inspector.get_columns(name, schema=schema)
                 )
-                if QUEUE_SIGNATURE <= columns:
+                if is_queue_table(columns):
                     found.append(QueueTableInfo(addressing.QueueAddress(name, schema), columns))
         return found
 
@@ -230,7 +252,14 @@ class SchemaInspector:
         except exc.NoSuchTableError:
             return []
         found = []
-        if not any((index["column_names"] or [None])[0] == "Expires" for index in indexes):
+        if connection.dialect.name == "postgresql" and QUEUE_SIGNATURE <= set(columns):
+            found.append(
+                'is in the layout before NServiceBus\'s PostgreSQL one ("Id" ... "RowVersion"); '
+                "neither .NET endpoints nor this version can use it (fix: `sqlqueue migrate`)"
+            )
+        if not any(
+            (index["column_names"] or [None])[0] in ("Expires", "expires") for index in indexes
+        ):
             found.append(
                 "does not contain an index for column 'Expires'; purging and receiving expired "
                 "messages will scan the table (fix: `sqlqueue migrate`)"

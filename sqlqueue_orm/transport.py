@@ -274,7 +274,7 @@ class Transport:
             raise exceptions.ConfigurationError(
                 f"max_messages {max_messages!r} must be a whole number of at least 1"
             )
-        table = queue_table(address.table, db.schema_argument(address))
+        table = queue_table(address.table, db.schema_argument(address), self.engine.dialect)
         statement = sa.select(
             table.c.Id, table.c.RowVersion, table.c.Expires, table.c.Headers, table.c.Body
         )

@@ -62,7 +62,7 @@ def install(transport: Transport, *queues: str) -> Outbox:
 def count(engine: sa.Engine, table: sa.Table | type[UserBase] | str) -> int:
     """Rows in *table* (a Table, a mapped class, or a queue name)."""
     if isinstance(table, str):
-        table = queue_table(table)
+        table = queue_table(table, dialect=engine)
     elif not isinstance(table, sa.Table):
         table = table.__table__  # type: ignore[assignment]
     with engine.connect() as connection:
@@ -71,7 +71,7 @@ def count(engine: sa.Engine, table: sa.Table | type[UserBase] | str) -> int:
 
 def queue_message_ids(engine: sa.Engine, queue: str) -> list[str]:
     """NServiceBus.MessageId of every row in *queue*, in RowVersion order (rows stay put)."""
-    table = queue_table(queue)
+    table = queue_table(queue, dialect=engine)
     with engine.connect() as connection:
         rows = connection.execute(sa.select(table.c.Headers).order_by(table.c.RowVersion)).all()
     return [headers.deserialize(row[0])[headers.MESSAGE_ID] for row in rows]

@@ -1,7 +1,8 @@
 """Which queue tables a migration run touches: found by column signature, or named.
 
 Online, every table of the configured schemas whose columns include the queue signature
-(``Id, Expires, Headers, Body, RowVersion``, as :mod:`sqlqueue_orm.schema`) is a queue table,
+(``Id, Expires, Headers, Body, RowVersion``, or NServiceBus's PostgreSQL ``id, expires, headers,
+body, seq``, as :mod:`sqlqueue_orm.schema`) is a queue table,
 whatever its name; any other table is never touched. Named queues (``-x queues=a,b``) narrow the
 run to those tables, and each must exist and carry the signature.
 """
@@ -120,7 +121,7 @@ def find(connection: Connection, target: Target) -> list[addressing.QueueAddress
             if not columns:
                 continue
             missing = sorted(schema.QUEUE_SIGNATURE - columns)
-            if missing:
+            if missing and not schema.is_queue_table(columns):
                 raise exceptions.ConfigurationError(
                     f"table {str(address)!r} is not a queue table (no {', '.join(missing)}); "
                     "it is left alone, so do not name it"

@@ -168,7 +168,12 @@ def sweep(context: MigrationContext, revisions: list[str]) -> list[addressing.Qu
         log.info("no queue tables in %s", _where(target))
     failed: list[Exception] = []
     for address in addresses:
-        pending = [rev for rev in revisions if (address, rev) not in report.applied]
+        pending = [
+            rev
+            for rev in revisions
+            if (address, rev) not in report.applied
+            and steps.applies_to(rev, connection.dialect.name)
+        ]
         try:
             if connection.dialect.name == "sqlite":
                 # One transaction per table: it is upgraded whole or not at all.
@@ -204,6 +209,15 @@ def _upgrade_one(
         return
     before = layout(connection, address)
     for revision in revisions:
+        if (
+            connection.dialect.name == "postgresql"
+            and revision != steps.NSB_LAYOUT
+            and set(steps.NSB_SIGNATURE) <= db.column_names(connection, address)
+        ):
+            # Steps before NServiceBus's PostgreSQL layout know only the SQL Server columns; a
+            # table already in that layout is past them.
+            report.record(address, revision, False)
+            continue
         _execute(connection, revision, "upgrade", address, cluster_heaps)
         after = layout(connection, address)
         report.record(address, revision, after != before)
@@ -235,6 +249,8 @@ def _offline(
 ) -> None:
     name = context.dialect.name
     statements: list[str] = []
+    if not steps.applies_to(revision, name):
+        return
     if name == "mssql":
         if target.queues:
             statements = [
@@ -268,9 +284,16 @@ def _online(
     connection = context.connection
     assert connection is not None
     name = connection.dialect.name
-    addresses = discovery.find(connection, target)
     step = steps.step(revision, direction)
     report = report_of(context)
+    if not steps.applies_to(revision, name):
+        log.info("nothing to do on %s: %s", name, step.describe(direction))
+        return
+    addresses = discovery.find(connection, target)
+    if name == "postgresql" and revision != steps.NSB_LAYOUT:
+        # Earlier steps know only the SQL Server column layout; a table already in
+        # NServiceBus's PostgreSQL layout is past them.
+        addresses = [a for a in addresses if not _in_nsb_layout(connection, a, step, direction)]
     if not addresses:
         log.info("no queue tables in %s: %s", _where(target), step.describe(direction))
     if name == "sqlite":
@@ -385,6 +408,16 @@ def layout(connection: Connection, address: addressing.QueueAddress) -> list[tup
         ("column", repr(sorted(inspector.get_columns(address.table, schema=schema), key=str))),
         ("index", repr(sorted(inspector.get_indexes(address.table, schema=schema), key=str))),
     ]
+
+
+def _in_nsb_layout(
+    connection: Connection, address: addressing.QueueAddress, step: steps.Step, direction: str
+) -> bool:
+    if not set(steps.NSB_SIGNATURE) <= db.column_names(connection, address):
+        return False
+    log.info("queue %s: in NServiceBus's PostgreSQL layout; %s skipped", address,
+             step.describe(direction))
+    return True
 
 
 def _where(target: discovery.Target) -> str:

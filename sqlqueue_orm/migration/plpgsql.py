@@ -118,8 +118,10 @@ class _Target:
         return steps.compile_ddl(sa.schema.DropIndex(copy, if_exists=True), self.dialect)
 
 
-def _signature_count(target: _Target, relation: str) -> str:
-    names = ", ".join(target.literal(name) for name in steps.SIGNATURE)
+def _signature_count(
+    target: _Target, relation: str, signature: Sequence[str] = steps.SIGNATURE
+) -> str:
+    names = ", ".join(target.literal(name) for name in signature)
     return (
         f"(SELECT count(*) FROM pg_attribute AS a WHERE a.attrelid = {relation} "
         f"AND a.attnum > 0 AND NOT a.attisdropped AND a.attname IN ({names}))"
@@ -414,6 +416,135 @@ def _row_version_down(target: _Target) -> _Plan:
     return _Plan(body, {"seqname": "RowVersion_seq"})
 
 
+def _has_column(target: _Target, name: str) -> str:
+    return (
+        "EXISTS (SELECT 1 FROM pg_attribute AS a WHERE a.attrelid = tbl AND a.attnum > 0 "
+        f"AND NOT a.attisdropped AND a.attname = {target.literal(name)})"
+    )
+
+
+def _in_nsb_layout(target: _Target) -> str:
+    return f"{_signature_count(target, 'tbl', steps.NSB_SIGNATURE)} = {len(steps.NSB_SIGNATURE)}"
+
+
+def _rename(target: _Target, old: str, new: str) -> Lines:
+    return _if(
+        _has_column(target, old),
+        [
+            _execute(
+                target,
+                f"ALTER TABLE %s RENAME COLUMN {target.quote(old)} TO {target.quote(new)}",
+                "tbl",
+            )
+        ],
+    )
+
+
+def _nsb_up(target: _Target) -> _Plan:
+    # Facts from NServiceBus.Transport.PostgreSql PostgreSqlConstants.CreateQueueText
+    # (Particular/NServiceBus.SqlServer 214c4e8f06175186e356677546ea2d8e0f2b0c55).
+    # Renames and drops are catalog-only; the primary key and the unique seq build one index
+    # each under the lock. Index_Expires follows the renames by itself (indexes hold attnums).
+    convert: Lines = [
+        _execute(target, "LOCK TABLE %s IN ACCESS EXCLUSIVE MODE", "tbl"),
+        _execute(target, 'SELECT count(*) - count(DISTINCT "Id") FROM %s', "tbl")[:-1]
+        + " INTO top;",
+        *_if(
+            "top > 0",
+            [
+                "RAISE EXCEPTION 'queue %: % row(s) share an Id with another row; "
+                "NServiceBus''s PostgreSQL layout makes id the primary key: receive or delete "
+                "the duplicates, then migrate again', tbl, top;"
+            ],
+        ),
+        "-- CorrelationId and ReplyToAddress: the headers carry both; dropped when empty, else",
+        "-- kept (lower case, nullable, ignored by both sides) so no stored value is lost",
+    ]
+    for legacy in ("CorrelationId", "ReplyToAddress"):
+        convert += _if(
+            _has_column(target, legacy),
+            [
+                _execute(
+                    target,
+                    f"SELECT EXISTS (SELECT 1 FROM %s WHERE {target.quote(legacy)} IS NOT NULL)",
+                    "tbl",
+                )[:-1]
+                + " INTO present;",
+                "IF present THEN",
+                "    "
+                + _execute(
+                    target,
+                    f"ALTER TABLE %s RENAME COLUMN {target.quote(legacy)} "
+                    f"TO {target.quote(legacy.lower())}",
+                    "tbl",
+                ),
+                f"    RAISE NOTICE 'queue %: kept column {legacy.lower()} (it holds values)', tbl;",
+                "ELSE",
+                "    "
+                + _execute(target, f"ALTER TABLE %s DROP COLUMN {target.quote(legacy)}", "tbl"),
+                "END IF;",
+            ],
+        )
+    convert += [
+        "-- Recoverable: always true, read by no one; NServiceBus's PostgreSQL sends lack it",
+        *_if(
+            _has_column(target, "Recoverable"),
+            [_execute(target, f"ALTER TABLE %s DROP COLUMN {target.quote('Recoverable')}", "tbl")],
+        ),
+    ]
+    for old, new in steps.NSB_RENAMES.items():
+        convert += _rename(target, old, new)
+    convert += [
+        "-- the unique seq replaces Index_RowVersion",
+        "EXECUTE format('DROP INDEX IF EXISTS %I.%I', nsp, ix);",
+        _execute(target, "ALTER TABLE %s ADD CONSTRAINT %I PRIMARY KEY (id)", "tbl", "other"),
+        _execute(target, "ALTER TABLE %s ADD CONSTRAINT %I UNIQUE (seq)", "tbl", "seqname"),
+        "RAISE NOTICE 'queue %: now in NServiceBus''s PostgreSQL layout', tbl;",
+    ]
+    body = _if(f"NOT {_in_nsb_layout(target)}", convert)
+    names = {"ix": steps.ROW_VERSION_INDEX, "other": "pkey", "seqname": "seq_key"}
+    return _Plan(body, names)
+
+
+def _nsb_down(target: _Target) -> _Plan:
+    convert: Lines = [
+        _execute(target, "LOCK TABLE %s IN ACCESS EXCLUSIVE MODE", "tbl"),
+        _execute(target, "ALTER TABLE %s DROP CONSTRAINT IF EXISTS %I", "tbl", "other"),
+        _execute(target, "ALTER TABLE %s DROP CONSTRAINT IF EXISTS %I", "tbl", "seqname"),
+    ]
+    for old, new in steps.NSB_RENAMES.items():
+        convert += _rename(target, new, old)
+    for legacy in ("CorrelationId", "ReplyToAddress"):
+        convert += [
+            "IF "
+            + _has_column(target, legacy.lower())
+            + " THEN",
+            "    "
+            + _execute(
+                target,
+                f"ALTER TABLE %s RENAME COLUMN {target.quote(legacy.lower())} "
+                f"TO {target.quote(legacy)}",
+                "tbl",
+            ),
+            "ELSE",
+            "    "
+            + _execute(
+                target, f"ALTER TABLE %s ADD COLUMN {target.quote(legacy)} varchar(255)", "tbl"
+            ),
+            "END IF;",
+        ]
+    recoverable = target.quote("Recoverable")
+    convert += [
+        _execute(
+            target, f"ALTER TABLE %s ADD COLUMN {recoverable} boolean NOT NULL DEFAULT true", "tbl"
+        ),
+        _execute(target, f"ALTER TABLE %s ALTER COLUMN {recoverable} DROP DEFAULT", "tbl"),
+    ]
+    body = _if(_in_nsb_layout(target), convert)
+    names = {"other": "pkey", "seqname": "seq_key", "ix": steps.ROW_VERSION_INDEX}
+    return _Plan(body, names, create=(target.index(steps.ROW_VERSION_INDEX), True))
+
+
 _PLANS = {
     ("0001_expires_index", "upgrade"): _expires_up,
     ("0001_expires_index", "downgrade"): _expires_down,
@@ -423,7 +554,18 @@ _PLANS = {
     ("0003_filter_expires_index", "downgrade"): _filter_down,
     ("0004_rowversion_layout", "upgrade"): _row_version_up,
     ("0004_rowversion_layout", "downgrade"): _row_version_down,
+    (steps.NSB_LAYOUT, "upgrade"): _nsb_up,
+    (steps.NSB_LAYOUT, "downgrade"): _nsb_down,
 }
+
+
+def _is_queue(target: _Target, relation: str, revision: str) -> str:
+    """The condition that *relation* is a queue table step *revision* deals with."""
+    old = f"{_signature_count(target, relation)} = {len(steps.SIGNATURE)}"
+    if revision != steps.NSB_LAYOUT:
+        return old
+    new = _signature_count(target, relation, steps.NSB_SIGNATURE)
+    return f"({old} OR {new} = {len(steps.NSB_SIGNATURE)})"
 
 
 def _plan(revision: str, direction: str, target: _Target) -> _Plan:
@@ -463,7 +605,7 @@ def table_statements(revision: str, direction: str, address: addressing.QueueAdd
     if plan.body:
         body = [
             *_if(
-                f"tbl IS NULL OR {_signature_count(target, 'tbl')} < {len(steps.SIGNATURE)}",
+                f"tbl IS NULL OR NOT {_is_queue(target, 'tbl', revision)}",
                 [
                     "RAISE NOTICE 'queue %: no queue table there; skipped', "
                     f"{target.literal(str(address))};",
@@ -521,7 +663,7 @@ def loop_statement(revision: str, direction: str, schemas: Sequence[str | None])
         "      FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace",
         "     WHERE c.relkind = 'r' AND NOT c.relispartition",
         f"       AND ({' OR '.join(conditions)})",
-        f"       AND {_signature_count(target, 'c.oid')} = {len(steps.SIGNATURE)}",
+        f"       AND {_is_queue(target, 'c.oid', revision)}",
         "     ORDER BY n.nspname, c.relname",
         "LOOP",
         *_block(

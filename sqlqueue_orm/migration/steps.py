@@ -14,12 +14,25 @@ import sqlalchemy as sa
 
 from sqlqueue_orm import addressing, exceptions
 from sqlqueue_orm.models.ddl import compile_ddl as compile_ddl
-from sqlqueue_orm.models.queue_table import build_queue_table, index_name
+from sqlqueue_orm.models.queue_table import POSTGRESQL_COLUMNS, build_queue_table, index_name
 
 EXPIRES_INDEX = "Index_Expires"
 ROW_VERSION_INDEX = "Index_RowVersion"
 #: Columns whose presence makes a table a queue table, whatever its name (as schema.py).
 SIGNATURE = ("Id", "Expires", "Headers", "Body", "RowVersion")
+
+#: The revision that moves PostgreSQL queue tables to NServiceBus's PostgreSQL layout.
+NSB_LAYOUT = "0008_postgresql_nsb_layout"
+#: The columns of that layout (unquoted lower case), by the SQL Server layout's name.
+NSB_RENAMES = {
+    "Id": "id",
+    "Expires": "expires",
+    "Headers": "headers",
+    "Body": "body",
+    "RowVersion": "seq",
+    "BodyString": "bodystring",
+}
+NSB_SIGNATURE = tuple(POSTGRESQL_COLUMNS.values())
 
 #: Names standing for "the table at hand" in statements the server-side loops fill in.
 PLACEHOLDER_TABLE = "__sqlqueue_table__"
@@ -62,8 +75,20 @@ STEPS = {
             "RowVersion and Index_RowVersion to the current layout",
             "RowVersion and Index_RowVersion to the v1 layout",
         ),
+        Step(
+            NSB_LAYOUT,
+            "PostgreSQL: to NServiceBus's PostgreSQL layout (id ... seq)",
+            "PostgreSQL: back to the SQL Server column layout (\"Id\" ... \"RowVersion\")",
+        ),
     )
 }
+#: Steps that only change PostgreSQL tables (a no-op on SQL Server and SQLite).
+POSTGRESQL_ONLY = frozenset({NSB_LAYOUT})
+
+
+def applies_to(revision: str, dialect_name: str) -> bool:
+    """Whether step *revision* changes anything on *dialect_name*."""
+    return revision not in POSTGRESQL_ONLY or dialect_name == "postgresql"
 
 DIRECTIONS = ("upgrade", "downgrade")
 

@@ -84,4 +84,5 @@ def _body_as_text_mssql(element: BodyAsText, compiler: SQLCompiler, **kw: Any) -
 
 @compiles(BodyAsText, "postgresql")
 def _body_as_text_postgresql(element: BodyAsText, compiler: SQLCompiler, **kw: Any) -> str:
-    return "encode(\"Body\", 'escape')"
+    # NServiceBus's PostgreSQL layout: the body column is unquoted ``body``.
+    return "encode(body, 'escape')"

@@ -36,6 +36,10 @@ class SqlText:
     #: receivers hold with transaction-scoped advisory locks instead of FOR UPDATE SKIP LOCKED.
     receive_without_row_locks: str | None = None
     purge_expired_without_row_locks: str | None = None
+    #: Columns the statements need; a table without them is reported as outdated, not retried.
+    required_columns: tuple[str, ...] = ()
+    #: Whether send skips a row whose id is already queued (its row count then says so).
+    send_skips_duplicates: bool = False
     #: How native ids go to and come back from the driver.
     id_to_driver: Callable[[uuid.UUID], Any] = str
     #: How the receive's Headers column is encoded when it comes back as bytes.
@@ -93,55 +97,59 @@ MSSQL: Final = SqlText(
 )
 
 _PG_NOW = "timezone('UTC', clock_timestamp())"
+# NServiceBus's PostgreSQL layout: unquoted lower-case columns id, expires, headers, body, seq
+# (NServiceBus.Transport.PostgreSql PostgreSqlConstants, see models/queue_table.py).
 # Headers are read as text: in a UTF8 database every text value is valid UTF-8 (the server
 # refuses anything else on the way in), so psycopg cannot fail decoding one. A SQL_ASCII database
 # would make psycopg return bytes, but SQLAlchemy's psycopg dialect cannot run on one at all.
 _PG_RETURNING = (
-    'RETURNING "Id", "RowVersion", '
-    f'("Expires" IS NOT NULL AND "Expires" <= {_PG_NOW}) AS expired, "Headers", "Body"'
+    f"RETURNING id, seq, (expires IS NOT NULL AND expires <= {_PG_NOW}) AS expired, headers, body"
 )
 _PG_EXPIRES = (
     f"CASE WHEN CAST(:ttbr AS bigint) IS NULL THEN NULL "
     f"ELSE {_PG_NOW} + CAST(:ttbr AS bigint) * interval '1 millisecond' END"
 )
-# Advisory-lock claim: a bounded window of the oldest rows, keyed by (table oid, RowVersion).
+# Advisory-lock claim: a bounded window of the oldest rows, keyed by (table oid, seq).
 _PG_ADVISORY = (
-    'SELECT c."RowVersion" FROM (SELECT "RowVersion", tableoid FROM {table} {where}'
-    'ORDER BY "RowVersion" LIMIT CAST(:window AS bigint)) AS c '
+    "SELECT c.seq FROM (SELECT seq, tableoid FROM {table} {where}"
+    "ORDER BY seq LIMIT CAST(:window AS bigint)) AS c "
     "WHERE pg_try_advisory_xact_lock(CAST(c.tableoid AS integer), "
-    'CAST(c."RowVersion" % 2147483648 AS integer)) LIMIT CAST(:n AS bigint)'
+    "CAST(c.seq % 2147483648 AS integer)) LIMIT CAST(:n AS bigint)"
+)
+# The layout has no Recoverable column: both send variants are the .NET transport's column list.
+# id is the primary key there: a message sent again while it is still queued (an outbox dispatch
+# retried after a crash) is absorbed, not an error that would block the dispatch forever.
+_PG_SEND = (
+    "INSERT INTO {table} (id, expires, headers, body) "
+    f"VALUES (:id, {_PG_EXPIRES}, :headers, :body) ON CONFLICT (id) DO NOTHING"
 )
 
 POSTGRESQL: Final = SqlText(
-    send=(
-        'INSERT INTO {table} ("Id", "Recoverable", "Expires", "Headers", "Body") '
-        f"VALUES (:id, true, {_PG_EXPIRES}, :headers, :body)"
-    ),
-    send_without_recoverable=(
-        'INSERT INTO {table} ("Id", "Expires", "Headers", "Body") '
-        f"VALUES (:id, {_PG_EXPIRES}, :headers, :body)"
-    ),
+    send=_PG_SEND,
+    send_without_recoverable=_PG_SEND,
+    send_skips_duplicates=True,
+    required_columns=("id", "expires", "headers", "body", "seq"),
     # = ANY(ARRAY(...)) runs the claim once, as an InitPlan, before the delete.
     receive=(
-        'DELETE FROM {table} WHERE "RowVersion" = ANY(ARRAY('
-        'SELECT "RowVersion" FROM {table} ORDER BY "RowVersion" LIMIT CAST(:n AS bigint) '
+        "DELETE FROM {table} WHERE seq = ANY(ARRAY("
+        "SELECT seq FROM {table} ORDER BY seq LIMIT CAST(:n AS bigint) "
         f"FOR UPDATE SKIP LOCKED)) {_PG_RETURNING}"
     ),
-    peek='SELECT COALESCE(MAX("RowVersion") - MIN("RowVersion") + 1, 0) FROM {table}',
+    peek="SELECT COALESCE(MAX(seq) - MIN(seq) + 1, 0) FROM {table}",
     purge_expired=(
-        'DELETE FROM {table} WHERE "RowVersion" = ANY(ARRAY('
-        f'SELECT "RowVersion" FROM {{table}} WHERE "Expires" < {_PG_NOW} '
-        'ORDER BY "RowVersion" LIMIT CAST(:n AS bigint) FOR UPDATE SKIP LOCKED))'
+        "DELETE FROM {table} WHERE seq = ANY(ARRAY("
+        f"SELECT seq FROM {{table}} WHERE expires < {_PG_NOW} "
+        "ORDER BY seq LIMIT CAST(:n AS bigint) FOR UPDATE SKIP LOCKED))"
     ),
     purge_all="DELETE FROM {table}",
     receive_without_row_locks=(
-        'DELETE FROM {table} WHERE "RowVersion" = ANY(ARRAY('
+        "DELETE FROM {table} WHERE seq = ANY(ARRAY("
         + _PG_ADVISORY.replace("{where}", "")
         + f")) {_PG_RETURNING}"
     ),
     purge_expired_without_row_locks=(
-        'DELETE FROM {table} WHERE "RowVersion" = ANY(ARRAY('
-        + _PG_ADVISORY.replace("{where}", f'WHERE "Expires" < {_PG_NOW} ')
+        "DELETE FROM {table} WHERE seq = ANY(ARRAY("
+        + _PG_ADVISORY.replace("{where}", f"WHERE expires < {_PG_NOW} ")
         + "))"
     ),
     id_to_driver=lambda value: value,

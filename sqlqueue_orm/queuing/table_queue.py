@@ -20,7 +20,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Dialect
 
-from sqlqueue_orm import addressing, db
+from sqlqueue_orm import addressing, db, exceptions
 from sqlqueue_orm.messages import IncomingMessage, PreparedMessage
 from sqlqueue_orm.queuing import sql
 
@@ -63,7 +63,11 @@ class TableQueue:
         self.quoted_table = table
         self._dialect = dialect
         self._send = sql.render(self._text.send, dialect, table)
-        self._send_plain = sql.render(self._text.send_without_recoverable, dialect, table)
+        self._send_plain = (
+            self._send
+            if self._text.send_without_recoverable == self._text.send
+            else sql.render(self._text.send_without_recoverable, dialect, table)
+        )
         self._receive = sql.render(self._text.receive, dialect, table)
         self._peek = sql.render(self._text.peek, dialect, table)
         self._purge = sql.render(self._text.purge_expired, dialect, table)
@@ -94,7 +98,7 @@ class TableQueue:
         """Insert *messages* in the caller's transaction (one statement; executemany for many)."""
         if messages:
             self.probe(connection)
-            self._on(connection, self._send_args(messages))
+            self._sent(messages, self._on(connection, self._send_args(messages)))
 
     def receive(self, connection: Connection, max_messages: int = 1) -> list[IncomingMessage]:
         """Delete and return up to *max_messages* of the oldest rows no other receiver holds.
@@ -107,7 +111,7 @@ class TableQueue:
         return self._messages(rows)
 
     def peek(self, connection: Connection) -> int:
-        """Estimated number of messages: max - min of RowVersion, the same cost at any size."""
+        """Estimated number of messages: max - min of RowVersion (seq), cheap at any size."""
         rows = self._on(connection, (self._peek, self._peek.params({}), False), fetch=True)
         return int(rows[0][0] or 0) if rows else 0
 
@@ -130,7 +134,7 @@ class TableQueue:
     def send_on_cursor(self, cursor: Any, messages: Sequence[PreparedMessage]) -> None:
         """:meth:`send` on a DBAPI cursor; :meth:`probe` must have run once before."""
         if messages:
-            self._run(cursor, self._send_args(messages))
+            self._sent(messages, self._run(cursor, self._send_args(messages)))
 
     def receive_on_cursor(self, cursor: Any, max_messages: int = 1) -> list[IncomingMessage]:
         """:meth:`receive` on a DBAPI cursor; :meth:`probe` must have run once before."""
@@ -146,7 +150,16 @@ class TableQueue:
         if self._has_recoverable is None:
             with db.wrap_db_errors(self.name):
                 columns = db.column_names(connection, self.address)
-            if columns:  # no table yet: do not cache; the statement will say QueueNotFound
+            missing = [name for name in self._text.required_columns if name not in columns]
+            if columns and missing:
+                # PostgreSQL before revision 0008: the statements would fail on every call.
+                raise exceptions.SchemaOutdated(
+                    self.name,
+                    f"no column {', '.join(missing)} (NServiceBus's PostgreSQL layout)",
+                )
+            if columns and self._send is self._send_plain:
+                self._has_recoverable = False  # the layout has no such column (PostgreSQL)
+            elif columns:  # no table yet: do not cache; the statement will say QueueNotFound
                 self._has_recoverable = "Recoverable" in columns
                 if not self._has_recoverable:
                     log.info("queue %s: no Recoverable column; sending without it", self.name)
@@ -171,6 +184,16 @@ class TableQueue:
         if log.isEnabledFor(logging.DEBUG):
             log.debug("queue %s: sending %d message(s)", self.name, len(rows))
         return (statement, rows, True) if len(rows) > 1 else (statement, rows[0], False)
+
+    def _sent(self, messages: Sequence[PreparedMessage], count: int) -> None:
+        if self._text.send_skips_duplicates and 0 <= count < len(messages):
+            log.warning(
+                "queue %s: %d of %d message(s) were already queued under the same id "
+                "(a retried send); not queued twice",
+                self.name,
+                len(messages) - count,
+                len(messages),
+            )
 
     def _receive_args(self, max_messages: int) -> tuple[sql.Statement, Any, bool]:
         if (
@@ -253,7 +276,7 @@ class TableQueue:
             log.warning(
                 "queue %s: this role may not UPDATE the table, so receives skip busy rows "
                 "with advisory locks instead of FOR UPDATE SKIP LOCKED; grant UPDATE on one "
-                'column (e.g. GRANT UPDATE ("Recoverable") ON ...) for the usual path',
+                "column (e.g. GRANT UPDATE (seq) ON ...) for the usual path",
                 self.name,
             )
         return allowed

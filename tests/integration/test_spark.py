@@ -60,7 +60,7 @@ def spark():
 
 
 def queue_rows(engine, name):
-    table = queue_table(name)
+    table = queue_table(name, dialect=engine)
     with engine.connect() as connection:
         return connection.execute(
             sa.select(table.c.Id, table.c.RowVersion, table.c.Headers, table.c.Body)
@@ -68,7 +68,7 @@ def queue_rows(engine, name):
 
 
 def queue_count(engine, name):
-    table = queue_table(name)
+    table = queue_table(name, dialect=engine)
     with engine.connect() as connection:
         return connection.execute(sa.select(sa.func.count()).select_from(table)).scalar()
 

@@ -347,19 +347,45 @@ def column_list(
     columns = ["Id", "CorrelationId", "ReplyToAddress", "Expires", "Headers", "Body", "RowVersion"]
     if has_recoverable:
         columns.insert(3, "Recoverable")
+    present = _columns(connection, names)
+    if "seq" in present:  # NServiceBus's PostgreSQL layout (revision 0008): the same values
+        renamed = {name: name.lower() for name in columns} | {"RowVersion": "seq"}
+        renamed["Recoverable"] = "true"  # dropped: it only ever held true
+        return ", ".join(
+            names.quote(renamed[column])
+            if renamed[column] in present
+            else ("true" if column == "Recoverable" else "NULL")
+            for column in columns
+        )
     return ", ".join(names.quote(column) for column in columns)
+
+
+def _columns(connection: Connection, names: Names) -> set[str]:
+    if connection.dialect.name != "postgresql":
+        return set()
+    return {
+        str(row[0])
+        for row in connection.execute(
+            sa.text(
+                "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(:r) "
+                "AND attnum > 0 AND NOT attisdropped"
+            ),
+            {"r": names.qualified},
+        )
+    }
 
 
 def snapshot(
     connection: Connection, table: str, schema: str | None, has_recoverable: bool = True
 ) -> list[tuple[object, ...]]:
-    """Every row as the driver returns it, in RowVersion (FIFO) order."""
+    """Every row as the driver returns it, in RowVersion (FIFO) order (either PG layout)."""
     names = Names(connection.dialect, table, schema)
+    order = "seq" if "seq" in _columns(connection, names) else "RowVersion"
     return [
         tuple(row)
         for row in connection.exec_driver_sql(
             f"SELECT {column_list(connection, table, schema, has_recoverable)} "
-            f"FROM {names.qualified} ORDER BY {names.quote('RowVersion')}",
+            f"FROM {names.qualified} ORDER BY {names.quote(order)}",
             execution_options={"no_parameters": True},
         )
     ]

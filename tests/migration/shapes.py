@@ -180,3 +180,18 @@ def _mssql(connection: Connection, table: str, schema: str | None) -> dict[str, 
 def without_column(shape: dict[str, Any], column: str) -> dict[str, Any]:
     """*shape* minus *column* (for tables whose Recoverable was dropped)."""
     return {**shape, "columns": [c for c in shape["columns"] if c[0] != column]}
+
+
+#: A legacy CorrelationId that held values, as revision 0008 keeps it on PostgreSQL.
+KEPT_CORRELATION_ID = ("correlationid", "character varying(255)", False, "", None, None)
+
+
+def with_kept_correlation_id(shape: dict[str, Any]) -> dict[str, Any]:
+    """*shape* (a fresh NServiceBus PostgreSQL table) plus the kept ``correlationid``."""
+    columns = list(shape["columns"])
+    return {**shape, "columns": [columns[0], KEPT_CORRELATION_ID, *columns[1:]]}
+
+
+def columns_in_any_order(shape: dict[str, Any], *, drop: str | None = None) -> dict[str, Any]:
+    """*shape* with its columns sorted (a downgrade adds columns back at the end)."""
+    return {**shape, "columns": sorted(c for c in shape["columns"] if c[0] != drop)}

@@ -53,7 +53,7 @@ def _layout(shape: dict[str, Any]) -> dict[str, Any]:
 
 def _assert_current(connection: Connection, table: str) -> None:
     twin = f"twin of {table}"
-    build_queue_table(sa.MetaData(), twin, None).create(connection)
+    build_queue_table(sa.MetaData(), twin, None, connection.dialect).create(connection)
     try:
         upgraded = _layout(shapes.describe(connection, table, None))
         assert upgraded == _layout(shapes.describe(connection, twin, None)), table
@@ -102,7 +102,7 @@ def test_a_legacy_table_that_appears_after_head_is_upgraded_by_the_next_run(
 ) -> None:
     caplog.set_level(logging.INFO, logger="sqlqueue_orm.migration")
     with database.engine.begin() as connection:
-        build_queue_table(sa.MetaData(), CURRENT, None).create(connection)
+        build_queue_table(sa.MetaData(), CURRENT, None, connection.dialect).create(connection)
     assert cli.main(["--url", database.url, "migrate"]) == 0  # the database is at head now
     first = _summary(caplog)
 

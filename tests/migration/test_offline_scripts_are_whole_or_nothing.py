@@ -195,7 +195,7 @@ def test_a_database_at_an_older_revision_gets_only_the_later_steps(
     assert _version(database.engine) == [HEAD]
     with database.engine.begin() as connection:
         connection.execute(sa.schema.CreateSchema("fresh"))
-        build_queue_table(sa.MetaData(), "v1 q", "fresh").create(connection)
+        build_queue_table(sa.MetaData(), "v1 q", "fresh", connection.dialect).create(connection)
     with database.engine.connect() as connection:
         assert shapes.describe(connection, "v1 q", None) == shapes.describe(
             connection, "v1 q", "fresh"

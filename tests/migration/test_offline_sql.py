@@ -187,7 +187,7 @@ def test_postgresql_script_upgrades_every_era(database: Any, form: str) -> None:
                 connection, table, SCHEMA, legacy.messages(200, number, has_recoverable=recoverable)
             )
             snapshots[era] = legacy.snapshot(connection, table, SCHEMA, recoverable)
-            build_queue_table(sa.MetaData(), table, "fresh").create(connection)
+            build_queue_table(sa.MetaData(), table, "fresh", connection.dialect).create(connection)
     if form == "named":
         queues = [f"[{table}]@[{SCHEMA}]" for table in PG_TABLES.values()]
         script = _script(database.url, "head", queues=queues)
@@ -196,15 +196,19 @@ def test_postgresql_script_upgrades_every_era(database: Any, form: str) -> None:
     assert "CONCURRENTLY" in script if form == "named" else "FOR tbl IN" in script
 
     _run_script(database.engine, script)
-    with database.engine.begin() as connection:  # offline scripts start from base
-        connection.exec_driver_sql("DROP TABLE sqlqueue_alembic_version")
+    if form == "named":
+        # A named script's CREATE INDEX CONCURRENTLY of steps 0001-0004 names the SQL Server
+        # layout's columns, which tables in NServiceBus's PostgreSQL layout no longer have: run
+        # again, a named script starts from the database's revision (the loop skips such tables).
+        script = _script(database.url, "0006_spark_send_ledger:head", queues=queues)
+    else:
+        with database.engine.begin() as connection:  # offline scripts start from base
+            connection.exec_driver_sql("DROP TABLE sqlqueue_alembic_version")
     _run_script(database.engine, script)  # idempotent, shared tables too: nothing changes
 
     with database.engine.connect() as connection:
         for era, table in PG_TABLES.items():
             recoverable = era != "no-recoverable"
-            fresh = shapes.describe(connection, table, "fresh")
-            if not recoverable:
-                fresh = shapes.without_column(fresh, "Recoverable")
+            fresh = shapes.with_kept_correlation_id(shapes.describe(connection, table, "fresh"))
             assert shapes.describe(connection, table, SCHEMA) == fresh, era
             assert legacy.snapshot(connection, table, SCHEMA, recoverable) == snapshots[era], era

@@ -163,7 +163,9 @@ def _build(connection: Connection, dialect: str) -> dict[str, list[tuple[object,
         # The shapes to compare with: a fresh current table and a v1 table of the same name.
         # SQL Server: 0004 keeps the heaps of .NET's layout (unless asked), as "heap" builds them.
         layout = "heap" if dialect == "mssql" and era in HEAP_ERAS else "clustered"
-        fresh = build_queue_table(sa.MetaData(), table, FRESH, layout)
+        fresh = build_queue_table(
+            sa.MetaData(), table, FRESH, connection.dialect, sql_server_layout=layout
+        )
         fresh.create(connection)
         legacy.create(connection, "v1", table, V1_REFERENCE)
     # Tables that must be left alone: not a queue; a queue outside the configured schema.
@@ -196,12 +198,25 @@ def legacy_db(database: Any, tmp_path: Path) -> Iterator[LegacyDatabase]:
 
 def _expected_current(legacy_db: LegacyDatabase, era: str) -> dict[str, Any]:
     fresh = legacy_db.describe(TABLES[era], FRESH)
+    if legacy_db.dialect == "postgresql":
+        # NServiceBus's layout; every era's CorrelationId holds values (legacy.messages), so
+        # revision 0008 keeps it as correlationid; Recoverable is gone from every era.
+        return shapes.with_kept_correlation_id(fresh)
     return fresh if has_recoverable(era) else shapes.without_column(fresh, "Recoverable")
 
 
 def _expected_v1(legacy_db: LegacyDatabase, era: str) -> dict[str, Any]:
     reference = legacy_db.describe(TABLES[era], V1_REFERENCE)
+    if legacy_db.dialect == "postgresql":
+        # The 0008 downgrade adds ReplyToAddress and Recoverable back at the end; no era keeps
+        # track of a dropped Recoverable, so it comes back on that era too.
+        return shapes.columns_in_any_order(reference)
     return reference if has_recoverable(era) else shapes.without_column(reference, "Recoverable")
+
+
+def _describe_v1(legacy_db: LegacyDatabase, table: str) -> dict[str, Any]:
+    shape = legacy_db.describe(table)
+    return shapes.columns_in_any_order(shape) if legacy_db.dialect == "postgresql" else shape
 
 
 def _assert_current_with_every_message(legacy_db: LegacyDatabase) -> None:
@@ -229,6 +244,8 @@ def test_upgrade_head_brings_every_era_to_the_current_schema(
     for era, table in TABLES.items():
         address = QueueAddress(table, SCHEMA)
         for revision in steps.STEPS:
+            if not steps.applies_to(revision, legacy_db.dialect):
+                continue
             pattern = re.compile(
                 re.escape(f"queue {address}: {revision} upgrade: ") + r".* \((\d+) rows\)"
             )
@@ -275,7 +292,7 @@ def test_downgrade_to_base_and_upgrade_again_round_trips(legacy_db: LegacyDataba
     legacy_db.run("downgrade", "base")
 
     for era, table in TABLES.items():
-        assert legacy_db.describe(table) == _expected_v1(legacy_db, era), era
+        assert _describe_v1(legacy_db, table) == _expected_v1(legacy_db, era), era
         assert legacy_db.snapshot(era) == legacy_db.snapshots[era], era
 
     legacy_db.run("upgrade", "head")
@@ -345,11 +362,13 @@ def test_alembic_console_script_from_the_repository(database: Any, tmp_path: Pat
     assert summary in result.stderr  # the sweep's one line per table
     assert not (REPO / "must-not-be-used.db").exists()
     with database.engine.begin() as connection:
-        build_queue_table(sa.MetaData(), "fresh twin", None).create(connection)
+        build_queue_table(sa.MetaData(), "fresh twin", None, connection.dialect).create(connection)
     with database.engine.connect() as connection:
         assert legacy.snapshot(connection, "v1 queue-x.y", None) == before
         upgraded = shapes.describe(connection, "v1 queue-x.y", None)
         twin = shapes.describe(connection, "fresh twin", None)
+    if database.dialect == "postgresql":
+        twin = shapes.with_kept_correlation_id(twin)
     assert upgraded["columns"] == twin["columns"]
 
     def layout(shape: dict[str, Any]) -> list[tuple[str, object]]:
@@ -368,7 +387,9 @@ def test_sqlqueue_migrate(database: Any, capsys: pytest.CaptureFixture[str]) -> 
     with database.engine.connect() as connection:
         assert legacy.snapshot(connection, "v1 queue-x.y", None) == before
         indexes = shapes.describe(connection, "v1 queue-x.y", None)["indexes"]
-        assert any(index["keys"] in (["Expires"], ['"Expires"']) for index in indexes.values())
+        assert any(
+            index["keys"] in (["Expires"], ['"Expires"'], ["expires"]) for index in indexes.values()
+        )
     assert cli.main(["--url", database.url, "migrate", "--downgrade", "base"]) == 0
 
 
@@ -403,10 +424,10 @@ def test_an_invalid_index_left_by_a_failed_concurrent_build_is_rebuilt(database:
 
     with database.engine.begin() as connection:
         connection.execute(sa.schema.CreateSchema("fresh"))
-        build_queue_table(sa.MetaData(), table, "fresh").create(connection)
+        build_queue_table(sa.MetaData(), table, "fresh", connection.dialect).create(connection)
     with database.engine.connect() as connection:
-        assert shapes.describe(connection, table, None) == shapes.describe(
-            connection, table, "fresh"
+        assert shapes.describe(connection, table, None) == shapes.with_kept_correlation_id(
+            shapes.describe(connection, table, "fresh")
         )
 
 
@@ -422,13 +443,13 @@ def test_an_integer_serial_row_version_becomes_bigint_identity(database: Any) ->
         legacy.insert(connection, table, None, legacy.messages(100, seed=4))
         before = legacy.snapshot(connection, table, None)
         connection.execute(sa.schema.CreateSchema("fresh"))
-        build_queue_table(sa.MetaData(), table, "fresh").create(connection)
+        build_queue_table(sa.MetaData(), table, "fresh", connection.dialect).create(connection)
 
     command.upgrade(environment.alembic_config(database.url), "head")
 
     with database.engine.connect() as connection:
-        assert shapes.describe(connection, table, None) == shapes.describe(
-            connection, table, "fresh"
+        assert shapes.describe(connection, table, None) == shapes.with_kept_correlation_id(
+            shapes.describe(connection, table, "fresh")
         )
         assert legacy.snapshot(connection, table, None) == before
     with Transport(database.engine) as transport:
@@ -453,3 +474,80 @@ def test_the_sqlite_rebuild_keeps_the_body_string_column(database: Any) -> None:
         columns = {c[0]: c for c in shapes.describe(connection, "v1 queue-x.y", None)["columns"]}
         assert columns["BodyString"][5] == 2  # still a generated (virtual) column
         assert columns["Headers"][1] == "TEXT"
+
+
+# -- NServiceBus's PostgreSQL layout (revision 0008) -------------------------------------------
+@only("postgresql")
+def test_every_upgraded_era_serves_the_dotnet_transports_statements(
+    legacy_db: LegacyDatabase,
+) -> None:
+    from tests.integration.test_nservicebus_postgresql import DotNetEndpoint
+
+    legacy_db.run("upgrade", "head")
+    for era, table in TABLES.items():
+        endpoint = DotNetEndpoint(legacy_db.engine, QueueAddress(table, SCHEMA))
+        old = legacy_db.snapshots[era]
+        assert endpoint.peek() >= len(old), era  # max - min + 1 over the gaps
+        endpoint.send(b"from .NET", {"n": "last"})
+        received = endpoint.receive_all()
+        # FIFO, ids, headers text and bodies byte for byte, then the new one behind them.
+        assert [(row[0], row[2], row[3]) for row in received[:-1]] == [
+            (row[0], row[-3], row[-2]) for row in old
+        ], era
+        assert received[-1][3] == b"from .NET", era
+
+
+@only("postgresql")
+def test_two_rows_with_one_id_stop_the_upgrade_naming_the_table(database: Any) -> None:
+    table = "dup ids q"
+    with database.engine.begin() as connection:
+        legacy.create(connection, "heap", table, None)
+        rows = legacy.messages(5, seed=8)
+        rows[3]["Id"] = rows[1]["Id"]
+        legacy.insert(connection, table, None, rows)
+        before = legacy.snapshot(connection, table, None)
+    config = environment.alembic_config(database.url)
+    with pytest.raises(sa.exc.DBAPIError, match=r"dup ids q.*share an Id"):
+        command.upgrade(config, "head")
+    with database.engine.connect() as connection:  # the step rolled back: nothing changed
+        assert legacy.snapshot(connection, table, None) == before
+    with database.engine.begin() as connection:  # the fix the message names, then again
+        names = legacy.Names(connection.dialect, table, None)
+        connection.exec_driver_sql(f'DELETE FROM {names.qualified} WHERE "RowVersion" = 4')
+    command.upgrade(config, "head")
+    with database.engine.connect() as connection:
+        assert legacy.snapshot(connection, table, None) == [r for r in before if r[-1] != 4]
+
+
+@only("postgresql")
+def test_the_body_string_column_follows_and_an_old_table_is_reported(
+    database: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    from sqlqueue_orm import schema
+
+    with database.engine.begin() as connection:
+        before = _v1_in_default_schema(connection)
+        connection.exec_driver_sql(
+            'ALTER TABLE "v1 queue-x.y" ADD COLUMN "BodyString" TEXT '
+            "GENERATED ALWAYS AS (encode(\"Body\", 'escape')) STORED"
+        )
+    with caplog.at_level(logging.WARNING), database.engine.connect() as connection:
+        problems = schema.SchemaInspector().warn(connection, QueueAddress("v1 queue-x.y"))
+    assert any("sqlqueue migrate" in p and "PostgreSQL" in p for p in problems)
+    assert any("queue v1 queue-x.y" in r.getMessage() for r in caplog.records)
+    with Transport(database.engine) as transport:  # not a transient error retried forever
+        with pytest.raises(exceptions.SchemaOutdated, match=r"no column id.*sqlqueue migrate"):
+            transport.send("v1 queue-x.y", OutgoingMessage(b"too early"))
+
+    command.upgrade(environment.alembic_config(database.url), "head")
+
+    with database.engine.connect() as connection:
+        assert legacy.snapshot(connection, "v1 queue-x.y", None) == before
+        body_strings = connection.exec_driver_sql(
+            'SELECT bodystring, encode(body, \'escape\') FROM "v1 queue-x.y"'
+        ).all()
+        assert schema.SchemaInspector().problems(connection, QueueAddress("v1 queue-x.y")) == []
+    assert body_strings and all(row[0] == row[1] for row in body_strings)
+    with Transport(database.engine) as transport:
+        transport.send("v1 queue-x.y", OutgoingMessage(b"new"))
+        assert transport.receive("v1 queue-x.y", max_messages=2000)[-1].body == b"new"

@@ -392,8 +392,8 @@ def _fetch_partition(
     wanted = {int(row_version): str(native_id) for row_version, native_id in claims}
     if not wanted:
         return
-    table = queue_table(table_name, schema)
     engine = session.task_engine(url)
+    table = queue_table(table_name, schema, engine)
     statement = sa.select(table.c.Id, table.c.RowVersion, table.c.Headers, table.c.Body)
     try:
         for chunk in session.chunks(sorted(wanted), session.IN_CHUNK):
@@ -544,7 +544,7 @@ def ingest(
     parsed_url, address = checks.check_ingest_arguments(
         url, queue, batch_size, partitions, max_batches
     )
-    table = queue_table(address.table, address.schema)
+    table = queue_table(address.table, address.schema, parsed_url.get_backend_name())
     files = _Files(spark, path)
     slices = partitions or spark.sparkContext.defaultParallelism
     engine = db.create_engine(url)
