@@ -29,13 +29,15 @@ PATHS = ("own", "connection", "listened")
 
 def insert_raw(database, queue, raw_headers, body=b"hostile"):
     """Insert a row whose Headers hold *raw_headers* exactly (bytes: stored as TEXT, unchecked)."""
-    model = queue_model(queue)
+    model = queue_model(queue, dialect=database.engine)
+    # PostgreSQL's NServiceBus layout has no Recoverable column; the SQL Server layout needs it.
+    recoverable = {"recoverable": True} if "Recoverable" in model.__table__.c else {}
     value = raw_headers
     if isinstance(raw_headers, bytes):  # cast unchecked: SQLite TEXT, SQL Server nvarchar
         value = sa.cast(sa.literal(raw_headers, sa.LargeBinary()), queue_table.HEADERS_TYPE)
     with database.engine.begin() as connection:
         connection.execute(
-            sa.insert(model).values(id=uuid.uuid4(), recoverable=True, headers=value, body=body)
+            sa.insert(model).values(id=uuid.uuid4(), headers=value, body=body, **recoverable)
         )
 
 
@@ -201,7 +203,7 @@ def test_dotnet_error_queue_message_with_null_headers_reads_cleanly(database, pa
 
 
 def stored_headers(database, queue):
-    model = queue_model(queue)
+    model = queue_model(queue, dialect=database.engine)
     with database.engine.connect() as connection:
         return connection.execute(sa.select(model.headers)).scalar_one()
 
