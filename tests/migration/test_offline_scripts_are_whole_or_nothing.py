@@ -197,9 +197,11 @@ def test_a_database_at_an_older_revision_gets_only_the_later_steps(
         connection.execute(sa.schema.CreateSchema("fresh"))
         build_queue_table(sa.MetaData(), "v1 q", "fresh", connection.dialect).create(connection)
     with database.engine.connect() as connection:
-        assert shapes.describe(connection, "v1 q", None) == shapes.describe(
-            connection, "v1 q", "fresh"
-        )
+        expected = shapes.describe(connection, "v1 q", "fresh")
+        if connection.dialect.name == "postgresql":
+            # Legacy rows carry CorrelationIds, so revision 0008 keeps that column (correlationid).
+            expected = shapes.with_kept_correlation_id(expected)
+        assert shapes.describe(connection, "v1 q", None) == expected
         assert legacy.snapshot(connection, "v1 q", None) == before
 
 
