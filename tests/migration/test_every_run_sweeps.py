@@ -138,7 +138,8 @@ def test_a_legacy_table_that_appears_after_head_is_upgraded_by_the_next_run(
     assert first == {CURRENT: "already current"}
     assert second == {
         CURRENT: "already current",
-        LATE_V1: "upgraded: 0001_expires_index, 0002_headers_nvarchar, 0004_rowversion_layout" + nsb,
+        LATE_V1: "upgraded: 0001_expires_index, 0002_headers_nvarchar, 0004_rowversion_layout"
+        + nsb,
     }
     assert third == {
         CURRENT: "already current",
