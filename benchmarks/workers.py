@@ -1,7 +1,7 @@
 """Consumer processes: each side drains one queue, reporting what it got and when.
 
-Every function here is top level so ``multiprocessing``'s spawn start method can run it; each
-makes its own connections after the spawn, waits on the barrier with the others, then drains
+Each function here makes its own connections in the child process, waits on the barrier with
+the others, then drains
 until the queue is empty and puts ``(start, end, messages, latencies, sequences)`` on *out*.
 """
 
@@ -28,7 +28,7 @@ def consume(side: str, database: Database, queue: str, per_transaction: int, bar
         clock = time.perf_counter
         latencies: list[float] = []
         sequences: list[int] = []
-        barrier.wait()
+        barrier.wait(300)
         start = clock()
         while True:
             before = clock()
