@@ -16,16 +16,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def test_every_scenario_runs_on_sqlite_and_prints_the_table():
     completed = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--databases", "sqlite", "--messages", "40",
-         "--deep", "400", "--migrate-rows", "300", "--no-peers", "--no-write"],
+        [sys.executable, "-m", "benchmarks", "--databases", "sqlite", "--messages", "20",
+         "--deep", "200", "--migrate-rows", "200", "--no-peers", "--no-write"],
         cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
     )
     assert completed.returncode == 0, completed.stderr[-2000:]
     table = completed.stdout
     assert "failed:" not in table, table
-    for scenario in ("send 1/txn", "send 40/txn", "receive 10/txn, 4 consumer(s)",
-                     "unit of work, 1 send", "outbox dispatcher, backlog", "peek, 400 waiting",
-                     "receive 1/txn, 400 waiting", "migrate v1 table, 300 rows"):
+    for scenario in ("send 1/txn", "send 20/txn", "receive 10/txn, 4 consumer(s)",
+                     "unit of work, 1 send", "outbox dispatcher, backlog", "peek, 200 waiting",
+                     "receive 1/txn, 200 waiting", "migrate v1 table, 200 rows"):
         assert f"| sqlite | {scenario} |" in table, scenario
     assert "| raw autocommit |" in table and "| raw BEGIN/stmt/COMMIT |" in table
 
