@@ -346,7 +346,7 @@ def outbox(run: Run) -> None:
     transport = run.transport
     store = UnitOfWork(transport).outbox
     store.create_table()
-    units = max(1, run.settings.messages // 2)
+    units = max(1, run.settings.messages // 5)
     scenario = "unit of work, 1 send"
     for mode in ("direct", "outbox"):
         queue = run.new_queue("uow")
@@ -410,7 +410,7 @@ def _depth_at(run: Run, waiting: int) -> None:
     run.log(f"  {run.database.name:10} filled {waiting:,} in "
             f"{time.perf_counter() - started:.0f} s")
     scenario = f"{waiting:,} waiting"
-    peek = workload.timed(settings.peek_calls, 1, lambda: transport.peek(queue))
+    peek = workload.timed_for(settings.peek_calls, 5.0, lambda: transport.peek(queue))
     run.add(Result.of(run.database.name, f"peek, {scenario}", workers.OURS, peek,
                       note="rate = peeks/s"))
     got: list[int] = []

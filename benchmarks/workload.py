@@ -89,6 +89,23 @@ def timed(operations: int, messages_per_operation: int, operation: Callable[[], 
     return Timing(operations * messages_per_operation, clock() - started, latencies)
 
 
+def timed_for(operations: int, budget: float, operation: Callable[[], object]) -> Timing:
+    """As :func:`timed` with one message each, stopping early after *budget* seconds (>= 3 calls).
+
+    For operations whose cost may grow with the data (a peek that scans the table).
+    """
+    clock = time.perf_counter
+    latencies = []
+    started = clock()
+    for number in range(operations):
+        before = clock()
+        operation()
+        latencies.append(clock() - before)
+        if number >= 2 and clock() - started > budget:
+            break
+    return Timing(len(latencies), clock() - started, latencies)
+
+
 def merge(timings: list[tuple[float, float, int, list[float]]]) -> Timing:
     """Combine consumers' (start, end, messages, latencies): wall time first start to last end.
 
