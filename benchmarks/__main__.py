@@ -89,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     info["databases"] = {d.name: d.label for d in databases}
     table = report.markdown(results)
     print(table)
+    print("\nOurs, with the ratios (the README's table):\n")
+    print(report.markdown(results, ours_only=True))
     print(f"\n{info['cores']} cores, {info['cpu']}, load {info['load_average']} at start, "
           f"{info['load_average_end']} at end; {info['seconds']} s")
     if not args.no_write:

@@ -63,8 +63,12 @@ def _is_ours(side: str) -> bool:
     return side.startswith(workers.OURS) or side == "sqlqueue migrate"
 
 
-def markdown(results: list[Result]) -> str:
-    """The results as one markdown table, then the derived figures."""
+def markdown(results: list[Result], ours_only: bool = False) -> str:
+    """The results as one markdown table, then the derived figures.
+
+    :param ours_only: only our rows (with their ratios) and the derived figures: the README's
+        short table.
+    """
     by_cell = {(r.database, r.scenario, r.side): r for r in results if not r.skipped}
     lines = [
         "| database | scenario | side | msg/s | p50 ms | p99 ms | "
@@ -72,6 +76,8 @@ def markdown(results: list[Result]) -> str:
         "|---|---|---|---:|---:|---:|" + "---:|" * len(RATIO_COLUMNS),
     ]
     for result in results:
+        if ours_only and (result.skipped or not _is_ours(result.side)):
+            continue
         if result.skipped:
             lines.append(f"| {result.database} | {result.scenario} | {result.side} | "
                          f"skipped: {result.skipped} | | | " + "| " * len(RATIO_COLUMNS))
