@@ -2,7 +2,12 @@
 
 :func:`create_engine` sets up each database the way a queue needs it: SQLite in WAL mode with
 ``BEGIN IMMEDIATE`` transactions (writers queue up on the busy timeout instead of failing with
-"database is locked" when a reader upgrades) and pyodbc with ``fast_executemany``. No pre-ping
+"database is locked" when a reader upgrades) and pyodbc with ``fast_executemany``.
+
+SQLite durability: ``synchronous=NORMAL`` by default (in WAL mode a commit is not synced to disk
+until the next checkpoint), so a power failure or OS crash can lose the last commits; a process
+crash loses nothing. ``create_engine(url, sqlite_synchronous="FULL")`` syncs every commit
+(``Transport(db.create_engine(url, sqlite_synchronous="FULL"))``), at a cost per commit. No pre-ping
 (it costs a round trip per transaction): a connection that died is invalidated by the error it
 raises, reported as a transient :class:`DatabaseError`, and the next checkout gets a fresh one.
 """
@@ -26,10 +31,25 @@ log = logging.getLogger(__name__)
 DEFAULT_URL = "sqlite:///sqlqueue.db"
 
 _SQLITE_BUSY_TIMEOUT_S = 30
+_SQLITE_SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 
 
-def create_engine(url: str | sa.URL, **kwargs: Any) -> Engine:
-    """Create an engine configured for queue work (see the module docstring)."""
+def create_engine(
+    url: str | sa.URL, *, sqlite_synchronous: str = "NORMAL", **kwargs: Any
+) -> Engine:
+    """Create an engine configured for queue work (see the module docstring).
+
+    :param sqlite_synchronous: SQLite's ``PRAGMA synchronous`` for file databases: ``NORMAL``
+        (default: a power failure can lose the last commits) or ``FULL`` (every commit synced).
+    :param kwargs: passed to :func:`sqlalchemy.create_engine`.
+    """
+    if not isinstance(sqlite_synchronous, str) or (
+        sqlite_synchronous.upper() not in _SQLITE_SYNCHRONOUS
+    ):
+        raise exceptions.ConfigurationError(
+            f"sqlite_synchronous {sqlite_synchronous!r} must be one of "
+            f"{', '.join(_SQLITE_SYNCHRONOUS)}"
+        )
     parsed = sa.make_url(url)
     backend = parsed.get_backend_name()
     # Every code path here ends its transactions (Connection.close() rolls back an open one),
@@ -43,21 +63,25 @@ def create_engine(url: str | sa.URL, **kwargs: Any) -> Engine:
         # also makes DDL transactional and SAVEPOINT work (SQLAlchemy's documented recipe).
         connect_args["isolation_level"] = None
         engine = sa.create_engine(parsed, **kwargs)
-        _setup_sqlite(engine, in_memory=parsed.database in (None, "", ":memory:"))
+        _setup_sqlite(
+            engine,
+            in_memory=parsed.database in (None, "", ":memory:"),
+            synchronous=sqlite_synchronous.upper(),
+        )
         return engine
     if backend == "mssql" and parsed.get_driver_name() == "pyodbc":
         kwargs.setdefault("fast_executemany", True)
     return sa.create_engine(parsed, **kwargs)
 
 
-def _setup_sqlite(engine: Engine, in_memory: bool) -> None:
+def _setup_sqlite(engine: Engine, in_memory: bool, synchronous: str) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         cursor = dbapi_connection.cursor()
         try:
             if not in_memory:
                 cursor.execute("PRAGMA journal_mode=WAL")
-                cursor.execute("PRAGMA synchronous=NORMAL")
+                cursor.execute(f"PRAGMA synchronous={synchronous}")  # one of four words
             cursor.execute(f"PRAGMA busy_timeout={_SQLITE_BUSY_TIMEOUT_S * 1000}")
         finally:
             cursor.close()

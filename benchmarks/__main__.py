@@ -1,0 +1,103 @@
+"""``python -m benchmarks [--quick] [--only receive,send] [--databases sqlite,postgresql]``.
+
+Runs every scenario on a SQLite file and on PostgreSQL (a throwaway cluster unless
+``$SQLQUEUE_BENCH_POSTGRES_URL`` is set), prints the markdown table, writes JSON and a PNG chart
+under ``benchmarks/results/``. Exit 2 on bad arguments; a scenario or peer that fails is
+reported in the table, not fatal (``SQLQUEUE_BENCH_STRICT=1`` makes it fatal).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+
+from benchmarks import report, scenarios, servers
+from benchmarks.workload import Result
+
+
+def _names(text: str, allowed: tuple[str, ...], what: str) -> frozenset[str]:
+    names = frozenset(part.strip() for part in text.split(",") if part.strip())
+    bad = sorted(names - set(allowed))
+    if bad or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown {what} {', '.join(bad) or repr(text)} (choose from {', '.join(allowed)})")
+    return names
+
+
+def parse(argv: list[str] | None) -> tuple[argparse.Namespace, scenarios.Settings]:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("--quick", action="store_true",
+                        help="100,000 instead of 1,000,000 waiting / migrated; 2,000 messages")
+    parser.add_argument("--only", type=lambda t: _names(t, scenarios.NAMES, "scenario"),
+                        default=frozenset(scenarios.NAMES),
+                        help=f"comma-separated scenarios: {', '.join(scenarios.NAMES)}")
+    parser.add_argument("--databases", type=lambda t: _names(t, ("sqlite", "postgresql"),
+                                                             "database"),
+                        default=frozenset({"sqlite", "postgresql"}))
+    parser.add_argument("--messages", type=int, help="messages per send/receive cell")
+    parser.add_argument("--deep", type=int, help="messages waiting in the deep-queue cell")
+    parser.add_argument("--migrate-rows", type=int, help="rows of the v1 table to migrate")
+    parser.add_argument("--peer-messages", type=int, help="messages per kombu/PGQueuer cell")
+    parser.add_argument("--no-peers", action="store_true", help="skip kombu and PGQueuer")
+    parser.add_argument("--no-write", action="store_true", help="print only; write no files")
+    args = parser.parse_args(argv)
+    settings = scenarios.Settings(only=args.only, peers=not args.no_peers)
+    if args.quick:
+        settings = dataclasses.replace(settings, messages=2_000, deep=100_000, peer_messages=500,
+                                       migrate_rows=100_000)
+    for field, value in (("messages", args.messages), ("deep", args.deep),
+                         ("migrate_rows", args.migrate_rows),
+                         ("peer_messages", args.peer_messages)):
+        if value is not None:
+            if value < 1:
+                parser.error(f"--{field.replace('_', '-')} {value} must be at least 1")
+            settings = dataclasses.replace(settings, **{field: value})
+    if settings.messages % settings.batch:
+        settings = dataclasses.replace(settings, batch=min(settings.batch, settings.messages))
+    return args, settings
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, settings = parse(argv)
+
+    def log(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    info = report.machine()
+    info["settings"] = {k: sorted(v) if isinstance(v, frozenset) else v
+                        for k, v in dataclasses.asdict(settings).items()}
+    results: list[Result] = []
+    started = time.perf_counter()
+    with servers.temporary_directory() as directory:
+        databases = []
+        if "sqlite" in args.databases:
+            databases.append(servers.sqlite(directory))
+        if "postgresql" in args.databases:
+            try:
+                databases.append(servers.postgresql())
+            except Exception as error:
+                log(f"PostgreSQL unavailable: {error}")
+                results.append(Result("postgresql", "(all)", "(server)",
+                                      skipped=f"no server: {error}"))
+        for database in databases:
+            log(f"{database.label}: {database.url if database.name == 'sqlite' else ''}")
+            scenarios.run_all(database, settings, results, log)
+    info["seconds"] = round(time.perf_counter() - started, 1)
+    info["load_average_end"] = report.machine()["load_average"]
+    info["databases"] = {d.name: d.label for d in databases}
+    table = report.markdown(results)
+    print(table)
+    print("\nOurs, with the ratios (the README's table):\n")
+    print(report.markdown(results, ours_only=True))
+    print(f"\n{info['cores']} cores, {info['cpu']}, load {info['load_average']} at start, "
+          f"{info['load_average_end']} at end; {info['seconds']} s")
+    if not args.no_write:
+        path, png = report.write(results, info, table)
+        log(f"wrote {path}" + (f" and {png}" if png else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

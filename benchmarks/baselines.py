@@ -1,0 +1,107 @@
+"""The raw driver (psycopg, sqlite3) running the very statements ``TableQueue`` renders.
+
+Nothing here spells a column name: the INSERT and the DELETE ... RETURNING come from
+``transport.queue(name)._send`` / ``._receive`` (what the hot path executes), and the body is
+found in the result by the cursor's description. Two ways to commit, reported apart:
+
+* ``raw autocommit``: the statement alone, atomic by itself (what a user would hand-write for a
+  single-statement operation; SQLite: no BEGIN);
+* ``raw BEGIN/stmt/COMMIT``: the same statement in an explicit transaction (psycopg's implicit
+  BEGIN then ``commit()``; SQLite ``BEGIN IMMEDIATE`` as our engines do), the honest baseline
+  where a transaction is needed (at-least-once receive, batches).
+
+The rows a raw send inserts are built before the clock starts (headers serialized, ids
+converted), so the raw figure is the driver's ceiling, and the ratio charges us for building
+the NServiceBus headers too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks.servers import Database
+from sqlqueue_orm import OutgoingMessage, Transport
+
+AUTOCOMMIT = "raw autocommit"
+TRANSACTION = "raw BEGIN/stmt/COMMIT"
+
+
+class RawQueue:
+    """One queue table driven through a bare DB-API connection."""
+
+    def __init__(self, database: Database, queue: str, autocommit: bool) -> None:
+        with Transport(database.url) as transport:
+            table_queue = transport.queue(queue)
+            self.send_statement = table_queue._send
+            self.receive_statement = table_queue._receive
+            self.peek_statement = table_queue._peek
+            self.to_driver = table_queue._text.id_to_driver
+        self.autocommit = autocommit
+        self.sqlite = database.name == "sqlite"
+        self.connection = database.raw_connect(autocommit)
+        self._body_index: int | None = None
+
+    def rows(self, messages: list[OutgoingMessage]) -> list[Any]:
+        """Driver parameters of *messages*, as ``TableQueue`` builds them."""
+        rows = []
+        for message in messages:
+            prepared = message.prepare()
+            rows.append(self.send_statement.params({
+                "id": self.to_driver(prepared.id),
+                "ttbr": prepared.ttbr_ms,
+                "headers": prepared.headers,
+                "body": prepared.body,
+            }))
+        return rows
+
+    def send(self, rows: list[Any]) -> None:
+        """Insert *rows*: one row with execute, more with executemany (one transaction)."""
+        text = self.send_statement.text
+        self._begin()
+        cursor = self.connection.cursor()
+        if len(rows) == 1:
+            cursor.execute(text, rows[0])
+        else:
+            cursor.executemany(text, rows)
+        cursor.close()
+        self._commit()
+
+    def receive(self, count: int) -> list[bytes]:
+        """Delete up to *count* messages; return their bodies."""
+        self._begin()
+        cursor = self.connection.cursor()
+        cursor.execute(self.receive_statement.text, self.receive_statement.params({"n": count}))
+        rows = cursor.fetchall()
+        if self._body_index is None and cursor.description:
+            names = [column[0].lower() for column in cursor.description]
+            self._body_index = names.index("body")
+        cursor.close()
+        self._commit()
+        index = self._body_index or 0
+        return [bytes(row[index]) for row in rows]
+
+    def peek(self) -> int:
+        """The estimated queue length, by our peek statement."""
+        cursor = self.connection.cursor()
+        cursor.execute(self.peek_statement.text, self.peek_statement.params({}))
+        value = cursor.fetchall()[0][0]
+        cursor.close()
+        if not self.sqlite and not self.autocommit:
+            self.connection.commit()
+        return int(value or 0)
+
+    def close(self) -> None:
+        self.connection.close()
+
+    def _begin(self) -> None:
+        if self.sqlite and not self.autocommit:
+            self.connection.execute("BEGIN IMMEDIATE")
+        # psycopg without autocommit opens the transaction itself with the first statement
+
+    def _commit(self) -> None:
+        if self.autocommit:
+            return
+        if self.sqlite:
+            self.connection.execute("COMMIT")
+        else:
+            self.connection.commit()

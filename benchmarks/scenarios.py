@@ -1,0 +1,499 @@
+"""What a run measures, each scenario with our side, the raw baselines and the peers together.
+
+A scenario appends :class:`~benchmarks.workload.Result` rows; names are stable (the report and
+the JSON key on them). Every receive checks that each message arrived exactly once, every send
+that the table holds exactly what was sent. Sides of one scenario run one after another on the
+same empty (or equally filled) queue.
+
+Room for the endpoint issue: add a function to :data:`ENDPOINT_SCENARIOS` (the pump end to end
+per transaction mode, the idle send-to-handler latency by polling, NOTIFY and in-process
+wake-up); it gets the same :class:`Run` and is selected with ``--only pump``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import sqlalchemy as sa
+
+from benchmarks import baselines, peers, workers, workload
+from benchmarks.servers import Database
+from benchmarks.workload import Result
+from sqlqueue_orm import OutboxDispatcher, Transport, UnitOfWork
+from sqlqueue_orm.config import DispatcherSettings
+from sqlqueue_orm.sending.outbox import OutboxOperation
+
+#: What ``--only`` can name.
+NAMES = ("send", "receive", "outbox", "depth", "migrate", "pump")
+
+_FILL_CHUNK = 5_000
+# fork: a consumer starts in milliseconds, where spawn re-imports SQLAlchemy (seconds on a busy
+# machine). Each child makes its own connections; none touches the parent's.
+_SPAWN = multiprocessing.get_context("fork")
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Sizes of one run (``--quick`` makes them smaller)."""
+
+    messages: int = 5_000
+    batch: int = 500
+    consumers: tuple[int, ...] = (1, 4)
+    per_transaction: tuple[int, ...] = (1, 10)
+    shallow: int = 1_000
+    deep: int = 1_000_000
+    depth_receives: int = 1_000
+    peek_calls: int = 200
+    migrate_rows: int = 1_000_000
+    #: kombu and PGQueuer take 10-100x longer per message: their cells move fewer messages.
+    peer_messages: int = 1_000
+    peers: bool = True
+    only: frozenset[str] = frozenset(NAMES)
+
+
+class Run:
+    """One database's share of a run: a transport, a log of results, helpers."""
+
+    def __init__(self, database: Database, settings: Settings, results: list[Result],
+                 log: Callable[[str], None]) -> None:
+        self.database = database
+        self.settings = settings
+        self.results = results
+        self.log = log
+        self.transport = Transport(database.url)
+
+    def close(self) -> None:
+        self.transport.close()
+
+    def add(self, result: Result) -> None:
+        self.results.append(result)
+        rate = f"{result.rate:,.0f} msg/s" if not result.skipped else f"skipped: {result.skipped}"
+        self.log(f"  {self.database.name:10} {result.scenario:34} {result.side:28} {rate}")
+
+    def skip(self, scenario: str, side: str, reason: str) -> None:
+        self.add(Result(self.database.name, scenario, side, skipped=reason))
+
+    def new_queue(self, prefix: str) -> str:
+        name = f"bench_{prefix}_{uuid.uuid4().hex[:6]}"
+        self.transport.create_queue(name)
+        return name
+
+    def count(self, queue: str) -> int:
+        table = self.transport.queue(queue).quoted_table.replace("%%", "%")
+        with self.transport.engine.connect() as connection:
+            return int(connection.exec_driver_sql(f"SELECT count(*) FROM {table}").scalar_one())
+
+    def replicate(self, table: str, rows: int) -> None:
+        """Grow *table* to *rows* rows by copying its own rows on the server (untimed fill).
+
+        The columns are reflected, not spelled here (the layout may change), less the identity
+        (RowVersion): copies queue up behind the originals, in the same shape.
+        """
+        engine = self.transport.engine
+        quote = engine.dialect.identifier_preparer.quote
+        with engine.connect() as connection:
+            columns = [
+                column["name"] for column in sa.inspect(connection).get_columns(table)
+                if not column.get("identity")
+                and "nextval" not in str(column.get("default") or "")
+                and not (column.get("primary_key") and isinstance(column["type"], sa.Integer))
+            ]
+        listed = ", ".join(quote(name) for name in columns)
+        target = quote(table)
+        while True:
+            with engine.begin() as connection:
+                have = int(connection.exec_driver_sql(
+                    f"SELECT count(*) FROM {target}").scalar_one())
+                if have >= rows or have == 0:
+                    return
+                connection.exec_driver_sql(
+                    f"INSERT INTO {target} ({listed}) SELECT {listed} FROM {target} "
+                    f"LIMIT {min(have, rows - have)}")
+            # What autovacuum does to a queue that grew over hours: without statistics the
+            # planner takes a bulk-filled million-row table for a small one (measured: 60 msg/s).
+            with engine.begin() as connection:
+                connection.exec_driver_sql(f"ANALYZE {target}")
+
+    def fill(self, queue: str, count: int, start: int = 0) -> None:
+        """Put *count* messages numbered from *start* in *queue* (ours, batches; untimed)."""
+        for offset in range(start, start + count, _FILL_CHUNK):
+            size = min(_FILL_CHUNK, start + count - offset)
+            self.transport.send_many(queue, workload.outgoing(offset, size))
+
+    def drain_bodies(self, queue: str) -> list[int]:
+        """Take every message off *queue* (raw, 500 at a time); return their sequence numbers."""
+        raw = baselines.RawQueue(self.database, queue, autocommit=True)
+        found: list[int] = []
+        while bodies := raw.receive(500):
+            found.extend(workload.sequence_of(body) for body in bodies)
+        raw.close()
+        return found
+
+    @contextlib.contextmanager
+    def peer_failure(self, scenario: str, peer: str) -> Iterator[None]:
+        """A peer that fails is reported as skipped with the reason; the run goes on."""
+        try:
+            yield
+        except Exception as error:
+            self.skip(scenario, peer, f"failed: {type(error).__name__}: {str(error)[:200]}")
+            if os.environ.get("SQLQUEUE_BENCH_STRICT"):
+                raise
+
+    def peer_skipped(self, peer: str, scenario: str) -> bool:
+        if not self.settings.peers:
+            return True
+        reason = peers.unavailable(peer, self.database)
+        if reason:
+            self.skip(scenario, peer, reason)
+        return reason is not None
+
+
+# -- send ---------------------------------------------------------------------------------------
+def send(run: Run) -> None:
+    """One message per transaction, and batches: ours, raw (both ways), the peers."""
+    n = run.settings.messages
+    for batch in (1, run.settings.batch):
+        scenario = f"send {batch}/txn"
+        sides: list[tuple[str, Callable[[str], workload.Timing]]] = [
+            (workers.OURS, lambda q, b=batch: _send_ours(run, q, b)),
+            (baselines.TRANSACTION, lambda q, b=batch: _send_raw(run, q, b, False)),
+        ]
+        if batch == 1:
+            sides.insert(1, (baselines.AUTOCOMMIT, lambda q: _send_raw(run, q, 1, True)))
+        for side, function in sides:
+            queue = run.new_queue("send")
+            timing = function(queue)
+            workload.check_exactly_once(run.drain_bodies(queue), range(n), f"{scenario} {side}")
+            run.add(Result.of(run.database.name, scenario, side, timing))
+        _send_peers(run, scenario, batch)
+
+
+def _send_ours(run: Run, queue: str, batch: int) -> workload.Timing:
+    messages = workload.outgoing(0, run.settings.messages)
+    transport = run.transport
+    transport.peek(queue)
+    if batch == 1:
+        iterator = iter(messages)
+        return workload.timed(len(messages), 1, lambda: transport.send(queue, next(iterator)))
+    chunks = iter([messages[i:i + batch] for i in range(0, len(messages), batch)])
+    return workload.timed(len(messages) // batch, batch,
+                          lambda: transport.send_many(queue, next(chunks)))
+
+
+def _send_raw(run: Run, queue: str, batch: int, autocommit: bool) -> workload.Timing:
+    raw = baselines.RawQueue(run.database, queue, autocommit)
+    rows = raw.rows(workload.outgoing(0, run.settings.messages))
+    chunks = iter([rows[i:i + batch] for i in range(0, len(rows), batch)])
+    timing = workload.timed(len(rows) // batch, batch, lambda: raw.send(next(chunks)))
+    raw.close()
+    return timing
+
+
+def _send_peers(run: Run, scenario: str, batch: int) -> None:
+    n = run.settings.messages
+    if batch == 1 and not run.peer_skipped(workers.KOMBU, scenario):
+        with run.peer_failure(scenario, workers.KOMBU):
+            run.add(_in_child(_send_kombu, run.database, run.settings.peer_messages, scenario))
+    elif batch != 1 and run.settings.peers:
+        run.skip(scenario, workers.KOMBU, "kombu has no batch send")
+    n = min(run.settings.peer_messages, n)
+    for peer in (workers.PGQUEUER_ASYNCPG, workers.PGQUEUER_PSYCOPG):
+        if run.peer_skipped(peer, scenario):
+            continue
+        with run.peer_failure(scenario, peer):
+            peers.pgqueuer_install(run.database)
+            entrypoint = f"send_{uuid.uuid4().hex[:6]}"
+            timing = peers.pgqueuer_send(peer, run.database, entrypoint, 0, n, batch)
+            drained = _pgqueuer_consume(run, peer, entrypoint, 1, 10)
+            workload.check_exactly_once(drained[4], range(n), f"{scenario} {peer}")
+            run.add(Result.of(run.database.name, scenario, peer, timing))
+
+
+def _send_kombu(database: Database, n: int, scenario: str) -> Result:
+    queue = f"kombu_send_{uuid.uuid4().hex[:6]}"
+    sender, close = peers.kombu_sender(database, queue)
+    sender(workload.body(0))  # creates kombu's tables and queue row before the clock
+    numbers = iter(range(1, n + 1))
+    timing = workload.timed(n, 1, lambda: sender(workload.body(next(numbers))))
+    close()
+    receive, close = peers.kombu_receiver(database, queue)
+    got = []
+    while bodies := receive():
+        got.extend(workload.sequence_of(body) for body in bodies)
+    close()
+    workload.check_exactly_once(got, range(n + 1), f"{scenario} kombu")
+    return Result.of(database.name, scenario, workers.KOMBU, timing)
+
+
+def _fill_kombu(database: Database, queue: str, n: int) -> None:
+    sender, close = peers.kombu_sender(database, queue)
+    for number in range(n):
+        sender(workload.body(number))
+    close()
+
+
+# -- receive ------------------------------------------------------------------------------------
+def receive(run: Run) -> None:
+    """1 and 4 consumer processes, 1 and 10 messages per transaction."""
+    n = run.settings.messages
+    for consumers in run.settings.consumers:
+        for per_transaction in run.settings.per_transaction:
+            scenario = f"receive {per_transaction}/txn, {consumers} consumer(s)"
+            sides = [workers.OURS, workers.OURS_TX, baselines.AUTOCOMMIT, baselines.TRANSACTION]
+            if per_transaction == 1:
+                sides.append(workers.KOMBU)
+            elif run.settings.peers:
+                run.skip(scenario, workers.KOMBU, "kombu receives one message at a time")
+            for side in sides:
+                if side == workers.KOMBU:
+                    if run.peer_skipped(side, scenario):
+                        continue
+                    with run.peer_failure(scenario, side):
+                        queue = f"kombu_recv_{uuid.uuid4().hex[:6]}"
+                        _in_child(_fill_kombu, run.database, queue, run.settings.peer_messages)
+                        timing = _consume(run, side, queue, consumers, per_transaction,
+                                          run.settings.peer_messages)
+                        run.add(Result.of(run.database.name, scenario, side, timing))
+                    continue
+                queue = run.new_queue("recv")
+                run.fill(queue, n)
+                timing = _consume(run, side, queue, consumers, per_transaction)
+                run.add(Result.of(run.database.name, scenario, side, timing))
+            for peer in (workers.PGQUEUER_ASYNCPG, workers.PGQUEUER_PSYCOPG):
+                if run.peer_skipped(peer, scenario):
+                    continue
+                with run.peer_failure(scenario, peer):
+                    _receive_pgqueuer(run, scenario, peer, consumers, per_transaction)
+
+
+def _receive_pgqueuer(run: Run, scenario: str, peer: str, consumers: int,
+                      per_transaction: int) -> None:
+    n = run.settings.peer_messages
+    peers.pgqueuer_install(run.database)
+    entrypoint = f"recv_{uuid.uuid4().hex[:6]}"
+    peers.pgqueuer_send(peer, run.database, entrypoint, 0, n, 500)
+    result = _pgqueuer_consume(run, peer, entrypoint, consumers, per_transaction)
+    workload.check_exactly_once(result[4], range(n), f"{scenario} {peer}")
+    timing = workload.Timing(result[2], result[1] - result[0], [])
+    run.add(Result.of(run.database.name, scenario, peer, timing,
+                      note="its own QueueManager loop, first to last job handled "
+                      "(start-up and drain-shutdown not counted); no per-receive latency"))
+
+
+def _processes(target: Callable[..., None], args: tuple[Any, ...], count: int) -> list[Any]:
+    barrier = _SPAWN.Barrier(count)
+    out = _SPAWN.Queue()
+    processes = [_SPAWN.Process(target=target, args=(*args, barrier, out)) for _ in range(count)]
+    for process in processes:
+        process.start()
+    reports = []
+    try:
+        for _ in processes:
+            report = out.get(timeout=900)
+            if isinstance(report, BaseException):
+                barrier.abort()  # the others stop waiting for the one that failed
+            reports.append(report)
+    finally:
+        for process in processes:
+            process.join(30)
+            if process.is_alive():
+                process.terminate()
+    for report in reports:
+        if isinstance(report, BaseException):
+            raise report
+    return reports
+
+
+def _in_child(function: Callable[..., Any], *args: Any) -> Any:
+    """Run *function* in a forked child: a peer's cached engines never reach later children."""
+    return _processes(_call, (function, args), 1)[0]
+
+
+def _call(function: Callable[..., Any], args: tuple[Any, ...], barrier: Any, out: Any) -> None:
+    try:
+        out.put(function(*args))
+    except BaseException as error:
+        out.put(error if isinstance(error, Exception) else RuntimeError(repr(error)))
+        raise
+
+
+def _consume(run: Run, side: str, queue: str, consumers: int, per_transaction: int,
+             messages: int | None = None) -> workload.Timing:
+    reports = _processes(workers.consume, (side, run.database, queue, per_transaction),
+                         consumers)
+    sequences = [number for report in reports for number in report[4]]
+    workload.check_exactly_once(sequences, range(messages or run.settings.messages),
+                                f"receive {side} x{consumers}")
+    return workload.merge(reports)
+
+
+def _pgqueuer_consume(run: Run, peer: str, entrypoint: str, consumers: int,
+                      per_transaction: int) -> tuple[float, float, int, list[float], list[int]]:
+    reports = _processes(workers.consume_pgqueuer, (peer, run.database, entrypoint,
+                                                    per_transaction), consumers)
+    return (min(r[0] for r in reports), max(r[1] for r in reports), sum(r[2] for r in reports),
+            [], [number for report in reports for number in report[4]])
+
+
+# -- outbox -------------------------------------------------------------------------------------
+def outbox(run: Run) -> None:
+    """A unit of work with one send (outbox vs direct), and the dispatcher draining a backlog."""
+    transport = run.transport
+    store = UnitOfWork(transport).outbox
+    store.create_table()
+    units = max(1, run.settings.messages // 5)
+    scenario = "unit of work, 1 send"
+    for mode in ("direct", "outbox"):
+        queue = run.new_queue("uow")
+        timing = _units(transport, queue, mode, units)
+        workload.check_exactly_once(run.drain_bodies(queue), range(units), f"{scenario} {mode}")
+        run.add(Result.of(run.database.name, scenario, f"{workers.OURS} {mode}", timing))
+
+    scenario = "outbox dispatcher, backlog"
+    queue = run.new_queue("dispatch")
+    n = run.settings.messages
+    with transport.engine.begin() as connection:
+        records = []
+        for message in workload.outgoing(0, n):
+            prepared = message.prepare()
+            records.append((str(uuid.uuid4()),
+                            [OutboxOperation.from_prepared(queue, prepared)]))
+        store.store_many(connection, records)
+    dispatcher = OutboxDispatcher(store, DispatcherSettings(grace_period=0))
+    clock = time.perf_counter
+    latencies = []
+    started = clock()
+    while True:
+        before = clock()
+        report = dispatcher.dispatch_batch()
+        if report.claimed:
+            latencies.append(clock() - before)
+        if report.claimed < dispatcher.settings.batch_size:
+            break
+    timing = workload.Timing(n, clock() - started, latencies)
+    workload.check_exactly_once(run.drain_bodies(queue), range(n), scenario)
+    run.add(Result.of(run.database.name, scenario, workers.OURS, timing,
+                      note=f"{dispatcher.settings.batch_size} records per transaction"))
+
+
+def _units(transport: Transport, queue: str, mode: str, units: int) -> workload.Timing:
+    messages = iter(workload.outgoing(0, units))
+
+    def unit() -> None:
+        with UnitOfWork(transport, mode=mode) as uow:  # type: ignore[arg-type]
+            uow.send(queue, next(messages))
+
+    return workload.timed(units, 1, unit)
+
+
+# -- depth --------------------------------------------------------------------------------------
+def depth(run: Run) -> None:
+    """Peek time and receive rate with few and with many messages waiting."""
+    settings = run.settings
+    for waiting in (settings.shallow, settings.deep):
+        _depth_at(run, waiting)
+
+
+def _depth_at(run: Run, waiting: int) -> None:
+    settings = run.settings
+    transport = run.transport
+    queue = run.new_queue("depth")
+    started = time.perf_counter()
+    taken = min(settings.depth_receives, waiting // 2)
+    run.fill(queue, min(waiting, 2 * taken))  # the oldest: these are received and checked
+    run.replicate(queue, waiting)
+    run.log(f"  {run.database.name:10} filled {waiting:,} in "
+            f"{time.perf_counter() - started:.0f} s")
+    scenario = f"{waiting:,} waiting"
+    peek = workload.timed_for(settings.peek_calls, 5.0, lambda: transport.peek(queue))
+    run.add(Result.of(run.database.name, f"peek, {scenario}", workers.OURS, peek,
+                      note="rate = peeks/s"))
+    got: list[int] = []
+
+    def take() -> None:
+        got.extend(workload.sequence_of(m.body) for m in transport.receive(queue))
+
+    timing = workload.timed(taken, 1, take)
+    workload.check_exactly_once(got, range(taken), f"receive, {scenario}")
+    run.add(Result.of(run.database.name, f"receive 1/txn, {scenario}", workers.OURS, timing))
+    raw = baselines.RawQueue(run.database, queue, autocommit=True)
+    raw_got: list[int] = []
+
+    def take_raw() -> None:
+        raw_got.extend(workload.sequence_of(body) for body in raw.receive(1))
+
+    timing = workload.timed(taken, 1, take_raw)
+    raw.close()
+    workload.check_exactly_once(raw_got, range(taken, 2 * taken), f"raw receive, {scenario}")
+    run.add(Result.of(run.database.name, f"receive 1/txn, {scenario}", baselines.AUTOCOMMIT,
+                      timing))
+    transport.purge_all(queue)
+
+
+# -- migrate ------------------------------------------------------------------------------------
+def migrate(run: Run) -> None:
+    """``sqlqueue migrate`` on a v1-era queue table holding ``migrate_rows`` messages."""
+    from tests.migration import legacy
+
+    rows = run.settings.migrate_rows
+    table = f"bench_v1_{uuid.uuid4().hex[:6]}"
+    engine = run.transport.engine
+    with engine.begin() as connection:
+        legacy.create(connection, "v1", table, None)
+    with engine.begin() as connection:
+        legacy.insert(connection, table, None, legacy.messages(min(rows, 10_000), seed=1))
+    run.replicate(table, rows)
+    command = [sys.executable, "-m", "sqlqueue_orm.cli", "--url", run.database.url, "migrate",
+               "--queues", table]
+    started = time.perf_counter()
+    completed = subprocess.run(command, capture_output=True, text=True, check=False,
+                               env={**os.environ, "PYTHONPATH": os.getcwd()})
+    seconds = time.perf_counter() - started
+    if completed.returncode != 0:
+        raise RuntimeError(f"sqlqueue migrate failed: {completed.stderr.strip()[-500:]}")
+    quoted = engine.dialect.identifier_preparer.quote(table)
+    with engine.connect() as connection:
+        count = connection.execute(sa.text(f"SELECT count(*) FROM {quoted}")).scalar_one()
+    if count != rows:
+        raise AssertionError(f"migrate: {rows} rows before, {count} after")
+    run.add(Result.of(run.database.name, f"migrate v1 table, {rows:,} rows", "sqlqueue migrate",
+                      workload.Timing(rows, seconds, [seconds]),
+                      note="rate = rows/s; includes the CLI's start-up"))
+
+
+#: The endpoint issue adds the pump scenarios here: ``(name, function(run))``.
+ENDPOINT_SCENARIOS: list[tuple[str, Callable[[Run], None]]] = []
+
+ALL: list[tuple[str, Callable[[Run], None]]] = [
+    ("send", send), ("receive", receive), ("outbox", outbox), ("depth", depth),
+    ("migrate", migrate),
+]
+
+
+def run_all(database: Database, settings: Settings, results: list[Result],
+            log: Callable[[str], None]) -> None:
+    """Every selected scenario on *database*; a failing scenario is reported, not fatal."""
+    run = Run(database, settings, results, log)
+    try:
+        for name, function in [*ALL, *(("pump", f) for _, f in ENDPOINT_SCENARIOS)]:
+            if name not in settings.only:
+                continue
+            started = time.perf_counter()
+            try:
+                function(run)
+            except Exception as error:
+                run.skip(name, "(scenario)", f"failed: {type(error).__name__}: {error}")
+                if os.environ.get("SQLQUEUE_BENCH_STRICT"):
+                    raise
+            log(f"  {database.name:10} {name} took {time.perf_counter() - started:.0f} s")
+    finally:
+        run.close()

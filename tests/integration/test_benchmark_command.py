@@ -1,0 +1,40 @@
+"""Smoke test of ``python -m benchmarks``: tiny sizes on SQLite, every scenario, no timing asserted.
+
+It proves the command runs end to end (forked consumers, the exactly-once checks, the raw
+baseline built from TableQueue's rendered statements, the migration through the CLI) and prints
+the table; the figures themselves are only ever read by people.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_every_scenario_runs_on_sqlite_and_prints_the_table():
+    completed = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--databases", "sqlite", "--messages", "20",
+         "--deep", "200", "--migrate-rows", "200", "--no-peers", "--no-write"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    table = completed.stdout
+    assert "failed:" not in table, table
+    for scenario in ("send 1/txn", "send 20/txn", "receive 10/txn, 4 consumer(s)",
+                     "unit of work, 1 send", "outbox dispatcher, backlog", "peek, 200 waiting",
+                     "receive 1/txn, 200 waiting", "migrate v1 table, 200 rows"):
+        assert f"| sqlite | {scenario} |" in table, scenario
+    assert "| raw autocommit |" in table and "| raw BEGIN/stmt/COMMIT |" in table
+
+
+def test_a_bad_scenario_name_is_named_and_exits_2():
+    completed = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--only", "recieve"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert completed.returncode == 2
+    assert "recieve" in completed.stderr
+    assert "Traceback" not in completed.stderr
