@@ -160,7 +160,8 @@ class QueueAddress:
         """
         if not isinstance(address, str) or address == "":
             raise exceptions.InvalidQueueName(str(address), "the address is empty")
-        if dialect == "postgresql" and '"' in address and _outside_quotes(address, "@") < 0:
+        postgresql_form = dialects.for_dialect(dialect).address_form == "postgresql"
+        if postgresql_form and '"' in address and _outside_quotes(address, "@") < 0:
             return cls._parse_postgresql(address)
         return cls._parse_sql_server(address)
 
@@ -201,7 +202,7 @@ class QueueAddress:
 
         :raises ConfigurationError: a catalog on PostgreSQL, which has no form for it.
         """
-        if dialect != "postgresql":
+        if dialects.for_dialect(dialect).address_form != "postgresql":
             return str(self)
         if self.catalog is not None:
             raise exceptions.ConfigurationError(

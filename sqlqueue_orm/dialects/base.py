@@ -57,6 +57,9 @@ class DialectSupport:
     begin: str = ""
     #: Whether the database is a local file (SQLite) rather than a server.
     embedded: bool = False
+    #: How the .NET transport writes a queue address: ``"sqlserver"`` (``table@[schema]``)
+    #: or ``"postgresql"`` (``"schema"."table"``).
+    address_form: str = "sqlserver"
     #: The queue table layout: ``"sqlserver"`` or ``"postgresql"`` (NServiceBus's two).
     queue_layout: str = "sqlserver"
     #: The columns that make a table a queue table in :attr:`queue_layout`, in table order.

@@ -57,6 +57,7 @@ SUPPORT = PostgresqlSupport(
     identifier_limit=IDENTIFIER_LIMIT,
     identifier_unit="bytes",
     creates_schemas=True,
+    address_form="postgresql",
     queue_layout="postgresql",
     queue_signature=QUEUE_SIGNATURE,
     # NServiceBus's PostgreSqlConstants.AddMessageBodyStringColumn: BodyString unquoted.

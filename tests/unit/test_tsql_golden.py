@@ -9,7 +9,7 @@ import sys
 import pytest
 import sqlalchemy as sa
 
-from sqlqueue_orm import dialects, schema
+from sqlqueue_orm import dialects
 from sqlqueue_orm.addressing import QueueAddress
 from sqlqueue_orm.cli import ddl_dialect
 from sqlqueue_orm.config import QueueSettings
