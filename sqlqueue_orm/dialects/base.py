@@ -79,6 +79,9 @@ class DialectSupport:
     )
     #: Table hint of every outbox claim (SQLAlchemy drops ``with_for_update()`` on SQL Server).
     claim_hint: str | None = None
+    #: Table hint of a read of committed rows only, skipping rows still being written (a Spark
+    #: ingest reading its batch) instead of waiting for them.
+    committed_read_hint: str | None = None
     #: Transaction-scoped lock serializing queue installers (``:resource`` bound).
     install_lock: str | None = None
     #: Session-scoped lock taken without waiting, and its release (``:resource`` bound):

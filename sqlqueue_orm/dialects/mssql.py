@@ -130,6 +130,7 @@ SUPPORT = MssqlSupport(
     body_string_ddl="ALTER TABLE {{table}} ADD [BodyString] AS {expression}",
     # Skip rows another dispatcher holds, lock only rows.
     claim_hint="WITH (UPDLOCK, READPAST, ROWLOCK)",
+    committed_read_hint="WITH (READPAST, READCOMMITTEDLOCK)",
     install_lock=INSTALL_LOCK,
     session_lock_acquire=(
         "DECLARE @status int; "

@@ -366,12 +366,13 @@ def _batch_keys(
 
 def batch_keys_statement(table: sa.Table, batch_size: int) -> sa.Select[Any]:
     """SELECT the oldest rows' keys; SQL Server skips rows still being inserted (READPAST)."""
-    return (
-        sa.select(table.c.RowVersion, table.c.Id)
-        .order_by(table.c.RowVersion)
-        .limit(batch_size)
-        .with_hint(table, "WITH (READPAST, READCOMMITTEDLOCK)", "mssql")
+    statement = (
+        sa.select(table.c.RowVersion, table.c.Id).order_by(table.c.RowVersion).limit(batch_size)
     )
+    for support in dialects.ALL.values():
+        if support.committed_read_hint is not None:
+            statement = statement.with_hint(table, support.committed_read_hint, support.name)
+    return statement
 
 
 def delete_statement(table: sa.Table) -> sa.Delete:
