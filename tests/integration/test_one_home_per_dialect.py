@@ -14,6 +14,7 @@ import sqlalchemy as sa
 
 from sqlqueue_orm import db, dialects, exceptions
 from sqlqueue_orm.addressing import QueueAddress
+from sqlqueue_orm.queuing import sql
 from sqlqueue_orm.sending.outbox import Outbox
 from tests.conftest import only
 
@@ -67,6 +68,7 @@ def test_each_database_finds_its_own_support(database):
         assert dialects.for_dialect(connection) is support
         assert dialects.for_dialect(connection.dialect) is support
     assert dialects.for_dialect(database.dialect) is support
+    assert support.hot_path is sql.for_dialect(database.engine.dialect)
 
 
 def test_an_unknown_dialect_keeps_the_generic_rules():
