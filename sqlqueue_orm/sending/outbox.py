@@ -1,10 +1,10 @@
 """The outbox: store outgoing messages with the business data, dispatch them after commit.
 
 Every statement on ``OutboxData`` lives in this module (store, get, claim, mark, defer,
-cleanup), with the per-dialect claim hints in one place: ``FOR UPDATE SKIP LOCKED`` on
-PostgreSQL, ``WITH (UPDLOCK, READPAST, ROWLOCK)`` on SQL Server (whose SQLAlchemy dialect drops
-``with_for_update()`` silently), and nothing on SQLite, where ``BEGIN IMMEDIATE`` (set up by
-:func:`sqlqueue_orm.db.create_engine`) already serializes writers.
+cleanup); the per-dialect parts come from :mod:`sqlqueue_orm.dialects`: ``FOR UPDATE SKIP
+LOCKED`` on PostgreSQL, ``WITH (UPDLOCK, READPAST, ROWLOCK)`` on SQL Server (whose SQLAlchemy
+dialect drops ``with_for_update()`` silently), and nothing on SQLite, where ``BEGIN
+IMMEDIATE`` (set up by :func:`sqlqueue_orm.db.create_engine`) already serializes writers.
 
 ``Operations`` is a JSON array in the shape of NServiceBus SQL persistence's
 ``SerializableOperation`` (Newtonsoft serializes ``byte[]`` as base64)::
