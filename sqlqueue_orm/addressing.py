@@ -25,10 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from sqlqueue_orm import exceptions
-
-#: Longest identifier each dialect accepts: characters on SQL Server, UTF-8 bytes on PostgreSQL.
-MAX_IDENTIFIER_LENGTH = {"mssql": 128, "postgresql": 63, "sqlite": 1024}
+from sqlqueue_orm import dialects, exceptions
 
 
 def _read_bracketed(text: str) -> tuple[str, str] | None:
@@ -163,7 +160,8 @@ class QueueAddress:
         """
         if not isinstance(address, str) or address == "":
             raise exceptions.InvalidQueueName(str(address), "the address is empty")
-        if dialect == "postgresql" and '"' in address and _outside_quotes(address, "@") < 0:
+        postgresql_form = dialects.for_dialect(dialect).address_form == "postgresql"
+        if postgresql_form and '"' in address and _outside_quotes(address, "@") < 0:
             return cls._parse_postgresql(address)
         return cls._parse_sql_server(address)
 
@@ -204,7 +202,7 @@ class QueueAddress:
 
         :raises ConfigurationError: a catalog on PostgreSQL, which has no form for it.
         """
-        if dialect != "postgresql":
+        if dialects.for_dialect(dialect).address_form != "postgresql":
             return str(self)
         if self.catalog is not None:
             raise exceptions.ConfigurationError(
@@ -228,7 +226,8 @@ class QueueAddress:
 
     def check_for(self, dialect_name: str) -> None:
         """Raise :class:`InvalidQueueName` if the dialect cannot hold these names."""
-        limit = MAX_IDENTIFIER_LENGTH.get(dialect_name, 128)
+        support = dialects.for_dialect(dialect_name)
+        limit = support.identifier_limit
         for what, value in (
             ("table", self.table),
             ("schema", self.schema),
@@ -236,13 +235,14 @@ class QueueAddress:
         ):
             if value is None:
                 continue
-            size = len(value.encode("utf-8")) if dialect_name == "postgresql" else len(value)
+            size = support.identifier_size(value)
             if size > limit:
-                unit = "bytes" if dialect_name == "postgresql" else "characters"
                 raise exceptions.InvalidQueueName(
-                    value, f"the {what} name is {size} {unit}; {dialect_name} allows {limit}"
+                    value,
+                    f"the {what} name is {size} {support.identifier_unit}; "
+                    f"{dialect_name} allows {limit}",
                 )
-        if self.catalog is not None and dialect_name != "mssql":
+        if self.catalog is not None and not support.cross_catalog:
             raise exceptions.ConfigurationError(
                 f"queue {str(self)!r} names catalog {self.catalog!r}; only SQL Server queues "
                 "may live in another catalog (connect to that database instead)"

@@ -20,17 +20,16 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy import event, exc
+from sqlalchemy import exc
 from sqlalchemy.engine import Connection, Engine
 
-from sqlqueue_orm import addressing, exceptions
+from sqlqueue_orm import addressing, dialects, exceptions
 
 log = logging.getLogger(__name__)
 
 #: Default URL of the CLI and the demo: an embedded SQLite file in the working directory.
 DEFAULT_URL = "sqlite:///sqlqueue.db"
 
-_SQLITE_BUSY_TIMEOUT_S = 30
 _SQLITE_SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 
 
@@ -51,61 +50,17 @@ def create_engine(
             f"{', '.join(_SQLITE_SYNCHRONOUS)}"
         )
     parsed = sa.make_url(url)
-    backend = parsed.get_backend_name()
     # Every code path here ends its transactions (Connection.close() rolls back an open one),
     # so the pool's reset-on-return ROLLBACK is a second, paid-for safety net per checkout.
     kwargs.setdefault("pool_reset_on_return", None)
-    if backend == "sqlite":
-        connect_args = kwargs.setdefault("connect_args", {})
-        connect_args.setdefault("timeout", _SQLITE_BUSY_TIMEOUT_S)
-        connect_args.setdefault("check_same_thread", False)
-        # Turn off pysqlite's own transaction handling: we emit BEGIN ourselves (below), which
-        # also makes DDL transactional and SAVEPOINT work (SQLAlchemy's documented recipe).
-        connect_args["isolation_level"] = None
-        engine = sa.create_engine(parsed, **kwargs)
-        _setup_sqlite(
-            engine,
-            in_memory=parsed.database in (None, "", ":memory:"),
-            synchronous=sqlite_synchronous.upper(),
-        )
-        return engine
-    if backend == "mssql" and parsed.get_driver_name() == "pyodbc":
-        kwargs.setdefault("fast_executemany", True)
-    return sa.create_engine(parsed, **kwargs)
-
-
-def _setup_sqlite(engine: Engine, in_memory: bool, synchronous: str) -> None:
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        cursor = dbapi_connection.cursor()
-        try:
-            if not in_memory:
-                cursor.execute("PRAGMA journal_mode=WAL")
-                cursor.execute(f"PRAGMA synchronous={synchronous}")  # one of four words
-            cursor.execute(f"PRAGMA busy_timeout={_SQLITE_BUSY_TIMEOUT_S * 1000}")
-        finally:
-            cursor.close()
-
-    @event.listens_for(engine, "begin")
-    def _on_begin(connection: Connection) -> None:
-        # Straight to the driver: this runs once per transaction, on the hot path.
-        connection.connection.driver_connection.execute("BEGIN IMMEDIATE")  # type: ignore[union-attr]
+    return dialects.for_dialect(parsed.get_backend_name()).create_engine(
+        parsed, sqlite_synchronous=sqlite_synchronous.upper(), **kwargs
+    )
 
 
 # -- error translation ----------------------------------------------------------------------
-_MISSING_TABLE = ("42p01", "invalid object name", "no such table", "undefinedtable")
-_MISSING_COLUMN = ("42703", "invalid column name", "no such column", "has no column named")
-_TRANSIENT = (
-    "40001",  # serialization failure
-    "40p01",  # deadlock detected (PostgreSQL)
-    "1205",  # deadlock victim (SQL Server)
-    "database is locked",
-    "deadlock",
-    "connection",
-    "server closed",
-    "terminating",
-    "timeout expired",
-)
+# The markers live with each dialect (sqlqueue_orm.dialects); a driver error does not say which
+# database raised it, so it is read with all of them.
 
 
 def _describe(error: BaseException) -> str:
@@ -123,21 +78,34 @@ def is_transient(error: BaseException) -> bool:
     if isinstance(error, exc.OperationalError | exc.InterfaceError):
         return True
     text = _describe(error)
-    return any(marker in text for marker in _TRANSIENT)
+    return any(marker in text for marker in dialects.TRANSIENT_MARKERS)
 
 
 def translate_error(
     error: BaseException,
     queue: str | None = None,
     on_missing_column: Callable[[], None] | None = None,
+    *,
+    label: str | None = None,
+    missing_table: tuple[str, str] | None = None,
 ) -> exceptions.SqlQueueError:
-    """The :class:`SqlQueueError` to raise (``from error``) for a driver error, naming the queue."""
+    """The :class:`SqlQueueError` to raise (``from error``) for a driver error, naming the queue.
+
+    :param label: what failed, for errors of no queue (``"outbox"``): the message's prefix.
+    :param missing_table: ``(table, fix)``: a missing *table* (its name in the driver's
+        message) is :class:`SchemaOutdated` saying *fix*.
+    """
     original = getattr(error, "orig", None) or error
     text = _describe(error)
-    where = f"queue {queue!r}: " if queue else ""
-    if queue and any(marker in text for marker in _MISSING_TABLE):
+    where = f"queue {queue!r}: " if queue else f"{label}: " if label else ""
+    missing = any(marker in text for marker in dialects.MISSING_TABLE_MARKERS)
+    if queue and missing:
         return exceptions.QueueNotFound(queue)
-    if on_missing_column is not None and any(marker in text for marker in _MISSING_COLUMN):
+    if missing_table is not None and missing and missing_table[0].lower() in text:
+        return exceptions.SchemaOutdated(*missing_table)
+    if on_missing_column is not None and any(
+        marker in text for marker in dialects.MISSING_COLUMN_MARKERS
+    ):
         on_missing_column()
         return exceptions.DatabaseError(
             f"{where}the table's columns changed under us; retry: {original}", transient=True
@@ -152,8 +120,13 @@ def wrap_db_errors(
     queue: str | None = None,
     on_missing_column: Callable[[], None] | None = None,
     dbapi_error: type[BaseException] | None = None,
+    *,
+    label: str | None = None,
+    missing_table: tuple[str, str] | None = None,
 ) -> Iterator[None]:
     """Translate driver errors into :class:`SqlQueueError` children, naming the queue.
+
+    The one error translator of the package (see :func:`translate_error` for the arguments).
 
     :param dbapi_error: the driver's own ``Error`` class, for code that runs statements on a
         DBAPI cursor directly (SQLAlchemy's wrappers are always translated).
@@ -164,7 +137,9 @@ def wrap_db_errors(
     try:
         yield
     except caught as error:
-        raise translate_error(error, queue, on_missing_column) from error
+        raise translate_error(
+            error, queue, on_missing_column, label=label, missing_table=missing_table
+        ) from error
 
 
 # -- catalog look-ups -------------------------------------------------------------------------

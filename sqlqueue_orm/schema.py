@@ -17,17 +17,16 @@ import sqlalchemy as sa
 from sqlalchemy import exc
 from sqlalchemy.engine import Connection, Dialect
 
-from sqlqueue_orm import addressing, config, db, exceptions
+from sqlqueue_orm import addressing, config, db, dialects
 from sqlqueue_orm.models import ddl
-from sqlqueue_orm.models.queue_table import POSTGRESQL_COLUMNS, build_queue_table, queue_table
+from sqlqueue_orm.models.queue_table import build_queue_table, queue_table
 
 log = logging.getLogger(__name__)
 
-#: Columns that make a table a queue table, whatever its name (Recoverable, CorrelationId and
-#: ReplyToAddress may have been dropped: NServiceBus 7+ tolerates that).
-QUEUE_SIGNATURE = frozenset({"Id", "Expires", "Headers", "Body", "RowVersion"})
-#: The same in NServiceBus's PostgreSQL layout (unquoted, so lower case; ``seq`` the order).
-POSTGRESQL_QUEUE_SIGNATURE = frozenset(POSTGRESQL_COLUMNS.values())
+#: Columns that make a table a queue table, whatever its name, in NServiceBus's SQL Server layout
+#: and in its PostgreSQL one (each dialect's ``queue_signature``).
+QUEUE_SIGNATURE = frozenset(dialects.SQLSERVER_SIGNATURE)
+POSTGRESQL_QUEUE_SIGNATURE = frozenset(dialects.for_dialect("postgresql").queue_signature)
 
 
 def is_queue_table(columns: Iterable[str]) -> bool:
@@ -38,65 +37,7 @@ def is_queue_table(columns: Iterable[str]) -> bool:
 
 def body_string_column(dialect_name: str) -> str:
     """The name of the optional computed column: ``bodystring`` (unquoted) on PostgreSQL."""
-    return "bodystring" if dialect_name == "postgresql" else "BodyString"
-
-
-#: Serializes installers: the lock lives until the installing transaction ends (so an error
-#: that rolls it back also releases it, which NServiceBus 6.3.1+ does with TRY/CATCH). The
-#: resource goes through varchar as NServiceBus's '...' literal does (characters outside the
-#: database's code page become '?' on both sides), then to sp_getapplock's nvarchar(255).
-_MSSQL_INSTALL_LOCK = (
-    "DECLARE @status int, @resource nvarchar(255) = CAST(:resource AS varchar(8000)); "
-    "EXEC @status = sp_getapplock @Resource = @resource, @LockMode = 'Exclusive', "
-    "@LockOwner = 'Transaction', @LockTimeout = 60000; SELECT @status"
-)
-#: What NServiceBus's default catalog and schema are on this connection.
-_MSSQL_CATALOG_AND_SCHEMA = "SELECT DB_NAME(), SCHEMA_NAME()"
-
-
-def _bracket(name: str) -> str:
-    return "[" + name.replace("]", "]]") + "]"
-
-
-def mssql_lock_resource(catalog: str, schema: str, table: str) -> str:
-    """The applock resource NServiceBus's SQL Server installer takes for this table.
-
-    ``EXEC sp_getapplock @Resource = '{0}_lock'`` with ``{0}`` the table's QualifiedTableName,
-    ``[catalog].[schema].[table]`` bracketed by SqlServerNameHelper.Quote (``]`` doubled):
-    CreateQueueText in ``src/NServiceBus.Transport.SqlServer/Queuing/SqlServerConstants.cs``
-    and ``Addressing/CanonicalQueueAddress.cs``, Particular/NServiceBus.SqlServer 214c4e8f.
-    Both installers then serialize on one lock, so racing on a first start never fails.
-    """
-    return f"{_bracket(catalog)}.{_bracket(schema)}.{_bracket(table)}_lock"
-
-
-def _lock_resource(connection: Connection, address: addressing.QueueAddress) -> str:
-    """*address*'s resource, its catalog and schema defaulted as the server resolves them."""
-    if address.catalog is not None and address.schema is not None:
-        return mssql_lock_resource(address.catalog, address.schema, address.table)
-    catalog, schema = connection.execute(sa.text(_MSSQL_CATALOG_AND_SCHEMA)).one()
-    return mssql_lock_resource(
-        address.catalog or str(catalog), address.schema or str(schema), address.table
-    )
-
-
-def _take_install_lock(connection: Connection, address: addressing.QueueAddress) -> None:
-    name = connection.dialect.name
-    if name == "mssql":
-        status = connection.execute(
-            sa.text(_MSSQL_INSTALL_LOCK),
-            {"resource": _lock_resource(connection, address)},
-        ).scalar()
-        if status is None or int(status) < 0:
-            raise exceptions.DatabaseError(
-                f"queue {str(address)!r}: could not take the install lock (sp_getapplock {status})",
-                transient=True,
-            )
-    elif name == "postgresql":
-        connection.execute(
-            sa.text("SELECT pg_advisory_xact_lock(hashtextextended(:resource, 0))"),
-            {"resource": f"sqlqueue_orm:create:{address}"},
-        )
+    return dialects.for_dialect(dialect_name).body_string_column
 
 
 def body_string_statement(dialect: sa.engine.Dialect, address: addressing.QueueAddress) -> str:
@@ -104,19 +45,7 @@ def body_string_statement(dialect: sa.engine.Dialect, address: addressing.QueueA
     from sqlqueue_orm.queuing import sql  # local: models must not depend on queuing
 
     expression = str(ddl.BodyAsText().compile(dialect=dialect))
-    if dialect.name == "mssql":
-        template = f"ALTER TABLE {{table}} ADD [BodyString] AS {expression}"
-    elif dialect.name == "postgresql":
-        # NServiceBus's PostgreSqlConstants.AddMessageBodyStringColumn: BodyString unquoted.
-        template = (
-            f"ALTER TABLE {{table}} ADD COLUMN bodystring TEXT GENERATED ALWAYS AS "
-            f"({expression}) STORED"
-        )
-    else:
-        template = (
-            f'ALTER TABLE {{table}} ADD COLUMN "BodyString" TEXT GENERATED ALWAYS AS '
-            f"({expression}) VIRTUAL"
-        )
+    template = dialects.for_dialect(dialect).body_string_ddl.format(expression=expression)
     return sql.render(template, dialect, sql.format_table(dialect, address)).text
 
 
@@ -137,7 +66,10 @@ class QueueInstaller:
     def _table(self, address: addressing.QueueAddress, dialect: Dialect) -> sa.Table:
         """The table to create: the cached model's, or a heap-layout copy on SQL Server."""
         schema = db.schema_argument(address)
-        if dialect.name == "mssql" and self.settings.sql_server_layout != "clustered":
+        if (
+            dialects.for_dialect(dialect).table_layouts
+            and self.settings.sql_server_layout != "clustered"
+        ):
             return build_queue_table(
                 sa.MetaData(),
                 address.table,
@@ -157,16 +89,12 @@ class QueueInstaller:
         address.check_for(connection.dialect.name)
         schema = db.schema_argument(address)
         table = self._table(address, connection.dialect)
-        _take_install_lock(connection, address)
+        dialects.for_dialect(connection).take_install_lock(connection, address)
         inspector = sa.inspect(connection)
         if (
             address.schema is not None
             and address.catalog is None
-            and connection.dialect.name
-            in (
-                "postgresql",
-                "mssql",
-            )
+            and dialects.for_dialect(connection).creates_schemas
         ):
             if not inspector.has_schema(address.schema):
                 connection.execute(sa.schema.CreateSchema(address.schema))
@@ -252,7 +180,8 @@ class SchemaInspector:
         except exc.NoSuchTableError:
             return []
         found = []
-        if connection.dialect.name == "postgresql" and QUEUE_SIGNATURE <= set(columns):
+        support = dialects.for_dialect(connection)
+        if support.queue_layout == "postgresql" and QUEUE_SIGNATURE <= set(columns):
             found.append(
                 'is in the layout before NServiceBus\'s PostgreSQL one ("Id" ... "RowVersion"); '
                 "neither .NET endpoints nor this version can use it (fix: `sqlqueue migrate`)"
@@ -265,7 +194,7 @@ class SchemaInspector:
                 "messages will scan the table (fix: `sqlqueue migrate`)"
             )
         headers = columns.get("Headers")
-        if headers is not None and connection.dialect.name == "mssql":
+        if headers is not None and support.narrow_text_headers:
             type_name = type(headers["type"]).__name__.upper()
             if type_name in ("VARCHAR", "TEXT", "STRING"):
                 found.append(

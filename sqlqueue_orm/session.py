@@ -45,7 +45,7 @@ from sqlalchemy.orm import Session
 
 from sqlqueue_orm import addressing, db, exceptions
 from sqlqueue_orm.messages import OutgoingMessage
-from sqlqueue_orm.sending.outbox import Outbox, OutboxOperation, translate_errors
+from sqlqueue_orm.sending.outbox import Outbox, OutboxOperation, outbox_errors
 from sqlqueue_orm.transport import Transport
 
 log = logging.getLogger(__name__)
@@ -252,7 +252,7 @@ class UnitOfWork:
             self._after_commit()
 
     def _deduplicate(self, message_id: str) -> Outcome:
-        with translate_errors(), self.transport.engine.connect() as connection:
+        with outbox_errors(), self.transport.engine.connect() as connection:
             record = self.outbox.get(connection, message_id)
             connection.rollback()
         if record is None:

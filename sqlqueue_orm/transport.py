@@ -23,7 +23,7 @@ from contextlib import contextmanager
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from sqlqueue_orm import addressing, config, connections, db, exceptions, headers
+from sqlqueue_orm import addressing, config, connections, db, dialects, exceptions, headers
 from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage
 from sqlqueue_orm.models.queue_table import queue_table
 from sqlqueue_orm.queuing.table_queue import PURGE_BATCH_SIZE, TableQueue
@@ -79,7 +79,7 @@ class Transport:
         self._verified: set[addressing.QueueAddress] = set()
         self._lock = threading.Lock()
         # SQLite: take the write lock up front (see db.create_engine); others begin implicitly.
-        begin = "BEGIN IMMEDIATE" if self.engine.dialect.name == "sqlite" else ""
+        begin = dialects.for_dialect(self.engine).begin
         self._connections = connections.ThreadConnections(self.engine, begin)
 
     def __enter__(self) -> Transport:

@@ -14,7 +14,7 @@ import os
 
 import sqlalchemy as sa
 
-from sqlqueue_orm import exceptions
+from sqlqueue_orm import dialects, exceptions
 from sqlqueue_orm.cli import arguments
 from sqlqueue_orm.transport import Transport
 
@@ -84,7 +84,7 @@ def describe_url(url: str, *, full: bool = False) -> str:
         return repr(url.partition(":")[0] + ":...")
     if full:
         return repr(parsed.render_as_string(hide_password=True))
-    if parsed.get_backend_name() == "sqlite":
+    if dialects.for_dialect(parsed.get_backend_name()).embedded:
         return f"SQLite file {parsed.database or ':memory:'}"
     host = parsed.host or "localhost"
     port = f":{parsed.port}" if parsed.port else ""
@@ -107,7 +107,7 @@ def _cause(url: str, error: sa.exc.DBAPIError) -> str:
     # The first line: drivers add hints below it ("Is the server running on that host...").
     text = " ".join((str(error.orig).strip().splitlines() or [""])[0].split())
     parsed = sa.make_url(url)
-    if parsed.get_backend_name() == "sqlite":
+    if dialects.for_dialect(parsed.get_backend_name()).embedded:
         directory = os.path.dirname(os.path.abspath(parsed.database or "")) or "."
         if not os.path.isdir(directory):
             return f"{text} (directory {directory} does not exist)"

@@ -5,34 +5,32 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from sqlalchemy.dialects import mssql, postgresql, sqlite
 from sqlalchemy.engine import Dialect
 
+from sqlqueue_orm import dialects
 from sqlqueue_orm.addressing import QueueAddress
 from sqlqueue_orm.cli import arguments
 from sqlqueue_orm.config import QueueSettings
 from sqlqueue_orm.schema import QueueInstaller
 
 #: ``--target-version`` years and the SQL Server major version of each.
-SQL_SERVER_MAJOR = {2016: 13, 2017: 14, 2019: 15, 2022: 16}
+SQL_SERVER_MAJOR = dialects.mssql.SQL_SERVER_MAJOR
 
 
 def ddl_dialect(name: str, target_version: int | None = None) -> Dialect:
     """A dialect for printing DDL: named paramstyle, so nothing in a name is %-doubled."""
-    if name == "mssql":
-        dialect: Dialect = mssql.dialect(paramstyle="named")  # type: ignore[no-untyped-call]
-        if target_version is not None:
-            dialect.server_version_info = (SQL_SERVER_MAJOR.get(target_version, 16),)
-        return dialect
-    if name == "postgresql":
-        return postgresql.dialect(paramstyle="named")  # type: ignore[no-untyped-call]
-    return sqlite.dialect(paramstyle="named")
+    return _support(name).ddl_dialect(target_version)
+
+
+def _support(name: str) -> dialects.DialectSupport:
+    # --dialect is one of the three (argparse choices); anything else prints SQLite's DDL.
+    return dialects.ALL.get(name, dialects.sqlite.SUPPORT)
 
 
 def _cmd_ddl(args: argparse.Namespace) -> int:
     dialect = ddl_dialect(args.dialect, args.target_version)
     installer = QueueInstaller(QueueSettings(sql_server_layout=args.sql_server_layout))
-    separator = "\nGO\n" if args.dialect == "mssql" else ";\n"
+    separator = _support(args.dialect).script_separator
     for name in args.names:
         address = QueueAddress.parse(name, args.dialect)
         address.check_for(args.dialect)

@@ -35,11 +35,15 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 
-from sqlqueue_orm import addressing, db, exceptions
+from sqlqueue_orm import addressing, db, dialects, exceptions
 from sqlqueue_orm.migration import discovery, plpgsql, sqlite, steps, tsql
 from sqlqueue_orm.queuing import sql
 
 log = logging.getLogger(__name__)
+
+# The per-dialect branches left here (dialect.name == ...) are migration-time step dispatch and
+# DDL; they move when migration/ becomes a class per dialect (issue 8, item 5). Run-time
+# statements and catalog queries live in sqlqueue_orm.dialects.
 
 #: The ``context.configure()`` option carrying the run's :class:`~.discovery.Target`.
 TARGET_OPTION = "sqlqueue_target"
@@ -368,40 +372,11 @@ def layout(connection: Connection, address: addressing.QueueAddress) -> list[tup
 
     Two equal layouts mean a step did nothing to the table (the steps are idempotent).
     """
-    name = connection.dialect.name
-    if name == "postgresql":
-        # Column types, NOT NULL, identity and defaults; each index's full definition and validity
-        # (a failed CONCURRENTLY build leaves an invalid one that the steps rebuild).
-        statement = sa.text(
-            "SELECT 'column', a.attname::text, format_type(a.atttypid, a.atttypmod) || ' ' "
-            "|| a.attnotnull::text || ' ' || a.attidentity::text || ' ' "
-            "|| coalesce(pg_get_expr(d.adbin, d.adrelid), '') "
-            "FROM pg_attribute AS a LEFT JOIN pg_attrdef AS d "
-            "ON d.adrelid = a.attrelid AND d.adnum = a.attnum "
-            "WHERE a.attrelid = to_regclass(:table) AND a.attnum > 0 AND NOT a.attisdropped "
-            "UNION ALL "
-            "SELECT 'index', c.relname::text, pg_get_indexdef(i.indexrelid) || ' ' "
-            "|| i.indisvalid::text || ' ' || i.indisclustered::text "
-            "FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid "
-            "WHERE i.indrelid = to_regclass(:table) ORDER BY 1, 2"
-        ).bindparams(table=sql.format_table(connection.dialect, address))
-        return [tuple(row) for row in connection.execute(statement)]
-    if name == "mssql":
-        # Every column of sys.indexes, whatever the server version has (2019+ adds
-        # optimize_for_sequential_key, which 0004 sets), and each column's type.
-        table = sql.format_table(connection.dialect, address)
-        indexes = sa.text(
-            "SELECT i.* FROM sys.indexes AS i WHERE i.object_id = OBJECT_ID(:table) "
-            "ORDER BY i.index_id"
-        ).bindparams(table=table)
-        columns = sa.text(
-            "SELECT c.name, TYPE_NAME(c.user_type_id), c.max_length, c.is_nullable, "
-            "c.is_identity FROM sys.columns AS c WHERE c.object_id = OBJECT_ID(:table) "
-            "ORDER BY c.column_id"
-        ).bindparams(table=table)
-        return [tuple(row) for row in connection.execute(columns)] + [
-            tuple(row) for row in connection.execute(indexes)
-        ]
+    statements = dialects.for_dialect(connection).layout_statements(
+        sql.format_table(connection.dialect, address)
+    )
+    if statements:
+        return [tuple(row) for statement in statements for row in connection.execute(statement)]
     inspector = sa.inspect(connection)
     schema = db.schema_argument(address)
     return [
@@ -426,14 +401,7 @@ def _where(target: discovery.Target) -> str:
 
 def _count(connection: Connection, address: addressing.QueueAddress) -> int:
     table = sql.format_table(connection.dialect, address)
-    if connection.dialect.name == "mssql":
-        # From the catalog: a COUNT(*) would scan (and lock) a big queue for nothing.
-        statement = sa.text(
-            "SELECT COALESCE(SUM(rows), 0) FROM sys.partitions "
-            "WHERE object_id = OBJECT_ID(:table) AND index_id IN (0, 1)"
-        ).bindparams(table=table)
-    else:
-        statement = sa.text(f"SELECT count(*) FROM {table}")
+    statement = dialects.for_dialect(connection).row_count_statement(table)
     return int(connection.execute(statement).scalar_one())
 
 

@@ -22,12 +22,12 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
 
-from sqlqueue_orm import addressing, exceptions
+from sqlqueue_orm import addressing, dialects, exceptions
 from sqlqueue_orm.migration import steps
 
 _TAG = "$sqlqueue$"
 _INDENT = "    "
-_MAX_IDENTIFIER = 63
+_MAX_IDENTIFIER = dialects.postgresql.IDENTIFIER_LIMIT
 _DIGEST = 8
 
 Lines = list[str]

@@ -30,7 +30,7 @@ import sqlalchemy as sa
 from alembic.util import CommandError
 from sqlalchemy.engine import Connection
 
-from sqlqueue_orm import db, exceptions
+from sqlqueue_orm import db, dialects, exceptions
 from sqlqueue_orm.migration import environment, operations, steps
 
 if TYPE_CHECKING:
@@ -207,7 +207,7 @@ def _run_offline(config: Config, x_arguments: dict[str, str], options: dict[str,
 def _run_online(connection: Connection, options: dict[str, Any]) -> None:
     from alembic import context
 
-    if connection.dialect.name == "sqlite":
+    if dialects.for_dialect(connection).begin:
         # sqlqueue_orm's SQLite engines begin transactions themselves (BEGIN IMMEDIATE), which
         # makes DDL transactional: a revision commits whole or not at all.
         options = {**options, "transactional_ddl": True}

@@ -16,6 +16,10 @@ from alembic import op
 
 from sqlqueue_orm.models.ddl import compile_ddl
 
+# The per-dialect branches left here (dialect.name == ...) are migration-time step dispatch and
+# DDL; they move when migration/ becomes a class per dialect (issue 8, item 5). Run-time
+# statements and catalog queries live in sqlqueue_orm.dialects.
+
 
 def _literal(text: str) -> str:
     return "N'" + text.replace("'", "''") + "'"

@@ -16,6 +16,10 @@ from sqlqueue_orm import addressing, exceptions
 from sqlqueue_orm.models.ddl import compile_ddl as compile_ddl
 from sqlqueue_orm.models.queue_table import POSTGRESQL_COLUMNS, build_queue_table, index_name
 
+# The per-dialect branches left here (dialect.name == ...) are migration-time step dispatch and
+# DDL; they move when migration/ becomes a class per dialect (issue 8, item 5). Run-time
+# statements and catalog queries live in sqlqueue_orm.dialects.
+
 EXPIRES_INDEX = "Index_Expires"
 ROW_VERSION_INDEX = "Index_RowVersion"
 #: Columns whose presence makes a table a queue table, whatever its name (as schema.py).

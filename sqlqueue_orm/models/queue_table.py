@@ -70,7 +70,7 @@ from sqlalchemy.engine import Connection, Dialect, Engine
 from sqlalchemy.orm import registry
 from sqlalchemy.sql.elements import quoted_name
 
-from sqlqueue_orm import addressing
+from sqlqueue_orm import addressing, dialects
 from sqlqueue_orm.models import ddl as _ddl  # noqa: F401  (registers the mssql_with index option)
 
 #: Queue tables live here, apart from Base.metadata (Alembic must not see them as its own).
@@ -91,13 +91,9 @@ _lock = threading.Lock()
 _models: dict[tuple[str, str | None, str], type[QueueMessage]] = {}
 
 #: The SQL names of NServiceBus's PostgreSQL queue table, by column key.
-POSTGRESQL_COLUMNS = {
-    "Id": "id",
-    "Expires": "expires",
-    "Headers": "headers",
-    "Body": "body",
-    "RowVersion": "seq",
-}
+POSTGRESQL_COLUMNS = dict(
+    zip(dialects.SQLSERVER_SIGNATURE, dialects.postgresql.QUEUE_SIGNATURE, strict=True)
+)
 
 #: What a dialect argument may be: a dialect name, or something that has a dialect.
 DialectLike = str | Dialect | Engine | Connection | None
@@ -109,15 +105,8 @@ def layout_of(dialect: DialectLike) -> str:
     :param dialect: a dialect name (``"postgresql"``), a Dialect, an Engine or a Connection;
         ``None`` means the SQL Server layout.
     """
-    if dialect is None:
-        return SQLSERVER_LAYOUT
-    if isinstance(dialect, str):
-        name = dialect
-    elif isinstance(dialect, (Engine, Connection)):
-        name = dialect.dialect.name
-    else:
-        name = dialect.name
-    return POSTGRESQL_LAYOUT if name == "postgresql" else SQLSERVER_LAYOUT
+    layout = dialects.for_dialect(dialect).queue_layout
+    return POSTGRESQL_LAYOUT if layout == POSTGRESQL_LAYOUT else SQLSERVER_LAYOUT
 
 COLUMN_NAMES = (
     "Id",
@@ -282,7 +271,7 @@ def _build_postgresql_table(metadata: sa.MetaData, name: str, schema: str | None
 
 
 #: PostgreSQL's identifier limit in bytes (NAMEDATALEN - 1).
-_PG_MAX_IDENTIFIER = 63
+_PG_MAX_IDENTIFIER = dialects.postgresql.IDENTIFIER_LIMIT
 
 
 def index_name(table: str, base: str, dialect: str = "postgresql") -> str:
@@ -292,7 +281,7 @@ def index_name(table: str, base: str, dialect: str = "postgresql") -> str:
     names share one namespace per schema: ``<table>_<base>``; when that passes PostgreSQL's 63
     bytes, the table part is cut at a character boundary and made unique with a hash.
     """
-    if dialect == "mssql":
+    if dialects.for_dialect(dialect).index_names_per_table:
         return base
     full = f"{table}_{base}"
     if len(full.encode("utf-8")) <= _PG_MAX_IDENTIFIER:

@@ -1,10 +1,10 @@
 """The outbox: store outgoing messages with the business data, dispatch them after commit.
 
 Every statement on ``OutboxData`` lives in this module (store, get, claim, mark, defer,
-cleanup), with the per-dialect claim hints in one place: ``FOR UPDATE SKIP LOCKED`` on
-PostgreSQL, ``WITH (UPDLOCK, READPAST, ROWLOCK)`` on SQL Server (whose SQLAlchemy dialect drops
-``with_for_update()`` silently), and nothing on SQLite, where ``BEGIN IMMEDIATE`` (set up by
-:func:`sqlqueue_orm.db.create_engine`) already serializes writers.
+cleanup); the per-dialect parts come from :mod:`sqlqueue_orm.dialects`: ``FOR UPDATE SKIP
+LOCKED`` on PostgreSQL, ``WITH (UPDLOCK, READPAST, ROWLOCK)`` on SQL Server (whose SQLAlchemy
+dialect drops ``with_for_update()`` silently), and nothing on SQLite, where ``BEGIN
+IMMEDIATE`` (set up by :func:`sqlqueue_orm.db.create_engine`) already serializes writers.
 
 ``Operations`` is a JSON array in the shape of NServiceBus SQL persistence's
 ``SerializableOperation`` (Newtonsoft serializes ``byte[]`` as base64)::
@@ -39,14 +39,14 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import exc
 from sqlalchemy.engine import Connection
 
-from sqlqueue_orm import addressing, db, exceptions, headers
+from sqlqueue_orm import addressing, db, dialects, exceptions, headers
 from sqlqueue_orm.config import CLEANUP_BATCH_SIZE
 from sqlqueue_orm.messages import PreparedMessage
 from sqlqueue_orm.models import outbox_delivery
@@ -73,10 +73,6 @@ PERSISTENCE_VERSION = _persistence_version()
 DESTINATION = "Destination"
 TIME_TO_BE_RECEIVED = "TimeToBeReceived"
 
-#: SQL Server hints of every claim: skip rows another dispatcher holds, lock only rows.
-MSSQL_CLAIM_HINT = "WITH (UPDLOCK, READPAST, ROWLOCK)"
-
-_MISSING_TABLE = ("42p01", "invalid object name", "no such table", "undefinedtable")
 #: Message ids looked up in ``OutboxDelivery`` per statement (well below every driver's limit).
 _LOOKUP_CHUNK = 500
 
@@ -291,9 +287,11 @@ def claim_statement(*, by_id: bool = False, limit: int = 1) -> sa.Select[Any]:
             .order_by(table.c.DispatchedAt)
             .limit(limit)
         )
-    return statement.with_for_update(skip_locked=True).with_hint(
-        table, MSSQL_CLAIM_HINT, dialect_name="mssql"
-    )
+    statement = statement.with_for_update(skip_locked=True)
+    for support in dialects.ALL.values():
+        if support.claim_hint is not None:
+            statement = statement.with_hint(table, support.claim_hint, dialect_name=support.name)
+    return statement
 
 
 def mark_dispatched_statement() -> sa.Update:
@@ -327,25 +325,15 @@ def cleanup_statement(dialect: sa.engine.Dialect) -> sa.Executable:
     elsewhere a LIMITed sub-select (which skips locked rows on PostgreSQL).
     """
     table = outbox_table()
-    if dialect.name == "mssql":
-        name = dialect.identifier_preparer.format_table(table)
-        return sa.text(
-            f"DELETE TOP (:batch_size) FROM {name} WITH (ROWLOCK, READPAST) "
-            "WHERE [Dispatched] = 1 AND [DispatchedAt] < :cutoff OPTION (MAXDOP 1)"
-        ).bindparams(
-            sa.bindparam("batch_size", type_=sa.Integer()),
-            sa.bindparam("cutoff", type_=sa.DateTime()),
-        )
-    batch = (
-        sa.select(table.c.MessageId)
-        .where(
+    return dialects.for_dialect(dialect).batched_delete(
+        table,
+        ("MessageId",),
+        sa.and_(
             table.c.Dispatched == sa.true(),
             table.c.DispatchedAt < sa.bindparam("cutoff", type_=sa.DateTime()),
-        )
-        .limit(sa.bindparam("batch_size", type_=sa.Integer()))
-        .with_for_update(skip_locked=True)
+        ),
+        "[Dispatched] = 1 AND [DispatchedAt] < :cutoff",
     )
-    return sa.delete(table).where(table.c.MessageId.in_(batch))
 
 
 def delivered_statement() -> sa.Select[Any]:
@@ -364,40 +352,23 @@ def delivery_cleanup_statement(dialect: sa.engine.Dialect) -> sa.Executable:
     of the key elsewhere (skipping locked rows on PostgreSQL).
     """
     table = outbox_delivery.outbox_delivery_table()
-    if dialect.name == "mssql":
-        name = dialect.identifier_preparer.format_table(table)
-        return sa.text(
-            f"DELETE TOP (:batch_size) FROM {name} WITH (ROWLOCK, READPAST) "
-            "WHERE [DeliveredAt] < :cutoff OPTION (MAXDOP 1)"
-        ).bindparams(
-            sa.bindparam("batch_size", type_=sa.Integer()),
-            sa.bindparam("cutoff", type_=sa.DateTime()),
-        )
-    batch = (
-        sa.select(table.c.Destination, table.c.MessageId)
-        .where(table.c.DeliveredAt < sa.bindparam("cutoff", type_=sa.DateTime()))
-        .limit(sa.bindparam("batch_size", type_=sa.Integer()))
-        .with_for_update(skip_locked=True)
+    return dialects.for_dialect(dialect).batched_delete(
+        table,
+        ("Destination", "MessageId"),
+        table.c.DeliveredAt < sa.bindparam("cutoff", type_=sa.DateTime()),
+        "[DeliveredAt] < :cutoff",
     )
-    return sa.delete(table).where(sa.tuple_(table.c.Destination, table.c.MessageId).in_(batch))
 
 
-@contextlib.contextmanager
-def translate_errors() -> Iterator[None]:
-    """Translate driver errors on ``OutboxData``, naming a missing table plainly."""
-    try:
-        yield
-    except exc.DBAPIError as error:
-        original = getattr(error, "orig", None) or error
-        text = f"{getattr(original, 'sqlstate', '') or ''} {original}".lower()
-        if any(marker in text for marker in _MISSING_TABLE) and TABLE_NAME.lower() in text:
-            raise exceptions.SchemaOutdated(
-                TABLE_NAME,
-                "the table does not exist; run `sqlqueue migrate` or Outbox.create_table()",
-            ) from error
-        raise exceptions.DatabaseError(
-            f"outbox: {type(original).__name__}: {original}", transient=db.is_transient(error)
-        ) from error
+def outbox_errors() -> contextlib.AbstractContextManager[None]:
+    """:func:`sqlqueue_orm.db.wrap_db_errors` for ``OutboxData``: a missing table said plainly."""
+    return db.wrap_db_errors(
+        label="outbox",
+        missing_table=(
+            TABLE_NAME,
+            "the table does not exist; run `sqlqueue migrate` or Outbox.create_table()",
+        ),
+    )
 
 
 class Outbox:
@@ -433,7 +404,7 @@ class Outbox:
 
     def create_table(self) -> bool:
         """Create ``OutboxData`` and its indexes if missing (what the Alembic revision does)."""
-        with translate_errors(), self.transport.engine.begin() as connection:
+        with outbox_errors(), self.transport.engine.begin() as connection:
             exists = sa.inspect(connection).has_table(TABLE_NAME)
             Base.metadata.create_all(connection, tables=[outbox_table()], checkfirst=True)
         return not exists
@@ -465,7 +436,7 @@ class Outbox:
             "PersistenceVersion": PERSISTENCE_VERSION,
             "Operations": serialize_operations(operations),
         }
-        with translate_errors():
+        with outbox_errors():
             try:
                 connection.execute(sa.insert(outbox_table()), values)
             except exc.IntegrityError as error:
@@ -487,14 +458,14 @@ class Outbox:
             for message_id, operations in records
         ]
         if rows:
-            with translate_errors():
+            with outbox_errors():
                 connection.execute(sa.insert(outbox_table()), rows)
         return len(rows)
 
     def get(self, connection: Connection, message_id: str) -> OutboxRecord | None:
         """Read the record of *message_id* (``None`` if there is none)."""
         table = outbox_table()
-        with translate_errors():
+        with outbox_errors():
             row = connection.execute(
                 sa.select(table.c.Dispatched, table.c.DispatchedAt, table.c.Operations).where(
                     table.c.MessageId == message_id
@@ -517,7 +488,7 @@ class Outbox:
             undispatched; the dispatcher retries it).
         :raises DatabaseError: the local database failed.
         """
-        with translate_errors(), self.transport.engine.begin() as connection:
+        with outbox_errors(), self.transport.engine.begin() as connection:
             sent = self._dispatch_record(connection, message_id)
         if sent is not None:
             log.debug(
@@ -560,7 +531,7 @@ class Outbox:
         cutoff = moment - dt.timedelta(seconds=_seconds(grace_period))
         report = DispatchReport()
         try:
-            with translate_errors(), self.transport.engine.begin() as connection:
+            with outbox_errors(), self.transport.engine.begin() as connection:
                 rows = connection.execute(
                     claim_statement(limit=batch_size), {"cutoff": cutoff}
                 ).all()
@@ -593,10 +564,10 @@ class Outbox:
         report = DispatchReport(claimed=len(message_ids))
         for message_id in message_ids:
             try:
-                with translate_errors(), self.transport.engine.begin() as connection:
+                with outbox_errors(), self.transport.engine.begin() as connection:
                     sent = self._dispatch_record(connection, message_id)
             except exceptions.DispatchError as error:
-                with translate_errors(), self.transport.engine.begin() as connection:
+                with outbox_errors(), self.transport.engine.begin() as connection:
                     self._defer_record(connection, message_id, moment, delay, str(error))
                 report.deferred += 1
                 continue
@@ -803,7 +774,7 @@ class Outbox:
         total = 0
         for transport in [self.transport, *self.router.remote_transports()]:
             url = transport.engine.url.render_as_string(hide_password=True)
-            with translate_errors(), transport.engine.connect() as connection:
+            with outbox_errors(), transport.engine.connect() as connection:
                 if not sa.inspect(connection).has_table(outbox_delivery.TABLE_NAME):
                     continue
             statement = delivery_cleanup_statement(transport.engine.dialect)
@@ -825,7 +796,7 @@ class Outbox:
     ) -> int:
         total = 0
         while True:
-            with translate_errors():
+            with outbox_errors():
                 with transport.engine.begin() as connection:
                     result = connection.execute(
                         statement, {"batch_size": batch_size, "cutoff": cutoff}

@@ -9,7 +9,7 @@ import sys
 import pytest
 import sqlalchemy as sa
 
-from sqlqueue_orm import schema
+from sqlqueue_orm import dialects
 from sqlqueue_orm.addressing import QueueAddress
 from sqlqueue_orm.cli import ddl_dialect
 from sqlqueue_orm.config import QueueSettings
@@ -195,16 +195,16 @@ def test_cli_ddl_heap_layout():
     ],
 )
 def test_install_lock_resource_is_nservicebus_installers(catalog, schema_name, table, resource):
-    assert schema.mssql_lock_resource(catalog, schema_name, table) == resource
+    assert dialects.mssql.lock_resource(catalog, schema_name, table) == resource
 
 
 def test_install_lock_statement():
-    assert schema._MSSQL_INSTALL_LOCK == (
+    assert dialects.mssql.SUPPORT.install_lock == (
         "DECLARE @status int, @resource nvarchar(255) = CAST(:resource AS varchar(8000)); "
         "EXEC @status = sp_getapplock @Resource = @resource, @LockMode = 'Exclusive', "
         "@LockOwner = 'Transaction', @LockTimeout = 60000; SELECT @status"
     )
-    assert schema._MSSQL_CATALOG_AND_SCHEMA == "SELECT DB_NAME(), SCHEMA_NAME()"
+    assert dialects.mssql.CATALOG_AND_SCHEMA == "SELECT DB_NAME(), SCHEMA_NAME()"
 
 
 # -- the migration's heap path (0004) ------------------------------------------------------------

@@ -14,7 +14,7 @@ import os
 
 import sqlalchemy as sa
 
-from sqlqueue_orm import addressing, db, exceptions
+from sqlqueue_orm import addressing, db, dialects, exceptions
 
 #: Largest batch ``ingest`` takes (the driver holds one batch's keys, ~60 bytes a row).
 MAX_INGEST_BATCH_SIZE = 1_000_000
@@ -33,7 +33,8 @@ def check_url(url: str) -> sa.URL:
         parsed = sa.make_url(url)
     except Exception as error:  # any parse failure: say which URL
         raise exceptions.ConfigurationError(f"cannot use database URL {url!r}: {error}") from error
-    if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
+    embedded = dialects.for_dialect(parsed.get_backend_name()).embedded
+    if embedded and parsed.database in (None, "", ":memory:"):
         raise exceptions.ConfigurationError(
             f"database URL {url!r} is an in-memory SQLite database, which Spark tasks (other "
             "processes) cannot open; use a file: sqlite:///path/to/file.db"
@@ -182,7 +183,7 @@ def check_writable_directory(what: str, path: str) -> None:
 
 def describe_database(url: sa.URL) -> str:
     """Where *url* points, for an error line: the SQLite file, else ``host:port/database``."""
-    if url.get_backend_name() == "sqlite":
+    if dialects.for_dialect(url.get_backend_name()).embedded:
         return f"SQLite file {url.database!r}"
     port = f":{url.port}" if url.port else ""
     return f"{url.host or 'localhost'}{port}/{url.database or ''}"

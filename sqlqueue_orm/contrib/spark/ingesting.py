@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import sqlalchemy as sa
 
-from sqlqueue_orm import addressing, db, exceptions
+from sqlqueue_orm import addressing, db, dialects, exceptions
 from sqlqueue_orm.contrib.spark import checks, dataset, session
 from sqlqueue_orm.models.queue_table import queue_table
 
@@ -193,20 +193,16 @@ class _PostgresqlLock(_SessionLock):
     """PostgreSQL: a session advisory lock on a 64-bit hash of the resource name."""
 
     __dialect__ = "postgresql"
-    ACQUIRE = "SELECT pg_try_advisory_lock(hashtextextended(:resource, 0))"
-    RELEASE = "SELECT pg_advisory_unlock(hashtextextended(:resource, 0))"
+    ACQUIRE = dialects.postgresql.SUPPORT.session_lock_acquire or ""
+    RELEASE = dialects.postgresql.SUPPORT.session_lock_release or ""
 
 
 class _MssqlLock(_SessionLock):
     """SQL Server: ``sp_getapplock`` owned by the session, held across transactions."""
 
     __dialect__ = "mssql"
-    ACQUIRE = (
-        "DECLARE @status int; "
-        "EXEC @status = sp_getapplock @Resource = :resource, @LockMode = 'Exclusive', "
-        "@LockOwner = 'Session', @LockTimeout = 0; SELECT @status"
-    )
-    RELEASE = "EXEC sp_releaseapplock @Resource = :resource, @LockOwner = 'Session'"
+    ACQUIRE = dialects.mssql.SUPPORT.session_lock_acquire or ""
+    RELEASE = dialects.mssql.SUPPORT.session_lock_release or ""
 
     def granted(self, status: Any) -> bool:
         """sp_getapplock's status is >= 0 when granted."""
@@ -370,12 +366,13 @@ def _batch_keys(
 
 def batch_keys_statement(table: sa.Table, batch_size: int) -> sa.Select[Any]:
     """SELECT the oldest rows' keys; SQL Server skips rows still being inserted (READPAST)."""
-    return (
-        sa.select(table.c.RowVersion, table.c.Id)
-        .order_by(table.c.RowVersion)
-        .limit(batch_size)
-        .with_hint(table, "WITH (READPAST, READCOMMITTEDLOCK)", "mssql")
+    statement = (
+        sa.select(table.c.RowVersion, table.c.Id).order_by(table.c.RowVersion).limit(batch_size)
     )
+    for support in dialects.ALL.values():
+        if support.committed_read_hint is not None:
+            statement = statement.with_hint(table, support.committed_read_hint, support.name)
+    return statement
 
 
 def delete_statement(table: sa.Table) -> sa.Delete:

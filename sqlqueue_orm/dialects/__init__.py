@@ -1,0 +1,63 @@
+"""One home per dialect: what each database needs at run time, looked up by ``dialect.name``.
+
+:mod:`~sqlqueue_orm.dialects.base` lists what a dialect provides (:class:`DialectSupport`);
+:mod:`~sqlqueue_orm.dialects.mssql`, :mod:`~sqlqueue_orm.dialects.postgresql` and
+:mod:`~sqlqueue_orm.dialects.sqlite` hold one frozen instance each. Code elsewhere asks
+:func:`for_dialect` and never branches on ``dialect.name``; the hot-path statements stay in
+:mod:`sqlqueue_orm.queuing.sql` and the migration steps in :mod:`sqlqueue_orm.migration`.
+
+This is a bottom layer: it imports only SQLAlchemy and :mod:`sqlqueue_orm.exceptions`.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy.engine import Connection, Dialect, Engine
+
+from sqlqueue_orm.dialects import mssql, postgresql, sqlite
+from sqlqueue_orm.dialects.base import GENERIC, SQLSERVER_SIGNATURE, DialectSupport
+
+__all__ = [
+    "ALL",
+    "MISSING_COLUMN_MARKERS",
+    "MISSING_TABLE_MARKERS",
+    "SQLSERVER_SIGNATURE",
+    "TRANSIENT_MARKERS",
+    "DialectSupport",
+    "for_dialect",
+]
+
+#: Every dialect this package supports, by SQLAlchemy's ``dialect.name``.
+ALL: dict[str, DialectSupport] = {
+    support.name: support for support in (mssql.SUPPORT, postgresql.SUPPORT, sqlite.SUPPORT)
+}
+
+
+def _union(*groups: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(marker for group in groups for marker in group))
+
+
+# A driver error does not say which database raised it, so errors are read with every dialect's
+# markers at once (they do not overlap in meaning).
+#: Lower-case fragments of a driver error for a missing table, on any dialect.
+MISSING_TABLE_MARKERS = _union(*(support.missing_table_markers for support in ALL.values()))
+#: The same for a missing column.
+MISSING_COLUMN_MARKERS = _union(*(support.missing_column_markers for support in ALL.values()))
+#: The same for a transient failure (deadlock, serialization failure, lost connection).
+TRANSIENT_MARKERS = _union(*(support.transient_markers for support in ALL.values()))
+
+
+def for_dialect(dialect: str | Dialect | Engine | Connection | None) -> DialectSupport:
+    """The :class:`DialectSupport` of *dialect* (a name, Dialect, Engine or Connection).
+
+    A dialect this package does not know gets the generic rules (128-character names, no
+    catalogs, no locks or hints), as it did before dialects had a home; ``None`` too.
+    """
+    if dialect is None:
+        return GENERIC
+    if isinstance(dialect, str):
+        name = dialect
+    elif isinstance(dialect, Engine | Connection):
+        name = dialect.dialect.name
+    else:
+        name = dialect.name
+    return ALL.get(name, GENERIC)

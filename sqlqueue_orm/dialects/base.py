@@ -1,0 +1,169 @@
+"""What every dialect provides: :class:`DialectSupport`, one frozen instance per database.
+
+The fields are facts (limits, hints, statements, error markers); the methods are the few things
+a dialect does differently with them (take the install lock, delete in batches, make an engine).
+Code outside :mod:`sqlqueue_orm.dialects` asks ``dialects.for_dialect(engine).field`` instead of
+branching on ``dialect.name``. The hot-path receive/peek/send statements stay in
+:mod:`sqlqueue_orm.queuing.sql` (one ``SqlText`` per dialect, reached here as :attr:`hot_path`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection, Dialect, Engine
+
+    from sqlqueue_orm.addressing import QueueAddress
+
+#: Columns that make a table a queue table in NServiceBus's SQL Server layout, whatever its
+#: name (Recoverable, CorrelationId and ReplyToAddress may have been dropped: NServiceBus 7+
+#: tolerates that). SQLite tables have this layout too.
+SQLSERVER_SIGNATURE = ("Id", "Expires", "Headers", "Body", "RowVersion")
+
+#: Driver-error text every dialect may show for a transient failure (lower case).
+GENERIC_TRANSIENT = (
+    "40001",  # serialization failure (SQLSTATE)
+    "deadlock",
+    "connection",
+    "server closed",
+    "terminating",
+    "timeout expired",
+)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DialectSupport:
+    """Everything one database needs at run time outside the hot path, in one frozen place.
+
+    The defaults describe a database this package does not know (the rules it applied before:
+    128 characters, no catalogs, no locks, no hints).
+    """
+
+    #: SQLAlchemy's ``dialect.name``.
+    name: str
+    #: Longest identifier (table, schema, catalog name) the database accepts.
+    identifier_limit: int = 128
+    #: What :attr:`identifier_limit` counts: ``"characters"`` or UTF-8 ``"bytes"``.
+    identifier_unit: str = "characters"
+    #: Whether a queue may live in another catalog (database) of the same server.
+    cross_catalog: bool = False
+    #: Whether a queue's schema is created with its table when missing.
+    creates_schemas: bool = False
+    #: Statement opening every transaction (``""``: the driver begins implicitly).
+    begin: str = ""
+    #: Whether the database is a local file (SQLite) rather than a server.
+    embedded: bool = False
+    #: How the .NET transport writes a queue address: ``"sqlserver"`` (``table@[schema]``)
+    #: or ``"postgresql"`` (``"schema"."table"``).
+    address_form: str = "sqlserver"
+    #: The queue table layout: ``"sqlserver"`` or ``"postgresql"`` (NServiceBus's two).
+    queue_layout: str = "sqlserver"
+    #: The columns that make a table a queue table in :attr:`queue_layout`, in table order.
+    queue_signature: tuple[str, ...] = SQLSERVER_SIGNATURE
+    #: Whether index names are per table (SQL Server) rather than one namespace per schema.
+    index_names_per_table: bool = False
+    #: Whether QueueSettings.sql_server_layout (heap or clustered) applies.
+    table_layouts: bool = False
+    #: Whether a varchar (non-Unicode) Headers column is worth a warning.
+    narrow_text_headers: bool = False
+    #: Name of the optional computed BodyString column.
+    body_string_column: str = "BodyString"
+    #: ``ALTER TABLE`` adding that column: ``{expression}`` the body as text, ``{{table}}``.
+    body_string_ddl: str = (
+        'ALTER TABLE {{table}} ADD COLUMN "BodyString" TEXT GENERATED ALWAYS AS '
+        "({expression}) VIRTUAL"
+    )
+    #: Table hint of every outbox claim (SQLAlchemy drops ``with_for_update()`` on SQL Server).
+    claim_hint: str | None = None
+    #: Table hint of a read of committed rows only, skipping rows still being written (a Spark
+    #: ingest reading its batch) instead of waiting for them.
+    committed_read_hint: str | None = None
+    #: Transaction-scoped lock serializing queue installers (``:resource`` bound).
+    install_lock: str | None = None
+    #: Session-scoped lock taken without waiting, and its release (``:resource`` bound):
+    #: one Spark ingester per queue. ``None``: the dialect locks a file instead.
+    session_lock_acquire: str | None = None
+    session_lock_release: str | None = None
+    #: Between statements of a DDL script printed for a DBA.
+    script_separator: str = ";\n"
+    #: Lower-case fragments of driver errors: a missing table, a missing column, a transient
+    #: failure (deadlock, serialization, lost connection) on this database.
+    missing_table_markers: tuple[str, ...] = ()
+    missing_column_markers: tuple[str, ...] = ()
+    transient_markers: tuple[str, ...] = GENERIC_TRANSIENT
+
+    # -- statements to come (issues for the endpoint) -------------------------------------
+    # Delayed delivery (NServiceBus DelayedMessageTable): create the delayed table, store a
+    # delayed message, move due messages to the queue.
+    # Publish/subscribe (SubscriptionTable): create, subscribe, unsubscribe, get subscribers.
+    # PostgreSQL NOTIFY / LISTEN on send, to wake idle receivers.
+    # Each becomes a field here, filled in by every dialect module.
+
+    @property
+    def hot_path(self) -> Any:
+        """The hot-path statements of this dialect (:class:`sqlqueue_orm.queuing.sql.SqlText`)."""
+        from sqlqueue_orm.queuing import sql  # local: queuing/sql.py builds on this package
+
+        return sql.DIALECTS[self.name]
+
+    def identifier_size(self, value: str) -> int:
+        """The size of identifier *value* in :attr:`identifier_unit`."""
+        return len(value.encode("utf-8")) if self.identifier_unit == "bytes" else len(value)
+
+    def create_engine(
+        self, url: sa.URL, *, sqlite_synchronous: str = "NORMAL", **kwargs: Any
+    ) -> Engine:
+        """An engine for *url*, with what this dialect needs for queue work.
+
+        :param sqlite_synchronous: SQLite's ``PRAGMA synchronous`` (other dialects ignore it).
+        """
+        return sa.create_engine(url, **kwargs)
+
+    def take_install_lock(self, connection: Connection, address: QueueAddress) -> None:
+        """Serialize installers of *address* until the transaction ends (if the dialect can)."""
+        if self.install_lock is not None:
+            connection.execute(
+                sa.text(self.install_lock), {"resource": f"sqlqueue_orm:create:{address}"}
+            )
+
+    def batched_delete(
+        self, table: sa.Table, keys: tuple[str, ...], condition: sa.ColumnElement[bool], text: str
+    ) -> sa.Executable:
+        """DELETE of up to ``:batch_size`` rows of *table* matching *condition*.
+
+        A LIMITed sub-select of the *keys* (which skips locked rows where the database can);
+        *text* is the same condition written in the dialect's SQL, for dialects that need it.
+        """
+        columns = [table.c[key] for key in keys]
+        batch = (
+            sa.select(*columns)
+            .where(condition)
+            .limit(sa.bindparam("batch_size", type_=sa.Integer()))
+            .with_for_update(skip_locked=True)
+        )
+        if len(columns) == 1:
+            return sa.delete(table).where(columns[0].in_(batch))
+        return sa.delete(table).where(sa.tuple_(*columns).in_(batch))
+
+    def ddl_dialect(self, target_version: int | None = None) -> Dialect:
+        """A dialect for printing DDL: named paramstyle, so nothing in a name is %-doubled."""
+        raise NotImplementedError(self.name)
+
+    def layout_statements(self, table: str) -> tuple[sa.TextClause, ...]:
+        """Catalog queries listing a queue table's columns and indexes (*table* as quoted).
+
+        Empty: the dialect has none, read the table through SQLAlchemy's inspector.
+        """
+        return ()
+
+    def row_count_statement(self, table: str) -> sa.TextClause:
+        """How many rows the table *table* (quoted) holds."""
+        return sa.text(f"SELECT count(*) FROM {table}")
+
+
+#: A database this package does not know: the rules applied before dialects had a home.
+GENERIC = DialectSupport(name="")

@@ -1,0 +1,147 @@
+"""SQL Server: NServiceBus's reference dialect (compiled and golden-tested; no server here)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import mssql
+
+from sqlqueue_orm import exceptions
+from sqlqueue_orm.dialects import base
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection, Dialect, Engine
+
+    from sqlqueue_orm.addressing import QueueAddress
+
+#: ``--target-version`` years and the SQL Server major version of each.
+SQL_SERVER_MAJOR = {2016: 13, 2017: 14, 2019: 15, 2022: 16}
+
+#: Serializes installers: the lock lives until the installing transaction ends (so an error
+#: that rolls it back also releases it, which NServiceBus 6.3.1+ does with TRY/CATCH). The
+#: resource goes through varchar as NServiceBus's '...' literal does (characters outside the
+#: database's code page become '?' on both sides), then to sp_getapplock's nvarchar(255).
+INSTALL_LOCK = (
+    "DECLARE @status int, @resource nvarchar(255) = CAST(:resource AS varchar(8000)); "
+    "EXEC @status = sp_getapplock @Resource = @resource, @LockMode = 'Exclusive', "
+    "@LockOwner = 'Transaction', @LockTimeout = 60000; SELECT @status"
+)
+#: What NServiceBus's default catalog and schema are on this connection.
+CATALOG_AND_SCHEMA = "SELECT DB_NAME(), SCHEMA_NAME()"
+
+
+def _bracket(name: str) -> str:
+    return "[" + name.replace("]", "]]") + "]"
+
+
+def lock_resource(catalog: str, schema: str, table: str) -> str:
+    """The applock resource NServiceBus's SQL Server installer takes for this table.
+
+    ``EXEC sp_getapplock @Resource = '{0}_lock'`` with ``{0}`` the table's QualifiedTableName,
+    ``[catalog].[schema].[table]`` bracketed by SqlServerNameHelper.Quote (``]`` doubled):
+    CreateQueueText in ``src/NServiceBus.Transport.SqlServer/Queuing/SqlServerConstants.cs``
+    and ``Addressing/CanonicalQueueAddress.cs``, Particular/NServiceBus.SqlServer 214c4e8f.
+    Both installers then serialize on one lock, so racing on a first start never fails.
+    """
+    return f"{_bracket(catalog)}.{_bracket(schema)}.{_bracket(table)}_lock"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MssqlSupport(base.DialectSupport):
+    """SQL Server: applocks, table hints, ``DELETE TOP``, catalog views."""
+
+    def create_engine(
+        self, url: sa.URL, *, sqlite_synchronous: str = "NORMAL", **kwargs: Any
+    ) -> Engine:
+        """An engine; pyodbc sends parameter batches in one round trip (``fast_executemany``)."""
+        if url.get_driver_name() == "pyodbc":
+            kwargs.setdefault("fast_executemany", True)
+        return sa.create_engine(url, **kwargs)
+
+    def take_install_lock(self, connection: Connection, address: QueueAddress) -> None:
+        """``sp_getapplock`` on NServiceBus's resource (catalog, schema as the server has them)."""
+        if address.catalog is not None and address.schema is not None:
+            resource = lock_resource(address.catalog, address.schema, address.table)
+        else:
+            catalog, schema = connection.execute(sa.text(CATALOG_AND_SCHEMA)).one()
+            resource = lock_resource(
+                address.catalog or str(catalog), address.schema or str(schema), address.table
+            )
+        status = connection.execute(sa.text(INSTALL_LOCK), {"resource": resource}).scalar()
+        if status is None or int(status) < 0:
+            raise exceptions.DatabaseError(
+                f"queue {str(address)!r}: could not take the install lock (sp_getapplock {status})",
+                transient=True,
+            )
+
+    def batched_delete(
+        self, table: sa.Table, keys: tuple[str, ...], condition: sa.ColumnElement[bool], text: str
+    ) -> sa.Executable:
+        """NServiceBus's ``DELETE TOP`` with ``ROWLOCK, READPAST`` (and ``MAXDOP 1``)."""
+        name = self.ddl_dialect().identifier_preparer.format_table(table)
+        return sa.text(
+            f"DELETE TOP (:batch_size) FROM {name} WITH (ROWLOCK, READPAST) "
+            f"WHERE {text} OPTION (MAXDOP 1)"
+        ).bindparams(
+            sa.bindparam("batch_size", type_=sa.Integer()),
+            sa.bindparam("cutoff", type_=sa.DateTime()),
+        )
+
+    def ddl_dialect(self, target_version: int | None = None) -> Dialect:
+        """SQL Server's dialect, as of *target_version* (a year) if given."""
+        dialect: Dialect = mssql.dialect(paramstyle="named")  # type: ignore[no-untyped-call]
+        if target_version is not None:
+            dialect.server_version_info = (SQL_SERVER_MAJOR.get(target_version, 16),)
+        return dialect
+
+    def layout_statements(self, table: str) -> tuple[sa.TextClause, ...]:
+        """Each column's type, then every column of sys.indexes.
+
+        Whatever the server version has: 2019+ adds optimize_for_sequential_key, which
+        revision 0004 sets.
+        """
+        columns = sa.text(
+            "SELECT c.name, TYPE_NAME(c.user_type_id), c.max_length, c.is_nullable, "
+            "c.is_identity FROM sys.columns AS c WHERE c.object_id = OBJECT_ID(:table) "
+            "ORDER BY c.column_id"
+        ).bindparams(table=table)
+        indexes = sa.text(
+            "SELECT i.* FROM sys.indexes AS i WHERE i.object_id = OBJECT_ID(:table) "
+            "ORDER BY i.index_id"
+        ).bindparams(table=table)
+        return (columns, indexes)
+
+    def row_count_statement(self, table: str) -> sa.TextClause:
+        """From the catalog: a COUNT(*) would scan (and lock) a big queue for nothing."""
+        return sa.text(
+            "SELECT COALESCE(SUM(rows), 0) FROM sys.partitions "
+            "WHERE object_id = OBJECT_ID(:table) AND index_id IN (0, 1)"
+        ).bindparams(table=table)
+
+
+SUPPORT = MssqlSupport(
+    name="mssql",
+    identifier_limit=128,
+    cross_catalog=True,
+    creates_schemas=True,
+    index_names_per_table=True,
+    table_layouts=True,
+    narrow_text_headers=True,
+    body_string_ddl="ALTER TABLE {{table}} ADD [BodyString] AS {expression}",
+    # Skip rows another dispatcher holds, lock only rows.
+    claim_hint="WITH (UPDLOCK, READPAST, ROWLOCK)",
+    committed_read_hint="WITH (READPAST, READCOMMITTEDLOCK)",
+    install_lock=INSTALL_LOCK,
+    session_lock_acquire=(
+        "DECLARE @status int; "
+        "EXEC @status = sp_getapplock @Resource = :resource, @LockMode = 'Exclusive', "
+        "@LockOwner = 'Session', @LockTimeout = 0; SELECT @status"
+    ),
+    session_lock_release="EXEC sp_releaseapplock @Resource = :resource, @LockOwner = 'Session'",
+    script_separator="\nGO\n",
+    missing_table_markers=("invalid object name",),
+    missing_column_markers=("invalid column name",),
+    transient_markers=(*base.GENERIC_TRANSIENT, "1205"),  # 1205: deadlock victim
+)
