@@ -149,6 +149,12 @@ class QueueAddress:
                 )
             if "\x00" in value:
                 raise exceptions.InvalidQueueName(value, f"the {what} name holds a NUL character")
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:  # a lone surrogate: no database or driver can store it
+                raise exceptions.InvalidQueueName(
+                    value, f"the {what} name is not valid Unicode text (a lone surrogate)"
+                ) from None
 
     @classmethod
     def parse(cls, address: str, dialect: str | None = None) -> QueueAddress:

@@ -175,44 +175,6 @@ def test_the_revision_adds_only_the_missing_index_to_an_nservicebus_table(databa
     assert names == {"Index_DispatchedAt", "Index_Pending"}
 
 
-def test_the_revision_tsql():
-    import io
-
-    from alembic.migration import MigrationContext
-    from alembic.operations import Operations
-
-    output = io.StringIO()
-    context = MigrationContext.configure(
-        dialect_name="mssql", opts={"as_sql": True, "output_buffer": output}
-    )
-    with Operations.context(context):
-        _migration().upgrade()
-        _migration().downgrade()
-    statements = [part.strip() for part in output.getvalue().split("GO") if part.strip()]
-    assert statements == [
-        "IF OBJECT_ID(N'[OutboxData]', N'U') IS NULL\nBEGIN\n"
-        "CREATE TABLE [OutboxData] (\n"
-        "    [MessageId] NVARCHAR(200) NOT NULL, \n"
-        "    [Dispatched] BIT NOT NULL DEFAULT 0, \n"
-        "    [DispatchedAt] DATETIME NULL, \n"
-        "    [PersistenceVersion] VARCHAR(23) NOT NULL, \n"
-        "    [Operations] NVARCHAR(max) NOT NULL, \n"
-        "    CONSTRAINT [pk_OutboxData] PRIMARY KEY NONCLUSTERED ([MessageId])\n"
-        ")\nEND;",
-        "SET ANSI_NULLS, QUOTED_IDENTIFIER ON;\n"
-        "IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'Index_DispatchedAt' "
-        "AND object_id = OBJECT_ID(N'[OutboxData]'))\n"
-        "CREATE NONCLUSTERED INDEX [Index_DispatchedAt] ON [OutboxData] ([DispatchedAt]) "
-        "WHERE [Dispatched] = 1;",
-        "SET ANSI_NULLS, QUOTED_IDENTIFIER ON;\n"
-        "IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'Index_Pending' "
-        "AND object_id = OBJECT_ID(N'[OutboxData]'))\n"
-        "CREATE NONCLUSTERED INDEX [Index_Pending] ON [OutboxData] ([DispatchedAt]) "
-        "WHERE [Dispatched] = 0;",
-        "DROP TABLE [OutboxData];",
-    ]
-
-
 def _index_predicates(connection):
     if connection.dialect.name == "mssql":
         rows = connection.execute(
@@ -504,51 +466,12 @@ def test_bad_routes_files_are_named(tmp_path, content, suffix, complaint):
 
 
 # -- golden T-SQL ------------------------------------------------------------------------
-def _tsql(statement):
-    return str(statement.compile(dialect=mssql.dialect()))
-
-
-def test_claim_tsql_skips_rows_other_dispatchers_hold():
-    assert _tsql(outbox_module.claim_statement(limit=100)) == (
-        # SQLAlchemy renders the TOP value as a literal when the statement runs.
-        "SELECT TOP __[POSTCOMPILE_param_1] [OutboxData].[MessageId], [OutboxData].[Operations] \n"
-        "FROM [OutboxData] WITH (UPDLOCK, READPAST, ROWLOCK) \n"
-        "WHERE [OutboxData].[Dispatched] = 0 AND [OutboxData].[DispatchedAt] < :cutoff "
-        "ORDER BY [OutboxData].[DispatchedAt]"
-    )
-    assert _tsql(outbox_module.claim_statement(by_id=True)) == (
-        "SELECT [OutboxData].[MessageId], [OutboxData].[Operations] \n"
-        "FROM [OutboxData] WITH (UPDLOCK, READPAST, ROWLOCK) \n"
-        "WHERE [OutboxData].[Dispatched] = 0 AND [OutboxData].[MessageId] = :message_id"
-    )
 
 
 def test_claim_sql_skips_locked_rows_on_postgresql():
     text = str(outbox_module.claim_statement(limit=5).compile(dialect=postgresql.dialect()))
     assert text.endswith("FOR UPDATE SKIP LOCKED")
     assert '"Dispatched" = false' in text and "ORDER BY" in text
-
-
-def test_mark_and_defer_tsql():
-    assert _tsql(outbox_module.mark_dispatched_statement()) == (
-        "UPDATE [OutboxData] SET [Dispatched]=1, [DispatchedAt]=:now, [Operations]=:Operations "
-        "WHERE [OutboxData].[MessageId] = :message_id"
-    )
-    assert _tsql(outbox_module.defer_statement()) == (
-        "UPDATE [OutboxData] SET [DispatchedAt]=:until "
-        "WHERE [OutboxData].[MessageId] = :message_id AND [OutboxData].[Dispatched] = 0"
-    )
-
-
-def test_cleanup_tsql_is_nservicebus_batched_delete():
-    assert _tsql(outbox_module.cleanup_statement(mssql.dialect())) == (
-        "DELETE TOP (:batch_size) FROM [OutboxData] WITH (ROWLOCK, READPAST) "
-        "WHERE [Dispatched] = 1 AND [DispatchedAt] < :cutoff OPTION (MAXDOP 1)"
-    )
-    text = str(
-        outbox_module.cleanup_statement(postgresql.dialect()).compile(dialect=postgresql.dialect())
-    )
-    assert "FOR UPDATE SKIP LOCKED" in text and text.startswith('DELETE FROM "OutboxData"')
 
 
 # -- the documented example ---------------------------------------------------------------

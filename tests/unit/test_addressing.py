@@ -191,3 +191,11 @@ def test_format_then_parse_round_trips(table, schema, catalog):
 def test_postgresql_format_then_parse_round_trips(table, schema):
     address = QueueAddress(table, schema)
     assert QueueAddress.parse(address.format("postgresql"), "postgresql") == address
+
+
+@pytest.mark.parametrize("name", ["\udd0e", "orders\ud800", "\udc80x"])
+def test_a_lone_surrogate_in_a_name_is_refused_naming_it(name):
+    with pytest.raises(InvalidQueueName, match="lone surrogate"):
+        QueueAddress(name)
+    with pytest.raises(InvalidQueueName, match="lone surrogate"):
+        QueueAddress("orders", name)

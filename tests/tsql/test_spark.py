@@ -1,0 +1,42 @@
+"""T-SQL of the Spark pipeline."""
+
+from __future__ import annotations
+
+import pytest
+
+from sqlqueue_orm.models.queue_table import queue_table
+
+pytest.importorskip("pyspark")
+
+from sqlqueue_orm.contrib.spark import ingesting
+
+
+def test_sql_server_statements():
+    from sqlalchemy.dialects import mssql
+
+    dialect = mssql.dialect()
+    table = queue_table("audit", "nsb")
+    claim = str(ingesting.batch_keys_statement(table, 5000).compile(dialect=dialect))
+    assert " ".join(claim.split()) == (
+        "SELECT TOP __[POSTCOMPILE_param_1] [nsb].[audit].[RowVersion], [nsb].[audit].[Id] "
+        "FROM [nsb].[audit] WITH (READPAST, READCOMMITTEDLOCK) "
+        "ORDER BY [nsb].[audit].[RowVersion]"
+    )
+    delete = str(ingesting.delete_statement(table).compile(dialect=dialect))
+    assert " ".join(delete.split()) == (
+        "DELETE FROM [nsb].[audit] WHERE [nsb].[audit].[RowVersion] = :row_version "
+        "AND [nsb].[audit].[Id] = :native_id"
+    )
+    lock = ingesting.lock_statement("mssql").text
+    assert "@LockOwner = 'Session', @LockTimeout = 0" in lock
+    assert lock.startswith("DECLARE @status int; EXEC @status = sp_getapplock @Resource = ")
+    from sqlalchemy.schema import CreateTable
+
+    from sqlqueue_orm.contrib.spark.models import SparkSendLedger
+
+    ddl = " ".join(str(CreateTable(SparkSendLedger.__table__).compile(dialect=dialect)).split())
+    assert ddl == (
+        "CREATE TABLE [SparkSendLedger] ( [Destination] NVARCHAR(200) NOT NULL, "
+        "[MessageId] NVARCHAR(200) NOT NULL, [SentAt] DATETIME NOT NULL, "
+        "CONSTRAINT [pk_SparkSendLedger] PRIMARY KEY ([Destination], [MessageId]) )"
+    )
