@@ -26,12 +26,12 @@ names = st.lists(
 def test_any_accepted_name_round_trips(database, name):
     transport = database.transport()
     transport.create_queue("sentinel")
-    address = QueueAddress(name)
     try:
+        address = QueueAddress(name)
         address.check_for(database.dialect)
-    except InvalidQueueName:
+    except InvalidQueueName:  # refused up front (too long, a lone surrogate, ...): by the API too
         with pytest.raises(InvalidQueueName):
-            transport.create_queue(address)
+            transport.create_queue(QueueAddress(name))
         return
     transport.create_queue(address)
     transport.send(address, OutgoingMessage(name))
