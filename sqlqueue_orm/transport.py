@@ -26,6 +26,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlqueue_orm import addressing, config, connections, db, exceptions, headers
 from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage
 from sqlqueue_orm.models.queue_table import queue_table
+from sqlqueue_orm.queuing import sql
 from sqlqueue_orm.queuing.table_queue import PURGE_BATCH_SIZE, TableQueue
 from sqlqueue_orm.schema import QueueInstaller, SchemaInspector
 
@@ -80,7 +81,9 @@ class Transport:
         self._lock = threading.Lock()
         # SQLite: take the write lock up front (see db.create_engine); others begin implicitly.
         begin = "BEGIN IMMEDIATE" if self.engine.dialect.name == "sqlite" else ""
-        self._connections = connections.ThreadConnections(self.engine, begin)
+        self._connections = connections.ThreadConnections(
+            self.engine, begin, sql.for_dialect(self.engine.dialect).autocommit
+        )
 
     def __enter__(self) -> Transport:
         return self
@@ -194,7 +197,10 @@ class Transport:
             if self._connections.observed():  # cursor events fire only through a Connection
                 with self.engine.begin() as own:
                     table_queue.send(own, prepared)
-            else:
+            elif len(prepared) == 1:  # one INSERT: atomic alone, no BEGIN/COMMIT needed
+                with self._connections.statement() as cursor:
+                    table_queue.send_on_cursor(cursor, prepared)
+            else:  # executemany is not atomic in autocommit: all or none needs a transaction
                 with self._connections.transaction() as cursor:
                     table_queue.send_on_cursor(cursor, prepared)
         return [item.message_id for item in prepared]
@@ -252,7 +258,8 @@ class Transport:
         if self._connections.observed():  # cursor events fire only through a Connection
             with self.engine.begin() as own:
                 return table_queue.receive(own, max_messages)
-        with self._connections.transaction() as cursor:
+        # One DELETE ... RETURNING deletes and returns the rows: atomic alone, in autocommit.
+        with self._connections.statement() as cursor:
             return table_queue.receive_on_cursor(cursor, max_messages)
 
     def browse(

@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 PURGE_BATCH_SIZE = 10_000
 #: How far past the batch the advisory-lock claim (PostgreSQL, no UPDATE privilege) looks.
 _ADVISORY_WINDOW = 256
+#: How many receive statements (one per row limit asked for) a queue keeps rendered.
+_CACHED_LIMITS = 64
+_NO_PARAMETERS: dict[str, Any] = {}
 
 
 def _driver_cursor(connection: Connection) -> Any | None:
@@ -68,15 +71,15 @@ class TableQueue:
             if self._text.send_without_recoverable == self._text.send
             else sql.render(self._text.send_without_recoverable, dialect, table)
         )
-        self._receive = sql.render(self._text.receive, dialect, table)
+        # Receives by (row limit, advisory-lock variant), rendered on first use: see
+        # _render_receive.
+        self._receive_by_limit: dict[tuple[int, bool], sql.Statement] = {}
         self._peek = sql.render(self._text.peek, dialect, table)
         self._purge = sql.render(self._text.purge_expired, dialect, table)
         self._purge_all = sql.render(self._text.purge_all, dialect, table)
         self._receive_advisory = self._purge_advisory = None
         if self._text.receive_without_row_locks and self._text.purge_expired_without_row_locks:
-            self._receive_advisory = sql.render(
-                self._text.receive_without_row_locks, dialect, table
-            )
+            self._receive_advisory = self._text.receive_without_row_locks
             self._purge_advisory = sql.render(
                 self._text.purge_expired_without_row_locks, dialect, table
             )
@@ -204,12 +207,28 @@ class TableQueue:
             raise ValueError(
                 f"max_messages {max_messages!r} must be an integer from 1 to {self._text.max_batch}"
             )
-        if not self._may_lock_rows and self._receive_advisory is not None:
-            statement = self._receive_advisory
-            return statement, statement.params(
-                {"n": max_messages, "window": max_messages + _ADVISORY_WINDOW}
-            ), False
-        return self._receive, self._receive.params({"n": max_messages}), False
+        advisory = not self._may_lock_rows and self._receive_advisory is not None
+        statement = self._receive_by_limit.get((max_messages, advisory))
+        if statement is None:
+            statement = self._render_receive(max_messages, advisory)
+        return statement, statement.params(_NO_PARAMETERS), False
+
+    def _render_receive(self, limit: int, advisory: bool) -> sql.Statement:
+        """The receive with its row limit (an int checked by the caller) written into the text.
+
+        A bound limit made PostgreSQL plan the statement again on every call (custom plans
+        only); written in, the statement has no parameters and gets one generic plan. The first
+        :data:`_CACHED_LIMITS` limits are kept; any other is rendered per call.
+        """
+        if advisory:
+            template = self._text.receive_without_row_locks or self._text.receive
+            literals = {"n": limit, "window": limit + _ADVISORY_WINDOW}
+        else:
+            template, literals = self._text.receive, {"n": limit}
+        statement = sql.render(template, self._dialect, self.quoted_table, literals)
+        if len(self._receive_by_limit) < _CACHED_LIMITS:
+            self._receive_by_limit[(limit, advisory)] = statement
+        return statement
 
     def _on(self, connection: Connection, args: tuple[sql.Statement, Any, bool],
             fetch: bool = False) -> Any:
