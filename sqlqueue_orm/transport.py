@@ -141,21 +141,32 @@ class Transport:
         with self.engine.begin() as own:
             yield own
 
-    def _verify(self, connection: Connection, table_queue: TableQueue) -> None:
+    def _first_use(self, connection: Connection, table_queue: TableQueue) -> None:
+        """One look-up of the queue table for both one-time checks, on *connection*.
+
+        The schema warnings (when ``verify_schema``) and the probe (Recoverable column, row
+        locks) read the same columns: the table is looked up once per queue, on whichever
+        connection first uses it. Nothing is looked up once both are done.
+        """
         address = table_queue.address
-        if not self.verify_schema or address in self._verified:
+        verify = self.verify_schema and address not in self._verified
+        if not verify and table_queue.probed:
             return
-        self._verified.add(address)
         with db.wrap_db_errors(table_queue.name):
-            self.inspector.warn(connection, address)
+            layout = self.inspector.look_up(connection, address, indexes=verify)
+            if verify:
+                self._verified.add(address)
+                self.inspector.warn_about(address, layout, connection.dialect.name)
+            table_queue.probe(connection, () if layout is None else layout.columns)
 
     def _ready(self, table_queue: TableQueue) -> None:
-        """Run the one-time checks (schema warnings, probes) on a connection of our own."""
-        if table_queue.probed and table_queue.address in self._verified:
+        """:meth:`_first_use` on a connection of our own, when it has not run yet."""
+        if table_queue.probed and (
+            not self.verify_schema or table_queue.address in self._verified
+        ):
             return
         with self.engine.connect() as connection:
-            self._verify(connection, table_queue)
-            table_queue.probe(connection)
+            self._first_use(connection, table_queue)
 
     # -- installing ------------------------------------------------------------------------
     def create_queue(self, queue: QueueRef, *, body_string: bool = False) -> bool:
@@ -190,7 +201,7 @@ class Transport:
         table_queue = self.queue(queue)
         prepared = [message.prepare() for message in messages]
         if connection is not None:
-            self._verify(connection, table_queue)
+            self._first_use(connection, table_queue)
             table_queue.send(connection, prepared)
         elif prepared:
             self._ready(table_queue)
@@ -252,7 +263,7 @@ class Transport:
         """
         table_queue = self.queue(queue)
         if connection is not None:
-            self._verify(connection, table_queue)
+            self._first_use(connection, table_queue)
             return table_queue.receive(connection, max_messages)
         self._ready(table_queue)
         if self._connections.observed():  # cursor events fire only through a Connection

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -91,6 +91,7 @@ class TableQueue:
         )
         self._fast_executemany = bool(getattr(dialect, "fast_executemany", False))
         self._has_recoverable: bool | None = None
+        self._probe_ran = False  # probe() ran once (the *_on_cursor methods need it)
         self._may_lock_rows: bool | None = None if self._receive_advisory is not None else True
 
     def __repr__(self) -> str:
@@ -134,25 +135,41 @@ class TableQueue:
         return int(self._on(connection, (self._purge_all, self._purge_all.params({}), False)))
 
     # -- the same on a DBAPI cursor (the Transport's own short transactions) ------------------
+    # A cursor cannot look the table up, so these need :meth:`probe` to have run once on a
+    # Connection before; they raise RuntimeError otherwise.
     def send_on_cursor(self, cursor: Any, messages: Sequence[PreparedMessage]) -> None:
         """:meth:`send` on a DBAPI cursor; :meth:`probe` must have run once before."""
+        if not self._probe_ran:
+            self._not_probed()
         if messages:
             self._sent(messages, self._run(cursor, self._send_args(messages)))
 
     def receive_on_cursor(self, cursor: Any, max_messages: int = 1) -> list[IncomingMessage]:
         """:meth:`receive` on a DBAPI cursor; :meth:`probe` must have run once before."""
+        if not self._probe_ran:
+            self._not_probed()
         return self._messages(self._run(cursor, self._receive_args(max_messages), fetch=True))
+
+    def _not_probed(self) -> None:
+        raise RuntimeError(
+            f"queue {self.name}: call probe(connection) once before the *_on_cursor methods"
+        )
 
     @property
     def probed(self) -> bool:
         """Whether the one-time schema probes have run (needed by the cursor methods)."""
         return self._has_recoverable is not None and self._may_lock_rows is not None
 
-    def probe(self, connection: Connection) -> None:
-        """Run the one-time, cached schema probes: Recoverable column, row-lock privilege."""
+    def probe(self, connection: Connection, columns: Collection[str] | None = None) -> None:
+        """Run the one-time, cached schema probes: Recoverable column, row-lock privilege.
+
+        :param columns: the table's column names if the caller already looked them up (empty:
+            no such table), so the table is not looked up a second time.
+        """
         if self._has_recoverable is None:
-            with db.wrap_db_errors(self.name):
-                columns = db.column_names(connection, self.address)
+            if columns is None:
+                with db.wrap_db_errors(self.name):
+                    columns = db.column_names(connection, self.address)
             missing = [name for name in self._text.required_columns if name not in columns]
             if columns and missing:
                 # PostgreSQL before revision 0008: the statements would fail on every call.
@@ -168,6 +185,7 @@ class TableQueue:
                     log.info("queue %s: no Recoverable column; sending without it", self.name)
         if self._may_lock_rows is None:
             self._may_lock_rows = self._check_update_privilege(connection)
+        self._probe_ran = True
 
     # -- internals -------------------------------------------------------------------------
     def _send_args(self, messages: Sequence[PreparedMessage]) -> tuple[sql.Statement, Any, bool]:
