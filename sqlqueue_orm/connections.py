@@ -36,9 +36,12 @@ class ThreadConnections:
         SQLite, see :func:`sqlqueue_orm.db.create_engine`), or ``""`` to begin implicitly.
     """
 
-    def __init__(self, engine: Engine, begin_statement: str = "") -> None:
+    def __init__(self, engine: Engine, begin_statement: str = "", autocommit: str = "") -> None:
         self.engine = engine
         self.begin_statement = begin_statement
+        if autocommit not in ("", "driver", "implicit"):
+            raise ValueError(f"autocommit {autocommit!r} must be '', 'driver' or 'implicit'")
+        self.autocommit = autocommit
         self._local = threading.local()
         # Weak: a thread that ends drops its _HeldConnection, whose __del__ gives it back.
         self._held_all: weakref.WeakSet[_HeldConnection] = weakref.WeakSet()
@@ -59,6 +62,18 @@ class ThreadConnections:
 
     def transaction(self) -> OwnTransaction:
         """A short transaction on a DBAPI cursor: ``with`` commits it, or rolls back on error."""
+        return OwnTransaction(self)
+
+    def statement(self) -> OwnTransaction | OwnStatement:
+        """A DBAPI cursor for ONE statement, run in autocommit where the driver allows it.
+
+        One statement is atomic on its own, so it needs no BEGIN/COMMIT round trips around it
+        (a send of one message; a receive, which deletes and returns in one statement). Several
+        statements, or an ``executemany`` (not atomic in autocommit), need :meth:`transaction`.
+        Where the driver cannot autocommit, this is :meth:`transaction`.
+        """
+        if self.autocommit:
+            return OwnStatement(self)
         return OwnTransaction(self)
 
     def close(self) -> None:
@@ -94,11 +109,22 @@ class ThreadConnections:
             self._held_count -= 1
         self._held_all.discard(held)
 
-    def end(self, fairy: Any, cursor: Any, kept: bool, error: BaseException | None) -> None:
-        """Finish a transaction: commit, or roll back on *error*; drop a dead connection."""
+    def end(
+        self,
+        fairy: Any,
+        cursor: Any,
+        kept: bool,
+        error: BaseException | None,
+        committed: bool = False,
+    ) -> None:
+        """Finish a transaction: commit, or roll back on *error*; drop a dead connection.
+
+        :param committed: the statement ran in autocommit: there is nothing to commit.
+        """
         try:
             if error is None:
-                fairy.commit()
+                if not committed:
+                    fairy.commit()
                 return
             original = error.__cause__ or error
             dead = isinstance(original, Exception) and self.engine.dialect.is_disconnect(
@@ -148,6 +174,58 @@ class OwnTransaction:
 
     def __exit__(self, kind: object, error: BaseException | None, trace: object) -> None:
         self._connections.end(self._fairy, self._cursor, self._kept, error)
+
+
+class OwnStatement:
+    """The context manager of :meth:`ThreadConnections.statement`: one statement in autocommit.
+
+    ``"driver"``: the driver connection's ``autocommit`` flag (psycopg, pyodbc) is set for the
+    statement and put back after it, so the connection goes back to the pool as it came.
+    ``"implicit"``: the driver already runs a statement outside BEGIN in a transaction of its
+    own (sqlite3 with ``isolation_level=None``, as :func:`sqlqueue_orm.db.create_engine` sets
+    it). A driver in any other state gets the transaction :class:`OwnTransaction` would open.
+    """
+
+    __slots__ = ("_autocommit", "_connections", "_cursor", "_driver", "_fairy", "_kept",
+                 "_restore")
+
+    def __init__(self, connections: ThreadConnections) -> None:
+        self._connections = connections
+
+    def __enter__(self) -> Any:
+        connections = self._connections
+        self._fairy, self._kept = connections.checkout()
+        self._cursor = cursor = self._fairy.cursor()
+        self._driver = driver = self._fairy.driver_connection
+        self._restore = False
+        if connections.autocommit == "driver":
+            flag = getattr(driver, "autocommit", None)
+            if flag is False:
+                driver.autocommit = True  # no round trip: psycopg and pyodbc set it locally
+                self._restore = True
+            self._autocommit = self._restore or flag is True
+        else:  # "implicit": sqlite3 outside its legacy transaction handling
+            self._autocommit = (
+                getattr(driver, "isolation_level", "") is None
+                and getattr(driver, "autocommit", -1) is not False
+            )
+        if not self._autocommit and connections.begin_statement:
+            try:
+                cursor.execute(connections.begin_statement)
+            except BaseException as error:
+                connections.end(self._fairy, cursor, self._kept, error)
+                raise
+        return cursor
+
+    def __exit__(self, kind: object, error: BaseException | None, trace: object) -> None:
+        if self._restore:
+            try:
+                self._driver.autocommit = False
+            except Exception as restore_error:  # the connection is unusable: end() drops it
+                error = error or restore_error
+        # In autocommit the statement committed itself: nothing to commit.
+        self._connections.end(self._fairy, self._cursor, self._kept, error,
+                              committed=self._autocommit)
 
 
 class _HeldConnection:

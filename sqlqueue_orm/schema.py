@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import exc
@@ -150,6 +151,14 @@ class QueueTableInfo:
     columns: frozenset[str]
 
 
+@dataclasses.dataclass(frozen=True)
+class QueueTableLayout:
+    """A queue table's columns (name: SQLAlchemy's column info) and indexes, as looked up."""
+
+    columns: Mapping[str, Any]
+    indexes: tuple[Any, ...]
+
+
 class SchemaInspector:
     """Finds queue tables and checks them against the current layout."""
 
@@ -168,19 +177,36 @@ class SchemaInspector:
                     found.append(QueueTableInfo(addressing.QueueAddress(name, schema), columns))
         return found
 
-    def problems(self, connection: Connection, address: addressing.QueueAddress) -> list[str]:
-        """What is outdated in the queue table, each with its fix; empty when it is current."""
+    def look_up(
+        self, connection: Connection, address: addressing.QueueAddress, *, indexes: bool = True
+    ) -> QueueTableLayout | None:
+        """The table's columns (and *indexes*), in one catalog look-up; None if it is absent.
+
+        The first use of a queue runs this once and both checks read it: the schema warnings
+        (:meth:`problems_in`) and the hot path's probe (``TableQueue.probe(columns=...)``).
+        """
         schema = db.schema_argument(address)
         inspector = sa.inspect(connection)
         try:
             columns = {
                 str(c["name"]): c for c in inspector.get_columns(address.table, schema=schema)
             }
-            indexes = inspector.get_indexes(address.table, schema=schema)
+            found = inspector.get_indexes(address.table, schema=schema) if indexes else []
         except exc.NoSuchTableError:
+            return None
+        return QueueTableLayout(columns, tuple(found))
+
+    def problems(self, connection: Connection, address: addressing.QueueAddress) -> list[str]:
+        """What is outdated in the queue table, each with its fix; empty when it is current."""
+        return self.problems_in(self.look_up(connection, address), connection.dialect.name)
+
+    def problems_in(self, layout: QueueTableLayout | None, dialect_name: str) -> list[str]:
+        """:meth:`problems` of a layout already looked up (none for an absent table)."""
+        if layout is None:
             return []
+        columns, indexes = layout.columns, layout.indexes
         found = []
-        support = dialects.for_dialect(connection)
+        support = dialects.for_dialect(dialect_name)
         if support.queue_layout == "postgresql" and QUEUE_SIGNATURE <= set(columns):
             found.append(
                 'is in the layout before NServiceBus\'s PostgreSQL one ("Id" ... "RowVersion"); '
@@ -205,7 +231,18 @@ class SchemaInspector:
 
     def warn(self, connection: Connection, address: addressing.QueueAddress) -> list[str]:
         """Log each problem of the table as a warning naming the queue; return them."""
-        found = self.problems(connection, address)
+        return self.warn_about(
+            address, self.look_up(connection, address), connection.dialect.name
+        )
+
+    def warn_about(
+        self,
+        address: addressing.QueueAddress,
+        layout: QueueTableLayout | None,
+        dialect_name: str,
+    ) -> list[str]:
+        """:meth:`warn` for a layout :meth:`look_up` already found (``None``: no table)."""
+        found = self.problems_in(layout, dialect_name)
         for problem in found:
             log.warning("queue %s: table %s", address, problem)
         return found

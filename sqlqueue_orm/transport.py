@@ -26,6 +26,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlqueue_orm import addressing, config, connections, db, dialects, exceptions, headers
 from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage
 from sqlqueue_orm.models.queue_table import queue_table
+from sqlqueue_orm.queuing import sql
 from sqlqueue_orm.queuing.table_queue import PURGE_BATCH_SIZE, TableQueue
 from sqlqueue_orm.schema import QueueInstaller, SchemaInspector
 
@@ -80,7 +81,9 @@ class Transport:
         self._lock = threading.Lock()
         # SQLite: take the write lock up front (see db.create_engine); others begin implicitly.
         begin = dialects.for_dialect(self.engine).begin
-        self._connections = connections.ThreadConnections(self.engine, begin)
+        self._connections = connections.ThreadConnections(
+            self.engine, begin, sql.for_dialect(self.engine.dialect).autocommit
+        )
 
     def __enter__(self) -> Transport:
         return self
@@ -138,21 +141,32 @@ class Transport:
         with self.engine.begin() as own:
             yield own
 
-    def _verify(self, connection: Connection, table_queue: TableQueue) -> None:
+    def _first_use(self, connection: Connection, table_queue: TableQueue) -> None:
+        """One look-up of the queue table for both one-time checks, on *connection*.
+
+        The schema warnings (when ``verify_schema``) and the probe (Recoverable column, row
+        locks) read the same columns: the table is looked up once per queue, on whichever
+        connection first uses it. Nothing is looked up once both are done.
+        """
         address = table_queue.address
-        if not self.verify_schema or address in self._verified:
+        verify = self.verify_schema and address not in self._verified
+        if not verify and table_queue.probed:
             return
-        self._verified.add(address)
         with db.wrap_db_errors(table_queue.name):
-            self.inspector.warn(connection, address)
+            layout = self.inspector.look_up(connection, address, indexes=verify)
+            if verify:
+                self._verified.add(address)
+                self.inspector.warn_about(address, layout, connection.dialect.name)
+            table_queue.probe(connection, () if layout is None else layout.columns)
 
     def _ready(self, table_queue: TableQueue) -> None:
-        """Run the one-time checks (schema warnings, probes) on a connection of our own."""
-        if table_queue.probed and table_queue.address in self._verified:
+        """:meth:`_first_use` on a connection of our own, when it has not run yet."""
+        if table_queue.probed and (
+            not self.verify_schema or table_queue.address in self._verified
+        ):
             return
         with self.engine.connect() as connection:
-            self._verify(connection, table_queue)
-            table_queue.probe(connection)
+            self._first_use(connection, table_queue)
 
     # -- installing ------------------------------------------------------------------------
     def create_queue(self, queue: QueueRef, *, body_string: bool = False) -> bool:
@@ -187,14 +201,17 @@ class Transport:
         table_queue = self.queue(queue)
         prepared = [message.prepare() for message in messages]
         if connection is not None:
-            self._verify(connection, table_queue)
+            self._first_use(connection, table_queue)
             table_queue.send(connection, prepared)
         elif prepared:
             self._ready(table_queue)
             if self._connections.observed():  # cursor events fire only through a Connection
                 with self.engine.begin() as own:
                     table_queue.send(own, prepared)
-            else:
+            elif len(prepared) == 1:  # one INSERT: atomic alone, no BEGIN/COMMIT needed
+                with self._connections.statement() as cursor:
+                    table_queue.send_on_cursor(cursor, prepared)
+            else:  # executemany is not atomic in autocommit: all or none needs a transaction
                 with self._connections.transaction() as cursor:
                     table_queue.send_on_cursor(cursor, prepared)
         return [item.message_id for item in prepared]
@@ -246,13 +263,14 @@ class Transport:
         """
         table_queue = self.queue(queue)
         if connection is not None:
-            self._verify(connection, table_queue)
+            self._first_use(connection, table_queue)
             return table_queue.receive(connection, max_messages)
         self._ready(table_queue)
         if self._connections.observed():  # cursor events fire only through a Connection
             with self.engine.begin() as own:
                 return table_queue.receive(own, max_messages)
-        with self._connections.transaction() as cursor:
+        # One DELETE ... RETURNING deletes and returns the rows: atomic alone, in autocommit.
+        with self._connections.statement() as cursor:
             return table_queue.receive_on_cursor(cursor, max_messages)
 
     def browse(

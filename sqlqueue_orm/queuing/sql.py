@@ -44,6 +44,11 @@ class SqlText:
     id_to_driver: Callable[[uuid.UUID], Any] = str
     #: How the receive's Headers column is encoded when it comes back as bytes.
     headers_encoding: str = "utf-8"
+    #: How one statement of the transport's own runs without BEGIN/COMMIT around it (see
+    #: :class:`sqlqueue_orm.connections.OwnStatement`): ``"driver"`` sets the DBAPI
+    #: connection's ``autocommit`` flag (psycopg, pyodbc); ``"implicit"``: the driver already
+    #: commits each statement by itself (sqlite3 with ``isolation_level=None``).
+    autocommit: str = "driver"
     # Max rows one receive may ask for (SQL Server: TOP takes a bigint; keep batches sane).
     max_batch: int = 10_000
 
@@ -190,6 +195,8 @@ SQLITE: Final = SqlText(
     ),
     purge_all="DELETE FROM {table}",
     id_to_driver=lambda value: value.hex,
+    # One write statement takes the write lock as it starts, as BEGIN IMMEDIATE would.
+    autocommit="implicit",
 )
 
 DIALECTS: Final[Mapping[str, SqlText]] = {
@@ -245,13 +252,26 @@ class Statement:
         return values
 
 
-def render(template: str, dialect: Dialect, table: str) -> Statement:
-    """Render *template* for *dialect*'s driver, with the already-quoted *table* name."""
+def render(
+    template: str, dialect: Dialect, table: str, literals: Mapping[str, int] | None = None
+) -> Statement:
+    """Render *template* for *dialect*'s driver, with the already-quoted *table* name.
+
+    :param literals: parameters written into the text as integer literals instead of being
+        bound (the receive's row limit: PostgreSQL then plans the statement once, generically,
+        instead of a custom plan per call). Only ``int`` values are accepted, never text.
+    """
     style = dialect.paramstyle
     names: list[str] = []
+    written = dict(literals or {})
+    for name, value in written.items():
+        if type(value) is not int:
+            raise TypeError(f"literal {name!r} must be an int, not {value!r}")
 
     def replace(match: re.Match[str]) -> str:
         name = match.group(1)
+        if name in written:
+            return str(written[name])
         names.append(name)
         if style == "qmark":
             return "?"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 PURGE_BATCH_SIZE = 10_000
 #: How far past the batch the advisory-lock claim (PostgreSQL, no UPDATE privilege) looks.
 _ADVISORY_WINDOW = 256
+#: How many receive statements (one per row limit asked for) a queue keeps rendered.
+_CACHED_LIMITS = 64
+_NO_PARAMETERS: dict[str, Any] = {}
 
 
 def _driver_cursor(connection: Connection) -> Any | None:
@@ -68,15 +71,15 @@ class TableQueue:
             if self._text.send_without_recoverable == self._text.send
             else sql.render(self._text.send_without_recoverable, dialect, table)
         )
-        self._receive = sql.render(self._text.receive, dialect, table)
+        # Receives by (row limit, advisory-lock variant), rendered on first use: see
+        # _render_receive.
+        self._receive_by_limit: dict[tuple[int, bool], sql.Statement] = {}
         self._peek = sql.render(self._text.peek, dialect, table)
         self._purge = sql.render(self._text.purge_expired, dialect, table)
         self._purge_all = sql.render(self._text.purge_all, dialect, table)
         self._receive_advisory = self._purge_advisory = None
         if self._text.receive_without_row_locks and self._text.purge_expired_without_row_locks:
-            self._receive_advisory = sql.render(
-                self._text.receive_without_row_locks, dialect, table
-            )
+            self._receive_advisory = self._text.receive_without_row_locks
             self._purge_advisory = sql.render(
                 self._text.purge_expired_without_row_locks, dialect, table
             )
@@ -88,6 +91,7 @@ class TableQueue:
         )
         self._fast_executemany = bool(getattr(dialect, "fast_executemany", False))
         self._has_recoverable: bool | None = None
+        self._probe_ran = False  # probe() ran once (the *_on_cursor methods need it)
         self._may_lock_rows: bool | None = None if self._receive_advisory is not None else True
 
     def __repr__(self) -> str:
@@ -131,25 +135,41 @@ class TableQueue:
         return int(self._on(connection, (self._purge_all, self._purge_all.params({}), False)))
 
     # -- the same on a DBAPI cursor (the Transport's own short transactions) ------------------
+    # A cursor cannot look the table up, so these need :meth:`probe` to have run once on a
+    # Connection before; they raise RuntimeError otherwise.
     def send_on_cursor(self, cursor: Any, messages: Sequence[PreparedMessage]) -> None:
         """:meth:`send` on a DBAPI cursor; :meth:`probe` must have run once before."""
+        if not self._probe_ran:
+            self._not_probed()
         if messages:
             self._sent(messages, self._run(cursor, self._send_args(messages)))
 
     def receive_on_cursor(self, cursor: Any, max_messages: int = 1) -> list[IncomingMessage]:
         """:meth:`receive` on a DBAPI cursor; :meth:`probe` must have run once before."""
+        if not self._probe_ran:
+            self._not_probed()
         return self._messages(self._run(cursor, self._receive_args(max_messages), fetch=True))
+
+    def _not_probed(self) -> None:
+        raise RuntimeError(
+            f"queue {self.name}: call probe(connection) once before the *_on_cursor methods"
+        )
 
     @property
     def probed(self) -> bool:
         """Whether the one-time schema probes have run (needed by the cursor methods)."""
         return self._has_recoverable is not None and self._may_lock_rows is not None
 
-    def probe(self, connection: Connection) -> None:
-        """Run the one-time, cached schema probes: Recoverable column, row-lock privilege."""
+    def probe(self, connection: Connection, columns: Collection[str] | None = None) -> None:
+        """Run the one-time, cached schema probes: Recoverable column, row-lock privilege.
+
+        :param columns: the table's column names if the caller already looked them up (empty:
+            no such table), so the table is not looked up a second time.
+        """
         if self._has_recoverable is None:
-            with db.wrap_db_errors(self.name):
-                columns = db.column_names(connection, self.address)
+            if columns is None:
+                with db.wrap_db_errors(self.name):
+                    columns = db.column_names(connection, self.address)
             missing = [name for name in self._text.required_columns if name not in columns]
             if columns and missing:
                 # PostgreSQL before revision 0008: the statements would fail on every call.
@@ -165,6 +185,7 @@ class TableQueue:
                     log.info("queue %s: no Recoverable column; sending without it", self.name)
         if self._may_lock_rows is None:
             self._may_lock_rows = self._check_update_privilege(connection)
+        self._probe_ran = True
 
     # -- internals -------------------------------------------------------------------------
     def _send_args(self, messages: Sequence[PreparedMessage]) -> tuple[sql.Statement, Any, bool]:
@@ -204,12 +225,28 @@ class TableQueue:
             raise ValueError(
                 f"max_messages {max_messages!r} must be an integer from 1 to {self._text.max_batch}"
             )
-        if not self._may_lock_rows and self._receive_advisory is not None:
-            statement = self._receive_advisory
-            return statement, statement.params(
-                {"n": max_messages, "window": max_messages + _ADVISORY_WINDOW}
-            ), False
-        return self._receive, self._receive.params({"n": max_messages}), False
+        advisory = not self._may_lock_rows and self._receive_advisory is not None
+        statement = self._receive_by_limit.get((max_messages, advisory))
+        if statement is None:
+            statement = self._render_receive(max_messages, advisory)
+        return statement, statement.params(_NO_PARAMETERS), False
+
+    def _render_receive(self, limit: int, advisory: bool) -> sql.Statement:
+        """The receive with its row limit (an int checked by the caller) written into the text.
+
+        A bound limit made PostgreSQL plan the statement again on every call (custom plans
+        only); written in, the statement has no parameters and gets one generic plan. The first
+        :data:`_CACHED_LIMITS` limits are kept; any other is rendered per call.
+        """
+        if advisory:
+            template = self._text.receive_without_row_locks or self._text.receive
+            literals = {"n": limit, "window": limit + _ADVISORY_WINDOW}
+        else:
+            template, literals = self._text.receive, {"n": limit}
+        statement = sql.render(template, self._dialect, self.quoted_table, literals)
+        if len(self._receive_by_limit) < _CACHED_LIMITS:
+            self._receive_by_limit[(limit, advisory)] = statement
+        return statement
 
     def _on(self, connection: Connection, args: tuple[sql.Statement, Any, bool],
             fetch: bool = False) -> Any:
