@@ -107,4 +107,7 @@ def send_jobs(transport: Transport, queue: str, count: int) -> list[str]:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    # run the module's own copy, so Job is tests.endpoint_app.Job (the name senders write)
+    from tests import endpoint_app
+
+    endpoint_app.main(sys.argv[1:])
