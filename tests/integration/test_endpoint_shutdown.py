@@ -64,7 +64,7 @@ def test_sigterm_rolls_back_a_handler_past_the_timeout_and_a_restart_handles_it(
     wait_for_line(process, "handling")
     began = time.monotonic()
     process.send_signal(signal.SIGTERM)
-    out, err = process.communicate(timeout=30)
+    _, err = process.communicate(timeout=30)
     assert process.returncode == 0, err
     assert time.monotonic() - began < 10  # it did not wait for the handler
     assert "rolling them back" in err
