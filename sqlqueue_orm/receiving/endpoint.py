@@ -38,7 +38,7 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 
 from sqlqueue_orm import addressing, exceptions, headers
 from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage
@@ -233,7 +233,8 @@ class Endpoint:
 
         Usable as a decorator (``@endpoint.handle(PlaceOrder)``). *type_name*: the full .NET
         type name the messages carry (``Sales.Messages.PlaceOrder``); default
-        ``module.QualName``, what this library's sends write.
+        ``module.QualName``, what this library's sends write (a model registered under a .NET
+        name is matched under its Python name too).
         """
         if not hasattr(model, "model_validate_json"):
             raise exceptions.ConfigurationError(
@@ -246,18 +247,47 @@ class Endpoint:
 
         def register(function: Callable[[ModelT, HandlerContext], object]) -> Any:
             with self._lock:
-                known = self._typed.get(name)
-                if known is not None and known[0] is not model:
-                    raise exceptions.ConfigurationError(
-                        f"type name {name!r} is already registered for {known[0]!r}"
-                    )
-                self._typed.setdefault(name, (model, []))[1].append(function)
+                # the explicit name, and the Python one too (what sends from Python write)
+                names = [name] if name == default else [name, default]
+                for each in names:
+                    known = self._typed.get(each)
+                    if known is not None and known[0] is not model:
+                        raise exceptions.ConfigurationError(
+                            f"type name {each!r} is already registered for {known[0]!r}"
+                        )
+                entry = self._typed.get(name) or self._typed.get(default) or (model, [])
+                for each in names:
+                    self._typed[each] = entry
+                entry[1].append(function)
                 self._names.setdefault(model, name)
             return function
 
         if handler is not None:
             return register(handler)
         return register
+
+    def send(
+        self,
+        destination: str | addressing.QueueAddress,
+        message: Outgoing,
+        connection: Connection | None = None,
+    ) -> str:
+        """Send *message* from this endpoint, outside any handler (a new conversation).
+
+        It carries ``ReplyToAddress`` (this endpoint's queue, so replies come here),
+        ``OriginatingEndpoint``, ``OriginatingMachine``, a new ``ConversationId`` and
+        ``MessageIntent: Send``, unless it sets them. With *connection*, it is sent in that
+        connection's transaction. Return its message id.
+        """
+        outgoing = self.outgoing(message)
+        stamped = dict(outgoing.headers)
+        stamped.setdefault(headers.MESSAGE_INTENT, "Send")
+        stamped.setdefault(headers.CONVERSATION_ID, str(uuid.uuid4()))
+        stamped.setdefault(headers.ORIGINATING_ENDPOINT, self.name)
+        stamped.setdefault(headers.ORIGINATING_MACHINE, self.machine)
+        stamped.setdefault(headers.REPLY_TO_ADDRESS, self.address_text)
+        outgoing.headers = stamped
+        return self.transport.send(destination, outgoing, connection=connection)
 
     def handle_raw(self, handler: RawHandler) -> RawHandler:
         """Register *handler* for every message: it gets the body bytes and the context."""
