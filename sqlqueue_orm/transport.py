@@ -17,7 +17,7 @@ import datetime as dt
 import logging
 import threading
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
 import sqlalchemy as sa
@@ -81,6 +81,9 @@ class Transport:
         # SQLite: take the write lock up front (see db.create_engine); others begin implicitly.
         begin = "BEGIN IMMEDIATE" if self.engine.dialect.name == "sqlite" else ""
         self._connections = connections.ThreadConnections(self.engine, begin)
+        #: Called with the queue's address after each send this transport committed itself
+        #: (endpoints of this process register here to wake up at once).
+        self.sent_hooks: list[Callable[[addressing.QueueAddress], object]] = []
 
     def __enter__(self) -> Transport:
         return self
@@ -197,6 +200,8 @@ class Transport:
             else:
                 with self._connections.transaction() as cursor:
                     table_queue.send_on_cursor(cursor, prepared)
+            for hook in self.sent_hooks:
+                hook(table_queue.address)
         return [item.message_id for item in prepared]
 
     def reply(

@@ -42,7 +42,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from sqlqueue_orm import addressing, exceptions, headers
 from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage
-from sqlqueue_orm.receiving import pump, strategies
+from sqlqueue_orm.receiving import pump, strategies, wakeup
 from sqlqueue_orm.receiving.settings import EndpointSettings, TransactionMode
 from sqlqueue_orm.transport import Transport
 
@@ -356,8 +356,11 @@ class Endpoint:
             strategy.prepare()
             if self.settings.purge_expired_at_startup:
                 self.transport.purge_expired(self.name)
+            notify = self.settings.notify and self.transport.engine.dialect.name == "postgresql"
+            if notify:
+                wakeup.install_trigger(self.transport.engine, self.transport.address(self.name))
             self._pump = pump.MessagePump(self, strategy)
-            self._pump.start()
+            self._pump.start(notify=notify)
         log.info(
             "queue %s: endpoint started (%s, concurrency %d)",
             self.name,

@@ -34,6 +34,8 @@ from sqlalchemy.engine import Connection, RootTransaction
 from sqlqueue_orm import exceptions
 
 if TYPE_CHECKING:
+    from sqlqueue_orm import addressing
+    from sqlqueue_orm.receiving import wakeup
     from sqlqueue_orm.receiving.endpoint import Endpoint
     from sqlqueue_orm.receiving.settings import EndpointSettings
     from sqlqueue_orm.receiving.strategies import ReceiveStrategy
@@ -230,6 +232,9 @@ class MessagePump:
         self._active: set[_Slot] = set()
         self._threads: list[threading.Thread] = []
         self._loop_thread: threading.Thread | None = None
+        self._listener: wakeup.NotifyListener | None = None
+        self._local_wakeups: wakeup.LocalWakeups | None = None
+        self._address: addressing.QueueAddress | None = None
         self.peek_breaker = CircuitBreaker(
             "peek", self.queue, self.settings, self._stopping, endpoint.on_critical_error
         )
@@ -242,8 +247,20 @@ class MessagePump:
         """Whether the pump was started and has not stopped."""
         return self._loop_thread is not None and not self._stopped.is_set()
 
-    def start(self) -> None:
-        """Start the worker threads and the peek loop (all daemon threads)."""
+    def start(self, notify: bool = False) -> None:
+        """Start the worker threads and the peek loop (all daemon threads), and the wake-ups.
+
+        :param notify: also listen for PostgreSQL notifications (the trigger is installed).
+        """
+        from sqlqueue_orm.receiving import wakeup
+
+        transport = self.endpoint.transport
+        self._address = transport.address(self.queue)
+        self._local_wakeups = wakeup.local_wakeups(transport)
+        self._local_wakeups.register(self._address.table, self.wake)
+        if notify:
+            self._listener = wakeup.NotifyListener(transport.engine, self._address, self.wake)
+            self._listener.start()
         for number in range(self.settings.concurrency):
             thread = threading.Thread(
                 target=self._work, name=f"{self.queue} worker {number}", daemon=True
@@ -345,6 +362,10 @@ class MessagePump:
             return True
         self._stopping.set()
         self._wake.set()
+        if self._local_wakeups is not None and self._address is not None:
+            self._local_wakeups.unregister(self._address.table, self.wake)
+        if self._listener is not None:
+            self._listener.stop()
         deadline = time.monotonic() + timeout
         with self._condition:
             while self._busy and time.monotonic() < deadline:

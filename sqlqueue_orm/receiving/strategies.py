@@ -101,6 +101,29 @@ class ReceiveStrategy:
         self.transport = endpoint.transport
         self.queue = endpoint.name
         self.failures = FailureCounts()
+        self._local = threading.local()
+
+    def _transactional_sender(self, connection: Connection) -> Sender:
+        """Send in *connection*'s transaction, noting where (to wake after the commit)."""
+        sent: list[str | addressing.QueueAddress] = []
+        self._local.sent = sent
+
+        def send(destination: str | addressing.QueueAddress, outgoing: OutgoingMessage) -> str:
+            message_id = self.transport.send(destination, outgoing, connection=connection)
+            sent.append(destination)
+            return message_id
+
+        return send
+
+    def _wake_destinations(self) -> None:
+        """Wake this process's endpoints of the queues sent to in the committed transaction."""
+        sent = getattr(self._local, "sent", None)
+        self._local.sent = None
+        if sent and self.transport.sent_hooks:
+            for destination in set(sent):
+                address = self.transport.address(destination)
+                for hook in self.transport.sent_hooks:
+                    hook(address)
 
     def prepare(self) -> None:
         """Create what the mode needs at start-up (nothing, unless a subclass says)."""
@@ -261,6 +284,7 @@ class _NativeTransaction(ReceiveStrategy):
             if savepoint.is_active:
                 savepoint.commit()
             slot.commit(transaction)
+            self._wake_destinations()
             self.failures.forget(str(message.id))
             slot.outcome("handled")
 
@@ -303,10 +327,7 @@ class SendsAtomicWithReceive(_NativeTransaction):
     mode = TransactionMode.SENDS_ATOMIC_WITH_RECEIVE
 
     def _handle(self, connection: Connection, message: IncomingMessage) -> None:
-        def send(destination: str | addressing.QueueAddress, outgoing: OutgoingMessage) -> str:
-            return self.transport.send(destination, outgoing, connection=connection)
-
-        self._run_with_own_session(message, send)
+        self._run_with_own_session(message, self._transactional_sender(connection))
 
 
 class TransactionScope(_NativeTransaction):
@@ -315,12 +336,9 @@ class TransactionScope(_NativeTransaction):
     mode = TransactionMode.TRANSACTION_SCOPE
 
     def _handle(self, connection: Connection, message: IncomingMessage) -> None:
-        def send(destination: str | addressing.QueueAddress, outgoing: OutgoingMessage) -> str:
-            return self.transport.send(destination, outgoing, connection=connection)
-
         context = self._context(
             message,
-            send,
+            self._transactional_sender(connection),
             lambda: Session(
                 bind=connection, join_transaction_mode="create_savepoint", expire_on_commit=False
             ),
