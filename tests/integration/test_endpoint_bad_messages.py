@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 
+import pydantic
 import pytest
 
 from sqlqueue_orm import OutgoingMessage, headers
@@ -12,6 +13,12 @@ from sqlqueue_orm.messages import PreparedMessage
 from sqlqueue_orm.receiving import Endpoint, EndpointSettings, HandlerContext, TransactionMode
 from tests.endpoint_app import Job
 from tests.integration.test_endpoint_transaction_modes import run_until
+
+
+class Strict(pydantic.BaseModel):
+    """A model the undecodable body does not fit."""
+
+    number: int
 
 
 @pytest.mark.parametrize(
@@ -42,8 +49,8 @@ def test_bad_messages_neither_stop_the_endpoint_nor_block_the_queue(database, mo
     def handle(job: Job, context: HandlerContext) -> None:
         handled.append(context.message_id)
 
-    @endpoint.handle(Job, type_name="Not.Json.Body")
-    def never(job: Job, context: HandlerContext) -> None:
+    @endpoint.handle(Strict, type_name="Not.Json.Body")
+    def never(strict: Strict, context: HandlerContext) -> None:
         raise AssertionError("the body is not valid for the model")
 
     def done() -> bool:
