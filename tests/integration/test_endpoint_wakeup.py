@@ -62,7 +62,7 @@ def test_a_handlers_send_wakes_the_endpoint_of_its_destination_after_the_commit(
 
 @only("postgresql")
 def test_notify_wakes_the_endpoint_for_a_send_by_another_writer(database):
-    endpoint, handled = idle_endpoint(database.transport())
+    endpoint, handled = idle_endpoint(database.transport(), notify=True)
     other_engine = db.create_engine(database.url)
     try:
         assert endpoint._pump._listener.listening.wait(5)  # type: ignore[union-attr]
