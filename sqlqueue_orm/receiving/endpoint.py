@@ -27,6 +27,7 @@ the same statements; the strategies and the context would keep their shape.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import signal
@@ -146,7 +147,7 @@ class HandlerContext:
             headers.CORRELATION_ID,
             self.message.headers.get(headers.CORRELATION_ID) or self.message_id,
         )
-        outgoing.headers = reply_headers
+        outgoing = dataclasses.replace(outgoing, headers=reply_headers)
         destination = self.endpoint.transport.address(address_text)
         return self._sender(destination, self._stamp(outgoing, "Reply"))
 
@@ -161,8 +162,7 @@ class HandlerContext:
         stamped.setdefault(headers.ORIGINATING_ENDPOINT, self.endpoint.name)
         stamped.setdefault(headers.ORIGINATING_MACHINE, self.endpoint.machine)
         stamped.setdefault(headers.REPLY_TO_ADDRESS, self.endpoint.address_text)
-        outgoing.headers = stamped
-        return outgoing
+        return dataclasses.replace(outgoing, headers=stamped)  # the caller's message unchanged
 
 
 class Endpoint:
@@ -286,8 +286,8 @@ class Endpoint:
         stamped.setdefault(headers.ORIGINATING_ENDPOINT, self.name)
         stamped.setdefault(headers.ORIGINATING_MACHINE, self.machine)
         stamped.setdefault(headers.REPLY_TO_ADDRESS, self.address_text)
-        outgoing.headers = stamped
-        return self.transport.send(destination, outgoing, connection=connection)
+        stamped_message = dataclasses.replace(outgoing, headers=stamped)
+        return self.transport.send(destination, stamped_message, connection=connection)
 
     def handle_raw(self, handler: RawHandler) -> RawHandler:
         """Register *handler* for every message: it gets the body bytes and the context."""
