@@ -193,3 +193,34 @@ def test_several_handlers_of_a_type_run_in_order_in_one_transaction(database):
     assert calls[:2] == ["first 1", "second 1"]  # the raw handler never ran for the failure
     assert calls[2:4] == ["first 2", "second 2"] and calls[4].startswith("raw ")
     assert handled_ids(database.engine) == ["first 2"]  # the first handler's row rolled back
+
+
+def test_send_and_reply_leave_the_callers_message_unchanged(database):
+    transport = database.transport()
+    endpoint = Endpoint("sales", transport, peek_delay=0.1)
+    shared = OutgoingMessage(b"same object, sent twice")
+    seen: list[dict[str, str | None]] = []
+
+    @endpoint.handle(Job)
+    def handle(job: Job, context: HandlerContext) -> None:
+        context.send("billing", shared)
+        context.reply(shared)
+        seen.append(dict(shared.headers))
+
+    transport.create_queue("billing")
+    transport.create_queue("client")
+    endpoint.start()
+    try:
+        endpoint_client = Endpoint("client", transport)
+        endpoint_client.send("sales", Job(number=1))
+        deadline = time.monotonic() + 20
+        while endpoint.stats.handled < 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+    finally:
+        endpoint.stop()
+    assert seen == [{}]
+    [sent] = transport.receive("billing")
+    [reply] = transport.receive("client")
+    assert sent.headers[headers.MESSAGE_INTENT] == "Send"  # not the reply's intent, or vice versa
+    assert reply.headers[headers.MESSAGE_INTENT] == "Reply"
