@@ -1,12 +1,12 @@
 """The message pump: peek, then receive tasks on worker threads, as NServiceBus's MessageReceiver.
 
 The loop thread peeks (the estimated count, cheap at any queue size). Nothing waiting: it
-sleeps ``peek_delay`` (or until woken) and peeks again. Otherwise it hands out
-``min(count, free workers, peek_batch_size)`` receive tickets and waits until each has run its
-receive (NServiceBus 9 waits the same way, so it does not peek over rows its own tasks are
-taking); a receive that finds nothing cancels the rest of the batch and the loop peeks again
-at once. There are exactly ``concurrency`` worker threads, so that many messages at most are
-handled at once, and every ticket goes to a free one.
+sleeps ``peek_delay`` (or until woken) and peeks again. Otherwise it starts
+``min(count, peek_batch_size)`` receive tasks, each waiting for a free worker (NServiceBus starts
+*count* tasks, each behind its concurrency semaphore), and waits until each has run its receive
+(NServiceBus 9 waits the same way, so it does not peek over rows its own tasks are taking); a
+receive that finds nothing cancels the rest and the loop peeks again at once. There are exactly
+``concurrency`` worker threads, so that many messages at most are handled at once.
 
 Peek and receive each have a circuit breaker (:class:`CircuitBreaker`): while the database
 fails, the failing thread backs off (doubling, capped); after ``critical_error_after`` seconds
@@ -45,6 +45,8 @@ log = logging.getLogger(__name__)
 #: Errors of the database (rather than of a handler) that the circuit breakers count.
 DATABASE_ERRORS: tuple[type[BaseException], ...] = (exceptions.DatabaseError, exc.DBAPIError)
 _OUTCOMES = ("handled", "failed", "retried", "expired", "poison")
+#: Most receive tasks started after one peek (a peek of a huge queue is re-done after them).
+_MAX_TICKETS = 10_000
 
 
 @dataclasses.dataclass
@@ -283,7 +285,6 @@ class MessagePump:
                 with self._condition:
                     while self._busy >= self.settings.concurrency and not self._stopping.is_set():
                         self._condition.wait(0.5)
-                    free = self.settings.concurrency - self._busy
                 if self._stopping.is_set():
                     break
                 try:
@@ -299,7 +300,10 @@ class MessagePump:
                     self._wake.wait(self.settings.peek_delay)
                     self._wake.clear()
                     continue
-                size = min(count, free, self.settings.peek_batch_size or count)
+                # Up to *count* receive tasks, each waiting for a free worker (NServiceBus
+                # starts that many, each behind its concurrency semaphore): a worker that
+                # handled one message takes the next ticket without a peek in between.
+                size = min(count, self.settings.peek_batch_size or count, _MAX_TICKETS)
                 if self.receive_breaker.armed:
                     size = 1
                 batch = _Batch(size)
