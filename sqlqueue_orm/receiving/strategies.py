@@ -24,6 +24,7 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from sqlalchemy.engine import Connection, RootTransaction
@@ -133,11 +134,11 @@ class ReceiveStrategy:
         raise NotImplementedError
 
     def _context(
-        self, message: IncomingMessage, sender: Sender, session: type[Session] | object
+        self, message: IncomingMessage, sender: Sender, session: Callable[[], Session]
     ) -> HandlerContext:
         from sqlqueue_orm.receiving.endpoint import HandlerContext
 
-        return HandlerContext(self.endpoint, message, sender, session)  # type: ignore[arg-type]
+        return HandlerContext(self.endpoint, message, sender, session)
 
     def _dead_letter(self, connection: Connection, message: IncomingMessage) -> None:
         """Move a poison row, headers as stored, to the error queue (in *connection*'s tx)."""
