@@ -66,3 +66,15 @@ class DatabaseError(SqlQueueError):
     def __init__(self, message: str | None = None, *, transient: bool = False) -> None:
         self.transient = transient
         super().__init__(message)
+
+
+class UnknownMessageType(SqlQueueError):
+    """No handler of the endpoint accepts this message."""
+
+    def __init__(self, message_id: str, message_types: str | None) -> None:
+        self.message_id = message_id
+        self.message_types = message_types
+        super().__init__(
+            f"message {message_id!r}: no handler for its type {message_types!r} "
+            "(register one with Endpoint.handle, or a raw handler with Endpoint.handle_raw)"
+        )

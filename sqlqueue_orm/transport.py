@@ -17,7 +17,7 @@ import datetime as dt
 import logging
 import threading
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
 import sqlalchemy as sa
@@ -84,6 +84,9 @@ class Transport:
         self._connections = connections.ThreadConnections(
             self.engine, begin, sql.for_dialect(self.engine.dialect).autocommit
         )
+        #: Called with the queue's address after each send this transport committed itself
+        #: (endpoints of this process register here to wake up at once).
+        self.sent_hooks: list[Callable[[addressing.QueueAddress], object]] = []
 
     def __enter__(self) -> Transport:
         return self
@@ -214,6 +217,8 @@ class Transport:
             else:  # executemany is not atomic in autocommit: all or none needs a transaction
                 with self._connections.transaction() as cursor:
                     table_queue.send_on_cursor(cursor, prepared)
+            for hook in self.sent_hooks:
+                hook(table_queue.address)
         return [item.message_id for item in prepared]
 
     def reply(

@@ -1,0 +1,139 @@
+"""``sqlqueue run MODULE:ENDPOINT``: run an endpoint until SIGTERM/SIGINT, or until drained.
+
+``ENDPOINT`` names, in the importable module ``MODULE`` (the working directory is on the path),
+an :class:`~sqlqueue_orm.receiving.endpoint.Endpoint` or a function that takes the
+:class:`~sqlqueue_orm.transport.Transport` of ``--url`` and returns one. On a terminal a one-line
+status is kept up to date (received, failed, in flight, rate); otherwise a plain log line is
+written every ``STATUS_EVERY`` seconds. At the end one line gives the totals and the rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import logging
+import sys
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from sqlqueue_orm.cli import arguments
+
+if TYPE_CHECKING:
+    from sqlqueue_orm.receiving.endpoint import Endpoint
+    from sqlqueue_orm.receiving.pump import PumpStats
+
+log = logging.getLogger(__name__)
+
+#: Seconds between status log lines when standard error is not a terminal.
+STATUS_EVERY = 10.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Reference:
+    """``MODULE:ATTRIBUTE`` as typed, and the object it names."""
+
+    text: str
+    target: Any
+
+
+def endpoint_reference(text: str) -> Reference:
+    """Argument type ``MODULE:ATTRIBUTE``: the object it names (imported now)."""
+    module_name, sep, attribute = text.partition(":")
+    if not sep or not module_name or not attribute:
+        raise argparse.ArgumentTypeError(f"{text!r} is not MODULE:ENDPOINT")
+    if "" not in sys.path:
+        sys.path.insert(0, "")  # the working directory, as ``python -m`` has it
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise argparse.ArgumentTypeError(
+            f"cannot import module {module_name!r} of {text!r}: {error}"
+        ) from None
+    target: Any = module
+    for part in attribute.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise argparse.ArgumentTypeError(
+                f"module {module_name!r} has no {attribute!r} (in {text!r})"
+            ) from None
+    return Reference(text, target)
+
+
+def register(subparsers: Any) -> None:
+    """Add ``run`` to the ``sqlqueue`` command line."""
+    sub = subparsers.add_parser(
+        "run", help="run an endpoint: MODULE:ENDPOINT (an Endpoint, or a function of a Transport)"
+    )
+    sub.add_argument("endpoint", type=endpoint_reference, metavar="MODULE:ENDPOINT")
+    sub.add_argument(
+        "--concurrency",
+        type=arguments.bounded_int(1, 1_000),
+        metavar="N",
+        help="messages handled at once (default: the endpoint's setting)",
+    )
+    sub.add_argument("--once", action="store_true", help="stop when the queue is drained")
+    sub.set_defaults(func=_cmd_run)
+
+
+def _resolve(reference: Reference, args: argparse.Namespace) -> Endpoint:
+    from sqlqueue_orm import exceptions
+    from sqlqueue_orm.receiving.endpoint import Endpoint
+
+    endpoint = reference.target
+    if not isinstance(endpoint, Endpoint | type) and callable(endpoint):
+        endpoint = endpoint(args.context.transport)
+    if not isinstance(endpoint, Endpoint):
+        raise exceptions.ConfigurationError(
+            f"{reference.text!r} is neither an Endpoint nor a function returning one"
+        )
+    return endpoint
+
+
+def _status(stats: PumpStats) -> str:
+    return (
+        f"received {stats.received}, handled {stats.handled}, failed {stats.failed}, "
+        f"in flight {stats.in_flight}, {stats.rate():.0f} msg/s"
+    )
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    endpoint = _resolve(args.endpoint, args)
+    if args.concurrency is not None:
+        endpoint.settings = endpoint.settings.replace(concurrency=args.concurrency)
+    if not args.verbose:
+        logging.getLogger("sqlqueue_orm.receiving").setLevel(logging.INFO)
+    done = threading.Event()
+    terminal = sys.stderr.isatty()
+
+    def report() -> None:
+        last = time.monotonic()
+        while not done.wait(0.5):
+            if terminal:
+                sys.stderr.write("\r" + _status(endpoint.stats).ljust(78))
+                sys.stderr.flush()
+            elif time.monotonic() - last >= STATUS_EVERY:
+                last = time.monotonic()
+                log.info("queue %s: %s", endpoint.name, _status(endpoint.stats))
+
+    reporter = threading.Thread(target=report, name="status", daemon=True)
+    reporter.start()
+    began = time.monotonic()
+    try:
+        endpoint.run(once=args.once)
+    finally:
+        done.set()
+        reporter.join(1)
+        if terminal:
+            sys.stderr.write("\n")
+    stats = endpoint.stats
+    elapsed = time.monotonic() - began
+    rate = stats.received / elapsed if elapsed > 0 else 0.0
+    print(
+        f"queue {endpoint.name}: received {stats.received} message(s) in {elapsed:.1f} s "
+        f"({rate:.0f} msg/s): handled {stats.handled}, failed {stats.failed}, "
+        f"expired {stats.expired}, poison {stats.poison}"
+    )
+    return 0

@@ -1,0 +1,449 @@
+"""Endpoint: an input queue, the handlers of its messages, and the pump that feeds them.
+
+::
+
+    endpoint = Endpoint("sales", "sqlite:///app.db")
+
+    @endpoint.handle(PlaceOrder, type_name="Sales.Messages.PlaceOrder")
+    def place(order: PlaceOrder, context: HandlerContext) -> None:
+        context.session.add(Order(id=order.id))
+        context.reply(OrderPlaced(id=order.id))
+
+    endpoint.run()            # until SIGTERM / SIGINT / endpoint.stop()
+
+Handlers are registered per pydantic model and matched through the
+``NServiceBus.EnclosedMessageTypes`` header: its first entry whose full type name (the part
+before the first comma of a .NET assembly-qualified name) is registered wins. A model is
+registered under ``module.QualName`` unless ``type_name=`` names the .NET type it stands for, so
+a Python endpoint handles what a .NET endpoint sent, and its own sends of that model carry the
+.NET name. Several handlers of one type run in registration order, in the same transaction;
+raw handlers (``handle_raw``) then run for every message. A message nothing accepts is a
+processing failure (:class:`~sqlqueue_orm.exceptions.UnknownMessageType`).
+
+Handlers are synchronous and run on the pump's worker threads. Async handlers would fit as a
+second pump whose workers are tasks of one event loop, using SQLAlchemy's asyncio extension for
+the same statements; the strategies and the context would keep their shape.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+import signal
+import socket
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import FrameType
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from sqlalchemy.engine import Connection, Engine
+
+from sqlqueue_orm import addressing, exceptions, headers
+from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage
+from sqlqueue_orm.receiving import pump, strategies, wakeup
+from sqlqueue_orm.receiving.settings import EndpointSettings, TransactionMode
+from sqlqueue_orm.transport import Transport
+
+if TYPE_CHECKING:
+    import pydantic
+    from sqlalchemy.orm import Session
+
+    from sqlqueue_orm.sending.outbox import Outbox
+
+log = logging.getLogger(__name__)
+
+#: ``NServiceBus.RelatedTo``: the id of the message being handled when this one was sent.
+RELATED_TO = "NServiceBus.RelatedTo"
+#: Longest exception message copied into the error queue's headers (as NServiceBus truncates).
+MAX_EXCEPTION_MESSAGE = 16_384
+
+ModelT = TypeVar("ModelT", bound="pydantic.BaseModel")
+TypedHandler = Callable[[Any, "HandlerContext"], object]
+RawHandler = Callable[[bytes, "HandlerContext"], object]
+Sender = Callable[[str | addressing.QueueAddress, OutgoingMessage], str]
+Outgoing = OutgoingMessage | bytes | str | Any
+
+
+def full_type_name(entry: str) -> str:
+    """The full type name of one ``EnclosedMessageTypes`` entry (no assembly, version, key)."""
+    return entry.split(",", 1)[0].strip()
+
+
+class HandlerContext:
+    """What a handler gets besides its message: ids, headers, session, send and reply.
+
+    ``session`` is an ORM :class:`~sqlalchemy.orm.Session` bound as the transaction mode
+    dictates (the receive's own transaction in TRANSACTION_SCOPE, the unit of work's in OUTBOX,
+    a transaction of its own, committed after the handlers, otherwise). ``send`` and ``reply``
+    go out as the mode dictates (see ``docs/endpoint.md``).
+    """
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        message: IncomingMessage,
+        sender: Sender,
+        session_factory: Callable[[], Session],
+    ) -> None:
+        self.endpoint = endpoint
+        #: The message being handled, as it was received.
+        self.message = message
+        self._sender = sender
+        self._session_factory = session_factory
+        self._session: Session | None = None
+
+    @property
+    def message_id(self) -> str:
+        """``NServiceBus.MessageId`` of the message being handled."""
+        return self.message.message_id
+
+    @property
+    def headers(self) -> dict[str, str | None]:
+        """The headers of the message being handled."""
+        return self.message.headers
+
+    @property
+    def session(self) -> Session:
+        """The ORM session of this message's handling (made on first use)."""
+        if self._session is None:
+            self._session = self._session_factory()
+        return self._session
+
+    @property
+    def session_used(self) -> Session | None:
+        """The session if a handler used it, else None (for the strategies)."""
+        return self._session
+
+    def send(self, destination: str | addressing.QueueAddress, message: Outgoing) -> str:
+        """Send *message* (an OutgoingMessage, a pydantic model, bytes or text) to *destination*.
+
+        The message carries ``ConversationId``, ``RelatedTo``, ``OriginatingEndpoint``,
+        ``OriginatingMachine``, ``ReplyToAddress`` and ``MessageIntent: Send`` as NServiceBus
+        sets them, unless it sets them itself. Return its message id.
+        """
+        outgoing = self.endpoint.outgoing(message)
+        return self._sender(destination, self._stamp(outgoing, "Send"))
+
+    def reply(self, message: Outgoing) -> str:
+        """Send *message* to the ``NServiceBus.ReplyToAddress`` of the message being handled.
+
+        Sets ``MessageIntent: Reply`` and ``CorrelationId`` (the incoming correlation id, else
+        its message id), as :meth:`Transport.reply` does, on the mode's connection.
+
+        :raises ConfigurationError: the incoming message has no ReplyToAddress.
+        """
+        address_text = self.message.headers.get(headers.REPLY_TO_ADDRESS)
+        if not address_text:
+            raise exceptions.ConfigurationError(
+                f"message {self.message_id!r} from queue {self.message.queue!r} has no "
+                f"{headers.REPLY_TO_ADDRESS} header to reply to"
+            )
+        outgoing = self.endpoint.outgoing(message)
+        reply_headers = dict(outgoing.headers)
+        reply_headers.setdefault(
+            headers.CORRELATION_ID,
+            self.message.headers.get(headers.CORRELATION_ID) or self.message_id,
+        )
+        outgoing = dataclasses.replace(outgoing, headers=reply_headers)
+        destination = self.endpoint.transport.address(address_text)
+        return self._sender(destination, self._stamp(outgoing, "Reply"))
+
+    def _stamp(self, outgoing: OutgoingMessage, intent: str) -> OutgoingMessage:
+        stamped = dict(outgoing.headers)
+        incoming = self.message.headers
+        stamped.setdefault(headers.MESSAGE_INTENT, intent)
+        stamped.setdefault(
+            headers.CONVERSATION_ID, incoming.get(headers.CONVERSATION_ID) or str(uuid.uuid4())
+        )
+        stamped.setdefault(RELATED_TO, self.message_id)
+        stamped.setdefault(headers.ORIGINATING_ENDPOINT, self.endpoint.name)
+        stamped.setdefault(headers.ORIGINATING_MACHINE, self.endpoint.machine)
+        stamped.setdefault(headers.REPLY_TO_ADDRESS, self.endpoint.address_text)
+        return dataclasses.replace(outgoing, headers=stamped)  # the caller's message unchanged
+
+
+class Endpoint:
+    """An input queue, handlers per message type, and a pump running them in a transaction mode.
+
+    :param name: the endpoint's name, which is its input queue.
+    :param transport: the :class:`Transport` of the queues (or a URL, or an Engine).
+    :param settings: :class:`EndpointSettings`; keyword arguments override single settings
+        (``Endpoint("sales", url, concurrency=4)``).
+    :param user_database: the engine (or transport) of the database the handlers' ORM session
+        writes to; default the endpoint's own. TRANSACTION_SCOPE refuses another database
+        (use the outbox mode).
+    :param outbox: the outbox of mode OUTBOX (default: an outbox in the user database).
+    :param on_critical_error: called with a description and the last error when peeking or
+        receiving has failed for ``critical_error_after`` seconds in a row.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        transport: Transport | str | Engine,
+        *,
+        settings: EndpointSettings | None = None,
+        user_database: Engine | Transport | None = None,
+        outbox: Outbox | None = None,
+        on_critical_error: Callable[[str, BaseException], object] | None = None,
+        **overrides: Any,
+    ) -> None:
+        if not isinstance(name, str) or not name.strip():
+            raise exceptions.ConfigurationError(f"endpoint name {name!r} must name a queue")
+        self.name = name
+        if isinstance(transport, Transport):
+            self.transport = transport
+            self._owns_transport = False
+        else:
+            self.transport = Transport(transport)
+            self._owns_transport = True
+        settings = settings or EndpointSettings()
+        self.settings = settings.replace(**overrides) if overrides else settings
+        if isinstance(user_database, Transport):
+            self.user_transport = user_database
+        elif isinstance(user_database, Engine) and user_database is not self.transport.engine:
+            self.user_transport = Transport(user_database)
+        else:
+            self.user_transport = self.transport
+        self.outbox = outbox
+        self.on_critical_error = on_critical_error
+        self.machine = socket.gethostname()
+        self.address_text = self.transport.address_text(name)
+        self._typed: dict[str, tuple[type[Any], list[TypedHandler]]] = {}
+        self._names: dict[type[Any], str] = {}
+        self._raw: list[RawHandler] = []
+        self._pump: pump.MessagePump | None = None
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"<Endpoint {self.name} {self.settings.transaction_mode.value}>"
+
+    # -- handlers --------------------------------------------------------------------------
+    def handle(
+        self,
+        model: type[ModelT],
+        handler: Callable[[ModelT, HandlerContext], object] | None = None,
+        *,
+        type_name: str | None = None,
+    ) -> Any:
+        """Register *handler* for messages of *model* (a pydantic model class).
+
+        Usable as a decorator (``@endpoint.handle(PlaceOrder)``). *type_name*: the full .NET
+        type name the messages carry (``Sales.Messages.PlaceOrder``); default
+        ``module.QualName``, what this library's sends write (a model registered under a .NET
+        name is matched under its Python name too).
+        """
+        if not hasattr(model, "model_validate_json"):
+            raise exceptions.ConfigurationError(
+                f"{model!r} is not a pydantic model class; use handle_raw for bytes"
+            )
+        default = f"{model.__module__}.{model.__qualname__}"
+        name = full_type_name(type_name) if type_name else default
+        if not name:
+            raise exceptions.ConfigurationError(f"type_name {type_name!r} is empty")
+
+        def register(function: Callable[[ModelT, HandlerContext], object]) -> Any:
+            with self._lock:
+                # the explicit name, and the Python one too (what sends from Python write)
+                names = [name] if name == default else [name, default]
+                for each in names:
+                    known = self._typed.get(each)
+                    if known is not None and known[0] is not model:
+                        raise exceptions.ConfigurationError(
+                            f"type name {each!r} is already registered for {known[0]!r}"
+                        )
+                entry = self._typed.get(name) or self._typed.get(default) or (model, [])
+                for each in names:
+                    self._typed[each] = entry
+                entry[1].append(function)
+                self._names.setdefault(model, name)
+            return function
+
+        if handler is not None:
+            return register(handler)
+        return register
+
+    def send(
+        self,
+        destination: str | addressing.QueueAddress,
+        message: Outgoing,
+        connection: Connection | None = None,
+    ) -> str:
+        """Send *message* from this endpoint, outside any handler (a new conversation).
+
+        It carries ``ReplyToAddress`` (this endpoint's queue, so replies come here),
+        ``OriginatingEndpoint``, ``OriginatingMachine``, a new ``ConversationId`` and
+        ``MessageIntent: Send``, unless it sets them. With *connection*, it is sent in that
+        connection's transaction. Return its message id.
+        """
+        outgoing = self.outgoing(message)
+        stamped = dict(outgoing.headers)
+        stamped.setdefault(headers.MESSAGE_INTENT, "Send")
+        stamped.setdefault(headers.CONVERSATION_ID, str(uuid.uuid4()))
+        stamped.setdefault(headers.ORIGINATING_ENDPOINT, self.name)
+        stamped.setdefault(headers.ORIGINATING_MACHINE, self.machine)
+        stamped.setdefault(headers.REPLY_TO_ADDRESS, self.address_text)
+        stamped_message = dataclasses.replace(outgoing, headers=stamped)
+        return self.transport.send(destination, stamped_message, connection=connection)
+
+    def handle_raw(self, handler: RawHandler) -> RawHandler:
+        """Register *handler* for every message: it gets the body bytes and the context."""
+        with self._lock:
+            self._raw.append(handler)
+        return handler
+
+    def type_name(self, model: type[Any]) -> str | None:
+        """The type name *model* was registered under, if it was."""
+        return self._names.get(model)
+
+    def outgoing(self, message: Outgoing) -> OutgoingMessage:
+        """*message* as an OutgoingMessage (a model registered with a .NET name carries it)."""
+        if isinstance(message, OutgoingMessage):
+            return message
+        if isinstance(message, bytes | str):
+            return OutgoingMessage(message)
+        if hasattr(message, "model_dump_json"):
+            registered = self._names.get(type(message))
+            extra = {headers.ENCLOSED_MESSAGE_TYPES: registered} if registered else {}
+            return OutgoingMessage(message, headers=extra)
+        raise exceptions.InvalidMessage(
+            f"cannot send {message!r}: give an OutgoingMessage, a pydantic model, bytes or str"
+        )
+
+    def invoke(self, context: HandlerContext) -> None:
+        """Run every handler that accepts the context's message, in registration order.
+
+        :raises UnknownMessageType: none does.
+        """
+        message = context.message
+        enclosed = message.headers.get(headers.ENCLOSED_MESSAGE_TYPES)
+        matched = None
+        for entry in (enclosed or "").split(";"):
+            matched = self._typed.get(full_type_name(entry))
+            if matched is not None:
+                break
+        if matched is None and not self._raw:
+            raise exceptions.UnknownMessageType(message.message_id, enclosed)
+        if matched is not None:
+            model, handlers = matched
+            body = message.model(model)
+            for handler in list(handlers):
+                handler(body, context)
+        for raw in list(self._raw):
+            raw(message.body or b"", context)
+
+    # -- running ---------------------------------------------------------------------------
+    @property
+    def stats(self) -> pump.PumpStats:
+        """Counters of the running (or last) pump: received, handled, failed, in flight."""
+        return self._pump.stats if self._pump is not None else pump.PumpStats()
+
+    def start(self) -> None:
+        """Check the configuration, create the queues if asked, and start the pump threads.
+
+        :raises ConfigurationError: a mode the databases cannot honour (see docs/endpoint.md).
+        """
+        with self._lock:
+            if self._pump is not None and self._pump.running:
+                raise exceptions.SqlQueueError(f"endpoint {self.name!r} is already running")
+            strategy = strategies.for_endpoint(self)
+            if self.settings.create_queues:
+                self.transport.create_queue(self.name)
+                self.transport.create_queue(self.settings.error_queue)
+            strategy.prepare()
+            if self.settings.purge_expired_at_startup:
+                self.transport.purge_expired(self.name)
+            notify = self.settings.notify and self.transport.engine.dialect.name == "postgresql"
+            if notify:
+                wakeup.install_trigger(self.transport.engine, self.transport.address(self.name))
+            self._pump = pump.MessagePump(self, strategy)
+            self._pump.start(notify=notify)
+        log.info(
+            "queue %s: endpoint started (%s, concurrency %d)",
+            self.name,
+            self.settings.transaction_mode.value,
+            self.settings.concurrency,
+        )
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """Stop taking messages and let in-flight handlers finish within *timeout* seconds.
+
+        Default: ``settings.shutdown_timeout``. What is still running then is rolled back (its
+        connection is closed under it), so its message returns to the queue. Return whether
+        everything finished in time.
+        """
+        current = self._pump
+        if current is None:
+            return True
+        limit = self.settings.shutdown_timeout if timeout is None else timeout
+        return current.stop(limit)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the pump has stopped; return whether it has."""
+        current = self._pump
+        return True if current is None else current.wait(timeout)
+
+    def run(self, *, once: bool = False) -> None:
+        """Start, then block until SIGTERM, SIGINT or :meth:`stop` (*once*: until drained).
+
+        Signal handlers are installed only when called from the main thread; the previous
+        ones are restored on return.
+        """
+        with self._signals():
+            self.start()
+            assert self._pump is not None
+            if once:
+                self._pump.drained.wait()
+                self.stop()
+            self.wait()
+
+    @contextmanager
+    def _signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def on_signal(signum: int, _frame: FrameType | None) -> None:
+            log.info("queue %s: %s received; stopping", self.name, signal.Signals(signum).name)
+            threading.Thread(target=self.stop, name=f"stop {self.name}", daemon=True).start()
+
+        previous = {
+            signum: signal.signal(signum, on_signal) for signum in (signal.SIGTERM, signal.SIGINT)
+        }
+        try:
+            yield
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+    def close(self) -> None:
+        """Stop (if running) and give back the transport's connections if it made them."""
+        self.stop()
+        if self._owns_transport:
+            self.transport.close()
+
+    def __enter__(self) -> Endpoint:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- for the strategies ----------------------------------------------------------------
+    @property
+    def mode(self) -> TransactionMode:
+        """The transaction mode of the settings."""
+        return self.settings.transaction_mode
+
+    def failure_headers(self, message: IncomingMessage, error: BaseException) -> dict[str, str]:
+        """The headers NServiceBus adds to a message it moves to the error queue."""
+        return {
+            headers.FAILED_QUEUE: self.address_text,
+            headers.EXCEPTION_TYPE: f"{type(error).__module__}.{type(error).__qualname__}",
+            headers.EXCEPTION_MESSAGE: str(error)[:MAX_EXCEPTION_MESSAGE],
+            headers.TIME_OF_FAILURE: headers.format_time(dt.datetime.now(dt.UTC)),
+            headers.PROCESSING_ENDPOINT: self.name,
+            headers.PROCESSING_MACHINE: self.machine,
+        }

@@ -1,0 +1,403 @@
+"""The message pump: peek, then receive tasks on worker threads, as NServiceBus's MessageReceiver.
+
+The loop thread peeks (the estimated count, cheap at any queue size). Nothing waiting: it
+sleeps ``peek_delay`` (or until woken) and peeks again. Otherwise it starts
+``min(count, peek_batch_size)`` receive tasks, each waiting for a free worker (NServiceBus starts
+*count* tasks, each behind its concurrency semaphore), and waits until each has run its receive
+(NServiceBus 9 waits the same way, so it does not peek over rows its own tasks are taking); a
+receive that finds nothing cancels the rest and the loop peeks again at once. There are exactly
+``concurrency`` worker threads, so that many messages at most are handled at once.
+
+Peek and receive each have a circuit breaker (:class:`CircuitBreaker`): while the database
+fails, the failing thread backs off (doubling, capped); after ``critical_error_after`` seconds
+of failures in a row it logs a critical error and calls ``on_critical_error``, and keeps
+trying; the first success closes it again. While the receive breaker is open, one receive is
+tried at a time.
+
+:meth:`MessagePump.stop` stops taking messages and waits for the handlers in flight; those still
+running at the deadline are abandoned: their connection is closed under them, so the database
+rolls their receive back and the message returns to the queue.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import queue as queue_module
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from sqlalchemy import exc
+from sqlalchemy.engine import Connection, RootTransaction
+
+from sqlqueue_orm import exceptions
+
+if TYPE_CHECKING:
+    from sqlqueue_orm import addressing
+    from sqlqueue_orm.receiving import wakeup
+    from sqlqueue_orm.receiving.endpoint import Endpoint
+    from sqlqueue_orm.receiving.settings import EndpointSettings
+    from sqlqueue_orm.receiving.strategies import ReceiveStrategy
+
+log = logging.getLogger(__name__)
+
+#: Errors of the database (rather than of a handler) that the circuit breakers count.
+DATABASE_ERRORS: tuple[type[BaseException], ...] = (exceptions.DatabaseError, exc.DBAPIError)
+_OUTCOMES = ("handled", "failed", "retried", "expired", "poison")
+#: Most receive tasks started after one peek (a peek of a huge queue is re-done after them).
+_MAX_TICKETS = 10_000
+
+
+@dataclasses.dataclass
+class PumpStats:
+    """What a pump has done since it started (read without a lock: a snapshot may be torn)."""
+
+    handled: int = 0
+    failed: int = 0
+    retried: int = 0
+    expired: int = 0
+    poison: int = 0
+    in_flight: int = 0
+    max_in_flight: int = 0
+    started: float = dataclasses.field(default_factory=time.monotonic)
+
+    @property
+    def received(self) -> int:
+        """Messages taken off the queue, whatever became of them."""
+        return self.handled + self.failed + self.retried + self.expired + self.poison
+
+    def rate(self) -> float:
+        """Messages received per second since the start."""
+        elapsed = time.monotonic() - self.started
+        return self.received / elapsed if elapsed > 0 else 0.0
+
+
+class CircuitBreaker:
+    """Back off while an operation fails; raise a critical error when it fails for too long.
+
+    :param name: what fails (``peek`` or ``receive``), for the log lines.
+    :param queue: the endpoint's queue, for the log lines.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        queue: str,
+        settings: EndpointSettings,
+        stopping: threading.Event,
+        on_critical_error: object | None,
+    ) -> None:
+        self.name = name
+        self.queue = queue
+        self.settings = settings
+        self._stopping = stopping
+        self._on_critical_error = on_critical_error
+        self._lock = threading.Lock()
+        self.failures = 0
+        self._failing_since: float | None = None
+        self.triggered = False
+
+    @property
+    def armed(self) -> bool:
+        """Whether the last attempt failed."""
+        return self._failing_since is not None
+
+    def success(self) -> None:
+        """The operation worked: close the breaker (logging the recovery if it was open)."""
+        if self._failing_since is None:
+            return
+        with self._lock:
+            if self._failing_since is None:
+                return
+            log.info(
+                "queue %s: %s works again after %d failure(s) in %.1f s",
+                self.queue,
+                self.name,
+                self.failures,
+                time.monotonic() - self._failing_since,
+            )
+            self._failing_since = None
+            self.failures = 0
+            self.triggered = False
+
+    def failure(self, error: BaseException) -> None:
+        """Count a failure, trigger the critical error when due, then back off (interruptible)."""
+        now = time.monotonic()
+        critical = False
+        with self._lock:
+            if self._failing_since is None:
+                self._failing_since = now
+            self.failures += 1
+            failures = self.failures
+            failing_for = now - self._failing_since
+            if not self.triggered and failing_for >= self.settings.critical_error_after:
+                self.triggered = critical = True
+        delay = min(
+            self.settings.max_backoff,
+            self.settings.initial_backoff * 2 ** min(failures - 1, 30),
+        )
+        log.warning(
+            "queue %s: %s failed (%d in a row, for %.1f s); trying again in %.1f s: %s",
+            self.queue,
+            self.name,
+            failures,
+            failing_for,
+            delay,
+            error,
+        )
+        if critical:
+            description = f"Failed to {self.name} from {self.queue} for {failing_for:.0f} s"
+            log.critical("queue %s: %s: %s", self.queue, description, error)
+            callback = self._on_critical_error
+            if callable(callback):
+                try:
+                    callback(description, error)
+                except Exception:
+                    log.exception("queue %s: on_critical_error raised", self.queue)
+        self._stopping.wait(delay)
+
+
+class _Batch:
+    """The receive tickets handed out after one peek."""
+
+    def __init__(self, size: int) -> None:
+        self._remaining = size
+        self.empty = False
+        self.done = threading.Event()
+        self._lock = threading.Lock()
+        if size <= 0:
+            self.done.set()
+
+    def mark(self, found: bool) -> None:
+        with self._lock:
+            self._remaining -= 1
+            if not found:
+                self.empty = True
+            if self._remaining <= 0:
+                self.done.set()
+
+
+class _Slot:
+    """One worker's receive: reports to the batch, can be abandoned by a timed-out stop."""
+
+    def __init__(self, pump: MessagePump, batch: _Batch) -> None:
+        self._pump = pump
+        self._batch = batch
+        self._signalled = False
+        self._connection: Connection | None = None
+        self.abandoned = False
+
+    def received(self, found: bool) -> None:
+        if not self._signalled:
+            self._signalled = True
+            self._batch.mark(found)
+
+    def track(self, connection: Connection) -> None:
+        self._connection = connection
+
+    def commit(self, transaction: RootTransaction) -> None:
+        if self.abandoned:
+            raise exceptions.SqlQueueError("abandoned by a timed-out stop; rolled back")
+        transaction.commit()
+
+    def outcome(self, name: str) -> None:
+        self._pump._count(name)
+
+    def abandon(self) -> None:
+        self.abandoned = True
+        connection = self._connection
+        if connection is not None:
+            try:
+                connection.invalidate()  # closes the DBAPI connection: the server rolls back
+            except Exception as error:  # the worker may be using it this very moment
+                log.debug("queue %s: closing an abandoned connection: %s", self._pump.queue, error)
+
+
+class MessagePump:
+    """The peek loop and the worker threads of one endpoint (see the module docstring)."""
+
+    def __init__(self, endpoint: Endpoint, strategy: ReceiveStrategy) -> None:
+        self.endpoint = endpoint
+        self.strategy = strategy
+        self.queue = endpoint.name
+        self.settings = endpoint.settings
+        self.stats = PumpStats()
+        #: Set when a peek found nothing and no handler was running (``sqlqueue run --once``).
+        self.drained = threading.Event()
+        self._stopping = threading.Event()
+        self._stopped = threading.Event()
+        self._wake = threading.Event()
+        self._tickets: queue_module.SimpleQueue[_Batch | None] = queue_module.SimpleQueue()
+        self._condition = threading.Condition()
+        self._busy = 0
+        self._active: set[_Slot] = set()
+        self._threads: list[threading.Thread] = []
+        self._loop_thread: threading.Thread | None = None
+        self._listener: wakeup.NotifyListener | None = None
+        self._local_wakeups: wakeup.LocalWakeups | None = None
+        self._address: addressing.QueueAddress | None = None
+        self.peek_breaker = CircuitBreaker(
+            "peek", self.queue, self.settings, self._stopping, endpoint.on_critical_error
+        )
+        self.receive_breaker = CircuitBreaker(
+            "receive", self.queue, self.settings, self._stopping, endpoint.on_critical_error
+        )
+
+    @property
+    def running(self) -> bool:
+        """Whether the pump was started and has not stopped."""
+        return self._loop_thread is not None and not self._stopped.is_set()
+
+    def start(self, notify: bool = False) -> None:
+        """Start the worker threads and the peek loop (all daemon threads), and the wake-ups.
+
+        :param notify: also listen for PostgreSQL notifications (the trigger is installed).
+        """
+        from sqlqueue_orm.receiving import wakeup
+
+        transport = self.endpoint.transport
+        self._address = transport.address(self.queue)
+        self._local_wakeups = wakeup.local_wakeups(transport)
+        self._local_wakeups.register(self._address.table, self.wake)
+        if notify:
+            self._listener = wakeup.NotifyListener(transport.engine, self._address, self.wake)
+            self._listener.start()
+        for number in range(self.settings.concurrency):
+            thread = threading.Thread(
+                target=self._work, name=f"{self.queue} worker {number}", daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
+        self._loop_thread = threading.Thread(
+            target=self._loop, name=f"{self.queue} pump", daemon=True
+        )
+        self._loop_thread.start()
+
+    def wake(self) -> None:
+        """Peek now instead of at the end of the peek delay (a message was sent)."""
+        self._wake.set()
+
+    # -- the loop ---------------------------------------------------------------------------
+    def _loop(self) -> None:
+        try:
+            while not self._stopping.is_set():
+                with self._condition:
+                    while self._busy >= self.settings.concurrency and not self._stopping.is_set():
+                        self._condition.wait(0.5)
+                if self._stopping.is_set():
+                    break
+                try:
+                    count = self.endpoint.transport.peek(self.queue)
+                except DATABASE_ERRORS as error:
+                    self.peek_breaker.failure(error)
+                    continue
+                self.peek_breaker.success()
+                if count <= 0:
+                    with self._condition:
+                        if self._busy == 0:
+                            self.drained.set()
+                    self._wake.wait(self.settings.peek_delay)
+                    self._wake.clear()
+                    continue
+                # Up to *count* receive tasks, each waiting for a free worker (NServiceBus
+                # starts that many, each behind its concurrency semaphore): a worker that
+                # handled one message takes the next ticket without a peek in between.
+                size = min(count, self.settings.peek_batch_size or count, _MAX_TICKETS)
+                if self.receive_breaker.armed:
+                    size = 1
+                batch = _Batch(size)
+                for _ in range(size):
+                    self._tickets.put(batch)
+                while not batch.done.wait(0.5):
+                    if self._stopping.is_set():
+                        break
+        except Exception:  # a bug: say so loudly rather than die silently
+            log.critical("queue %s: the pump loop failed", self.queue, exc_info=True)
+        finally:
+            for _ in self._threads:
+                self._tickets.put(None)
+
+    def _work(self) -> None:
+        while True:
+            batch = self._tickets.get()
+            if batch is None:
+                return
+            if batch.empty or self._stopping.is_set():
+                batch.mark(True)  # cancelled: a sibling found nothing, or we are stopping
+                continue
+            slot = _Slot(self, batch)
+            with self._condition:
+                self._busy += 1
+                self._active.add(slot)
+                self.stats.in_flight = self._busy
+                self.stats.max_in_flight = max(self.stats.max_in_flight, self._busy)
+            failure: BaseException | None = None
+            try:
+                self.strategy.process(slot)
+            except DATABASE_ERRORS as error:
+                failure = error
+            except Exception as error:
+                if slot.abandoned:
+                    log.info("queue %s: an abandoned handler ended: %s", self.queue, error)
+                else:
+                    log.error("queue %s: processing failed", self.queue, exc_info=True)
+            finally:
+                slot.received(False)  # no-op if the receive reported already
+            if failure is not None and not slot.abandoned:
+                self.receive_breaker.failure(failure)
+            elif failure is None:
+                self.receive_breaker.success()
+            with self._condition:
+                self._busy -= 1
+                self._active.discard(slot)
+                self.stats.in_flight = self._busy
+                self._condition.notify_all()
+
+    def _count(self, outcome: str) -> None:
+        with self._condition:
+            if outcome in _OUTCOMES:
+                setattr(self.stats, outcome, getattr(self.stats, outcome) + 1)
+
+    # -- stopping ---------------------------------------------------------------------------
+    def stop(self, timeout: float) -> bool:
+        """Stop taking messages; wait up to *timeout* s for handlers, abandon the rest."""
+        if self._stopped.is_set():
+            return True
+        self._stopping.set()
+        self._wake.set()
+        if self._local_wakeups is not None and self._address is not None:
+            self._local_wakeups.unregister(self._address.table, self.wake)
+        if self._listener is not None:
+            self._listener.stop()
+        deadline = time.monotonic() + timeout
+        with self._condition:
+            while self._busy and time.monotonic() < deadline:
+                self._condition.wait(min(0.1, max(0.0, deadline - time.monotonic())))
+            finished = self._busy == 0
+            abandoned = list(self._active)
+        if not finished:
+            log.warning(
+                "queue %s: %d handler(s) still running after %.1f s; rolling them back "
+                "(their messages return to the queue)",
+                self.queue,
+                len(abandoned),
+                timeout,
+            )
+            for slot in abandoned:
+                slot.abandon()
+        if self._loop_thread is not None:
+            self._loop_thread.join(timeout=1.0)
+        self._stopped.set()
+        log.info("queue %s: endpoint stopped (%d handled)", self.queue, self.stats.handled)
+        return finished
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until stopped; return whether it is."""
+        return self._stopped.wait(timeout)
+
+    # -- in flight, for the stats -----------------------------------------------------------
+    @property
+    def in_flight(self) -> int:
+        """Receives and handlers running now."""
+        return self._busy

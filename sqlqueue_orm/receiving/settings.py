@@ -1,0 +1,147 @@
+"""Endpoint settings: frozen dataclasses validated when built, as in :mod:`sqlqueue_orm.config`.
+
+A bad value raises :class:`~sqlqueue_orm.exceptions.ConfigurationError` naming it; a value that
+works but is probably a mistake logs a warning, as NServiceBus's option setters do
+(``QueuePeekerOptions``: a peek delay under 100 ms throws, over 10 s warns).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import logging
+import math
+import os
+
+from sqlqueue_orm import exceptions
+
+log = logging.getLogger(__name__)
+
+#: NServiceBus's default ``LimitMessageProcessingConcurrencyTo``: max(logical CPUs, 2).
+DEFAULT_CONCURRENCY = max(os.cpu_count() or 1, 2)
+#: Shortest peek delay accepted (NServiceBus refuses less: it only stresses the database).
+MIN_PEEK_DELAY = 0.1
+#: Longest peek delay accepted without a warning (messages may back up for that long).
+MAX_QUIET_PEEK_DELAY = 10.0
+
+
+class TransactionMode(enum.Enum):
+    """How the receive, the handler's data and its sends are tied together.
+
+    See ``docs/endpoint.md`` for each mode's guarantee.
+    """
+
+    #: The row is deleted (and committed) before the handler runs: a failure loses the message.
+    NONE = "none"
+    #: The receive commits only when the handlers succeed; sends leave at once (ghosts on failure).
+    RECEIVE_ONLY = "receive_only"
+    #: Sends share the receive's transaction; the handler's ORM session commits just before it.
+    SENDS_ATOMIC_WITH_RECEIVE = "sends_atomic_with_receive"
+    #: The receive, the ORM session and the sends are one transaction of the endpoint's database.
+    TRANSACTION_SCOPE = "transaction_scope"
+    #: RECEIVE_ONLY for the input message, plus a unit of work with the outbox, de-duplicated on
+    #: the incoming message id: exactly once per database.
+    OUTBOX = "outbox"
+
+
+def _seconds(name: str, value: object, *, minimum: float, allow_equal: bool = True) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise exceptions.ConfigurationError(f"{name} {value!r} is not a finite number of seconds")
+    if value < minimum or (value == minimum and not allow_equal):
+        bound = f"at least {minimum:g}" if allow_equal else f"more than {minimum:g}"
+        raise exceptions.ConfigurationError(f"{name} {value!r} must be {bound} seconds")
+    return float(value)
+
+
+def _whole(name: str, value: object, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise exceptions.ConfigurationError(
+            f"{name} {value!r} must be a whole number from {low} to {high}"
+        )
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class EndpointSettings:
+    """How an endpoint's pump receives, processes, backs off and stops.
+
+    :param concurrency: messages handled at once (``LimitMessageProcessingConcurrencyTo``),
+        never exceeded; default max(CPU count, 2).
+    :param transaction_mode: see :class:`TransactionMode`.
+    :param peek_delay: seconds between peeks while the queue is empty (0.1 to 10 recommended).
+    :param peek_batch_size: most receive tasks started per peek (``None``: no limit but the
+        free slots).
+    :param immediate_retries: times a failed message is retried at once before it is moved to
+        the error queue (NServiceBus: 5). Mode NONE never retries: the message is gone.
+    :param error_queue: where messages that fail every retry (and poison rows) go.
+    :param shutdown_timeout: seconds :meth:`Endpoint.stop` lets in-flight handlers finish; what
+        is still running then is rolled back and its message returns to the queue.
+    :param critical_error_after: seconds of uninterrupted peek or receive failures before the
+        circuit breaker logs a critical error and calls ``on_critical_error``.
+    :param initial_backoff: first wait after a peek or receive failed (doubles per failure).
+    :param max_backoff: cap of that wait.
+    :param purge_expired_at_startup: delete expired messages when the endpoint starts.
+    :param create_queues: create the input and error queues at start-up if missing.
+    :param notify: PostgreSQL only: wake up on ``NOTIFY`` from a trigger on the queue table
+        (installed at start-up) instead of waiting for the next peek. Off by default: the
+        trigger cost 5% to 24% of concurrent send throughput when measured (docs/endpoint.md).
+        Sends of this process wake its endpoints on every database regardless.
+    """
+
+    concurrency: int = DEFAULT_CONCURRENCY
+    transaction_mode: TransactionMode = TransactionMode.TRANSACTION_SCOPE
+    peek_delay: float = 1.0
+    peek_batch_size: int | None = None
+    immediate_retries: int = 5
+    error_queue: str = "error"
+    shutdown_timeout: float = 30.0
+    critical_error_after: float = 30.0
+    initial_backoff: float = 0.1
+    max_backoff: float = 10.0
+    purge_expired_at_startup: bool = False
+    create_queues: bool = True
+    notify: bool = False
+
+    def __post_init__(self) -> None:
+        _whole("concurrency", self.concurrency, 1, 1_000)
+        if not isinstance(self.transaction_mode, TransactionMode):
+            try:
+                mode = TransactionMode(str(self.transaction_mode).lower())
+            except ValueError:
+                raise exceptions.ConfigurationError(
+                    f"transaction_mode {self.transaction_mode!r} must be one of "
+                    + ", ".join(mode.value for mode in TransactionMode)
+                ) from None
+            object.__setattr__(self, "transaction_mode", mode)
+        delay = _seconds("peek_delay", self.peek_delay, minimum=0)
+        if delay < MIN_PEEK_DELAY:
+            raise exceptions.ConfigurationError(
+                f"peek_delay {self.peek_delay!r} is below 0.1 seconds: it would only stress the "
+                "database (choose 0.1 to 10 seconds)"
+            )
+        if delay > MAX_QUIET_PEEK_DELAY:
+            log.warning(
+                "peek_delay %ss is above 10 seconds: messages may wait that long in an idle "
+                "queue (0.1 to 10 seconds is recommended)",
+                self.peek_delay,
+            )
+        if self.peek_batch_size is not None:
+            _whole("peek_batch_size", self.peek_batch_size, 1, 100_000)
+        _whole("immediate_retries", self.immediate_retries, 0, 100)
+        if not isinstance(self.error_queue, str) or not self.error_queue.strip():
+            raise exceptions.ConfigurationError(
+                f"error_queue {self.error_queue!r} must name a queue"
+            )
+        _seconds("shutdown_timeout", self.shutdown_timeout, minimum=0)
+        _seconds("critical_error_after", self.critical_error_after, minimum=0)
+        _seconds("initial_backoff", self.initial_backoff, minimum=0, allow_equal=False)
+        _seconds("max_backoff", self.max_backoff, minimum=0, allow_equal=False)
+        if self.max_backoff < self.initial_backoff:
+            raise exceptions.ConfigurationError(
+                f"max_backoff {self.max_backoff!r} is below initial_backoff "
+                f"{self.initial_backoff!r}"
+            )
+
+    def replace(self, **changes: object) -> EndpointSettings:
+        """A copy with *changes* applied (and validated)."""
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]

@@ -1,0 +1,448 @@
+"""One receive strategy per transaction mode (NServiceBus's ``ProcessWith*`` classes).
+
+Each strategy takes one message off the input queue and runs the endpoint's handlers on it,
+with the receive, the handlers' ORM session and their sends tied together as its mode says (the
+guarantees are in ``docs/endpoint.md``). What they share:
+
+* an expired message is discarded (the receive commits) without running a handler;
+* a poison row (headers that cannot be read) is moved to the error queue as it is stored, in
+  the receive's transaction, as NServiceBus's ``DeadLetter`` does;
+* a handler failure rolls back the handlers' work (a SAVEPOINT around it); the message is
+  retried at once up to ``immediate_retries`` times (the receive rolls back, so it returns to
+  its place), then moved to the error queue with NServiceBus's exception headers, in the
+  receive's transaction. A message no handler accepts, or whose body its model cannot read, is
+  moved at once (a retry cannot help). Mode NONE has taken the message already: it goes to
+  the error queue at once, in a transaction of its own.
+
+SQLite has one writer at a time: a second connection that writes while the receive's
+transaction is open would wait for it forever. So modes that need one are refused there at
+start-up (:func:`for_endpoint`), with the mode to use instead.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, ClassVar, Protocol
+
+from sqlalchemy.engine import Connection, RootTransaction
+from sqlalchemy.orm import Session
+
+from sqlqueue_orm import addressing, exceptions
+from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage, PreparedMessage
+from sqlqueue_orm.receiving.settings import TransactionMode
+
+if TYPE_CHECKING:
+    from sqlqueue_orm.receiving.endpoint import Endpoint, HandlerContext, Sender
+
+log = logging.getLogger(__name__)
+
+#: Messages whose failures are remembered at most (the oldest are forgotten first).
+_MAX_REMEMBERED_FAILURES = 10_000
+
+
+class Slot(Protocol):
+    """What the pump gives a strategy for one receive (see :class:`pump.MessagePump`)."""
+
+    def received(self, found: bool) -> None:
+        """Tell the pump the receive has run and whether it found a message."""
+
+    def track(self, connection: Connection) -> None:
+        """Register the connection holding the receive, so a timed-out stop can close it."""
+
+    def commit(self, transaction: RootTransaction) -> None:
+        """Commit the receive unless the stop abandoned this message (then roll back)."""
+
+    def outcome(self, name: str) -> None:
+        """Count what became of the message: handled, failed, retried, expired, poison."""
+
+
+def _is_permanent(error: BaseException) -> bool:
+    """Failures a retry cannot fix: no handler, or a body the model cannot read."""
+    if isinstance(error, exceptions.UnknownMessageType):
+        return True
+    return any(
+        cls.__name__ == "ValidationError" and cls.__module__.startswith("pydantic")
+        for cls in type(error).__mro__
+    )
+
+
+class FailureCounts:
+    """Failures per message, in memory (NServiceBus's ``FailureInfoStorage``), bounded."""
+
+    def __init__(self, limit: int = _MAX_REMEMBERED_FAILURES) -> None:
+        self._counts: collections.OrderedDict[str, int] = collections.OrderedDict()
+        self._limit = limit
+        self._lock = threading.Lock()
+
+    def record(self, key: str) -> int:
+        """Count one more failure of *key*; return how many it has had."""
+        with self._lock:
+            count = self._counts.pop(key, 0) + 1
+            self._counts[key] = count
+            while len(self._counts) > self._limit:
+                self._counts.popitem(last=False)
+            return count
+
+    def forget(self, key: str) -> None:
+        """Drop what is known of *key* (it succeeded or left the queue)."""
+        with self._lock:
+            self._counts.pop(key, None)
+
+
+class ReceiveStrategy:
+    """Receive one message and process it in one transaction mode."""
+
+    mode: ClassVar[TransactionMode]
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.endpoint = endpoint
+        self.transport = endpoint.transport
+        self.queue = endpoint.name
+        self.failures = FailureCounts()
+        self._local = threading.local()
+
+    def _transactional_sender(self, connection: Connection) -> Sender:
+        """Send in *connection*'s transaction, noting where (to wake after the commit)."""
+        sent: list[str | addressing.QueueAddress] = []
+        self._local.sent = sent
+
+        def send(destination: str | addressing.QueueAddress, outgoing: OutgoingMessage) -> str:
+            message_id = self.transport.send(destination, outgoing, connection=connection)
+            sent.append(destination)
+            return message_id
+
+        return send
+
+    def _wake_destinations(self) -> None:
+        """Wake this process's endpoints of the queues sent to in the committed transaction."""
+        sent = getattr(self._local, "sent", None)
+        self._local.sent = None
+        if sent and self.transport.sent_hooks:
+            for destination in set(sent):
+                address = self.transport.address(destination)
+                for hook in self.transport.sent_hooks:
+                    hook(address)
+
+    def prepare(self) -> None:
+        """Create what the mode needs at start-up (nothing, unless a subclass says)."""
+
+    def process(self, slot: Slot) -> None:
+        """Receive at most one message and process it (the pump calls this on a worker)."""
+        raise NotImplementedError
+
+    def _context(
+        self, message: IncomingMessage, sender: Sender, session: Callable[[], Session]
+    ) -> HandlerContext:
+        from sqlqueue_orm.receiving.endpoint import HandlerContext
+
+        return HandlerContext(self.endpoint, message, sender, session)
+
+    def _dead_letter(self, connection: Connection, message: IncomingMessage) -> None:
+        """Move a poison row, headers as stored, to the error queue (in *connection*'s tx)."""
+        raw = message.raw_headers
+        text = raw if isinstance(raw, str) else raw.decode("utf-8", errors="replace")
+        log.error(
+            "queue %s: message %s has headers that cannot be read (%s); probable message "
+            "metadata corruption, moving it to %s",
+            self.queue,
+            message.id,
+            message.headers_error,
+            self.endpoint.settings.error_queue,
+        )
+        row = PreparedMessage(message.id, str(message.id), text, message.body, None)
+        self.transport.queue(self.endpoint.settings.error_queue).send(connection, [row])
+
+    def _to_error_queue(
+        self, connection: Connection | None, message: IncomingMessage, error: BaseException
+    ) -> None:
+        """Send *message* with the failure's headers to the error queue."""
+        failed = message.to_outgoing()
+        failed.headers = {**failed.headers, **self.endpoint.failure_headers(message, error)}
+        error_queue = self.endpoint.settings.error_queue
+        log.error(
+            "queue %s: message %s (%s) failed, moving it to %s: %s: %s",
+            self.queue,
+            message.message_id,
+            message.headers.get("NServiceBus.EnclosedMessageTypes"),
+            error_queue,
+            type(error).__name__,
+            error,
+        )
+        self.transport.send(error_queue, failed, connection=connection)
+        self.failures.forget(str(message.id))
+
+    def _discard_expired(self, message: IncomingMessage) -> None:
+        log.debug(
+            "queue %s: message %s expired before it was received; discarded",
+            self.queue,
+            message.message_id,
+        )
+
+
+class NoTransaction(ReceiveStrategy):
+    """NONE: the receive commits first; a crash during handling loses the message.
+
+    A handler failure sends the message to the error queue (no retries: it is no longer in the
+    input queue). The handlers' session commits after them; their sends leave at once.
+    """
+
+    mode = TransactionMode.NONE
+
+    def process(self, slot: Slot) -> None:
+        """Receive (committed), then handle outside any transaction of the queue."""
+        with self.transport.engine.connect() as connection:
+            slot.track(connection)
+            transaction = connection.begin()
+            messages = self.transport.receive(self.queue, 1, connection=connection)
+            slot.received(bool(messages))
+            if not messages:
+                transaction.rollback()
+                return
+            message = messages[0]
+            if message.headers_error is not None:
+                self._dead_letter(connection, message)
+                slot.commit(transaction)
+                slot.outcome("poison")
+                return
+            slot.commit(transaction)  # the message is gone from here on
+        if message.expired:
+            self._discard_expired(message)
+            slot.outcome("expired")
+            return
+        user_engine = self.endpoint.user_transport.engine
+        context = self._context(
+            message,
+            lambda destination, outgoing: self.transport.send(destination, outgoing),
+            lambda: Session(bind=user_engine, expire_on_commit=False),
+        )
+        try:
+            self.endpoint.invoke(context)
+            if context.session_used is not None:
+                context.session_used.commit()
+        except Exception as error:
+            if context.session_used is not None:
+                context.session_used.rollback()
+            slot.outcome("failed")
+            self._to_error_queue(None, message, error)
+            return
+        finally:
+            if context.session_used is not None:
+                context.session_used.close()
+        slot.outcome("handled")
+
+
+class _NativeTransaction(ReceiveStrategy):
+    """The receive's transaction spans the handling; subclasses say how sends and sessions go."""
+
+    def process(self, slot: Slot) -> None:
+        """Receive in a transaction, handle inside a SAVEPOINT, commit or retry or move."""
+        with self.transport.engine.connect() as connection:
+            slot.track(connection)
+            transaction = connection.begin()
+            messages = self.transport.receive(self.queue, 1, connection=connection)
+            slot.received(bool(messages))
+            if not messages:
+                transaction.rollback()
+                return
+            message = messages[0]
+            if message.expired:
+                self._discard_expired(message)
+                slot.commit(transaction)
+                slot.outcome("expired")
+                return
+            if message.headers_error is not None:
+                self._dead_letter(connection, message)
+                slot.commit(transaction)
+                slot.outcome("poison")
+                return
+            savepoint = connection.begin_nested()
+            try:
+                self._handle(connection, message)
+            except Exception as error:
+                if savepoint.is_active:
+                    savepoint.rollback()
+                attempts = self.failures.record(str(message.id))
+                retry = attempts <= self.endpoint.settings.immediate_retries
+                if retry and not _is_permanent(error):
+                    log.warning(
+                        "queue %s: message %s failed (attempt %d), retrying: %s: %s",
+                        self.queue,
+                        message.message_id,
+                        attempts,
+                        type(error).__name__,
+                        error,
+                    )
+                    transaction.rollback()
+                    slot.outcome("retried")
+                    return
+                self._to_error_queue(connection, message, error)
+                slot.commit(transaction)
+                slot.outcome("failed")
+                return
+            if savepoint.is_active:
+                savepoint.commit()
+            slot.commit(transaction)
+            self._wake_destinations()
+            self.failures.forget(str(message.id))
+            slot.outcome("handled")
+
+    def _handle(self, connection: Connection, message: IncomingMessage) -> None:
+        raise NotImplementedError
+
+    def _run_with_own_session(self, message: IncomingMessage, sender: Sender) -> None:
+        """Run the handlers with a session of its own, committed when they succeed."""
+        user_engine = self.endpoint.user_transport.engine
+        context = self._context(
+            message, sender, lambda: Session(bind=user_engine, expire_on_commit=False)
+        )
+        try:
+            self.endpoint.invoke(context)
+            if context.session_used is not None:
+                context.session_used.commit()
+        except BaseException:
+            if context.session_used is not None:
+                context.session_used.rollback()
+            raise
+        finally:
+            if context.session_used is not None:
+                context.session_used.close()
+
+
+class ReceiveOnly(_NativeTransaction):
+    """RECEIVE_ONLY: the message returns on failure; sends leave at once (ghosts on failure)."""
+
+    mode = TransactionMode.RECEIVE_ONLY
+
+    def _handle(self, connection: Connection, message: IncomingMessage) -> None:
+        self._run_with_own_session(
+            message, lambda destination, outgoing: self.transport.send(destination, outgoing)
+        )
+
+
+class SendsAtomicWithReceive(_NativeTransaction):
+    """SENDS_ATOMIC_WITH_RECEIVE: sends in the receive's transaction; the session apart."""
+
+    mode = TransactionMode.SENDS_ATOMIC_WITH_RECEIVE
+
+    def _handle(self, connection: Connection, message: IncomingMessage) -> None:
+        self._run_with_own_session(message, self._transactional_sender(connection))
+
+
+class TransactionScope(_NativeTransaction):
+    """TRANSACTION_SCOPE: the receive, the session and the sends are one transaction."""
+
+    mode = TransactionMode.TRANSACTION_SCOPE
+
+    def _handle(self, connection: Connection, message: IncomingMessage) -> None:
+        context = self._context(
+            message,
+            self._transactional_sender(connection),
+            lambda: Session(
+                bind=connection, join_transaction_mode="create_savepoint", expire_on_commit=False
+            ),
+        )
+        try:
+            self.endpoint.invoke(context)
+            if context.session_used is not None:
+                context.session_used.commit()  # flushes, releases its SAVEPOINT; tx stays open
+        finally:
+            if context.session_used is not None:
+                context.session_used.close()
+
+
+class OutboxStrategy(_NativeTransaction):
+    """OUTBOX: RECEIVE_ONLY receive, handlers in a de-duplicated unit of work with the outbox."""
+
+    mode = TransactionMode.OUTBOX
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        super().__init__(endpoint)
+        from sqlqueue_orm.sending.outbox import Outbox
+
+        self.outbox = endpoint.outbox or Outbox(endpoint.user_transport)
+
+    def prepare(self) -> None:
+        """Create the outbox table if it is missing."""
+        if self.endpoint.settings.create_queues:
+            self.outbox.create_table()
+
+    def _handle(self, connection: Connection, message: IncomingMessage) -> None:
+        from sqlqueue_orm.session import UnitOfWork
+
+        unit = UnitOfWork(
+            self.endpoint.user_transport,
+            mode="outbox",
+            outbox=self.outbox,
+            incoming_message_id=message.message_id,
+        )
+        try:
+            with unit:
+                if unit.already_handled:
+                    log.info(
+                        "queue %s: message %s was handled before; not handling it again",
+                        self.queue,
+                        message.message_id,
+                    )
+                    return
+                context = self._context(
+                    message,
+                    lambda destination, outgoing: unit.send(destination, outgoing),
+                    lambda: unit.session,
+                )
+                self.endpoint.invoke(context)
+        except exceptions.DuplicateMessage:
+            log.info(
+                "queue %s: message %s was handled concurrently elsewhere; not again",
+                self.queue,
+                message.message_id,
+            )
+
+
+STRATEGIES: dict[TransactionMode, type[ReceiveStrategy]] = {
+    strategy.mode: strategy
+    for strategy in (
+        NoTransaction,
+        ReceiveOnly,
+        SendsAtomicWithReceive,
+        TransactionScope,
+        OutboxStrategy,
+    )
+}
+
+
+def _same_database(endpoint: Endpoint) -> bool:
+    mine, theirs = endpoint.transport.engine, endpoint.user_transport.engine
+    return mine is theirs or str(mine.url) == str(theirs.url)
+
+
+def for_endpoint(endpoint: Endpoint) -> ReceiveStrategy:
+    """The strategy of *endpoint*'s mode, after checking the databases can honour it.
+
+    :raises ConfigurationError: TRANSACTION_SCOPE with user data in another database (use the
+        outbox); on SQLite, a mode that would need a second writer while the receive is open.
+    """
+    mode = endpoint.mode
+    same = _same_database(endpoint)
+    if mode is TransactionMode.TRANSACTION_SCOPE and not same:
+        raise exceptions.ConfigurationError(
+            f"endpoint {endpoint.name!r}: TRANSACTION_SCOPE keeps the receive, your data and "
+            f"your sends in one transaction of {endpoint.transport.engine.url!r}, but the user "
+            f"database is {endpoint.user_transport.engine.url!r}; use the OUTBOX mode for data "
+            "in another database"
+        )
+    if endpoint.transport.engine.dialect.name == "sqlite":
+        refused = None
+        if mode in (TransactionMode.RECEIVE_ONLY, TransactionMode.OUTBOX):
+            refused = "its sends or its unit of work write on a second connection"
+        elif mode is TransactionMode.SENDS_ATOMIC_WITH_RECEIVE and same:
+            refused = "its ORM session writes to the same SQLite file on a second connection"
+        if refused:
+            raise exceptions.ConfigurationError(
+                f"endpoint {endpoint.name!r}: {mode.name} cannot run on SQLite: {refused} "
+                "while the receive holds SQLite's only write lock; use TRANSACTION_SCOPE "
+                "(everything in one transaction) or NONE"
+            )
+    return STRATEGIES[mode](endpoint)

@@ -1,0 +1,97 @@
+"""Concurrency: never above its limit, and reached under a backlog (measured by the handlers)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+import sqlalchemy as sa
+
+from sqlqueue_orm.receiving import Endpoint, EndpointSettings, HandlerContext, TransactionMode
+from tests.endpoint_app import Handled, Job, Meter, UserBase, handled_ids, send_jobs
+from tests.integration.test_endpoint_transaction_modes import run_until
+
+LIMIT = 4
+
+
+@pytest.mark.parametrize(
+    "mode",
+    [TransactionMode.NONE, TransactionMode.SENDS_ATOMIC_WITH_RECEIVE],
+    ids=lambda mode: mode.name,
+)
+def test_concurrency_reaches_its_limit_and_never_exceeds_it(database, mode):
+    if database.dialect == "sqlite" and mode is not TransactionMode.NONE:
+        pytest.skip("SQLite has one writer: transactional modes handle one message at a time")
+    transport = database.transport()
+    transport.create_queue("work")
+    send_jobs(transport, "work", 40)
+    meter = Meter()
+    settings = EndpointSettings(concurrency=LIMIT, transaction_mode=mode, peek_delay=0.1)
+    endpoint = Endpoint("work", transport, settings=settings)
+
+    @endpoint.handle(Job)
+    def handle(job: Job, context: HandlerContext) -> None:
+        with meter:
+            time.sleep(0.05)
+
+    run_until(endpoint, lambda: endpoint.stats.handled == 40)
+    assert meter.peak == LIMIT
+    assert endpoint.stats.max_in_flight == LIMIT
+
+
+def test_a_peek_batch_size_limits_the_receives_per_peek(database):
+    transport = database.transport()
+    transport.create_queue("work")
+    send_jobs(transport, "work", 12)
+    meter = Meter()
+    settings = EndpointSettings(concurrency=LIMIT, peek_batch_size=1, peek_delay=0.1,
+                                transaction_mode=TransactionMode.NONE)
+    endpoint = Endpoint("work", transport, settings=settings)
+
+    @endpoint.handle(Job)
+    def handle(job: Job, context: HandlerContext) -> None:
+        with meter:
+            time.sleep(0.02)
+
+    run_until(endpoint, lambda: endpoint.stats.handled == 12)
+    assert meter.peak <= LIMIT
+
+
+@pytest.mark.slow
+def test_two_endpoint_processes_handle_each_message_exactly_once(database):
+    """Two processes on one queue, 1,000 messages: each handled once (TRANSACTION_SCOPE)."""
+    transport = database.transport()
+    UserBase.metadata.create_all(database.engine)
+    transport.create_queue("shared")
+    transport.create_queue("error")
+    sent = send_jobs(transport, "shared", 1_000)
+    command = [
+        sys.executable, "-m", "tests.endpoint_app", database.url, "shared",
+        TransactionMode.TRANSACTION_SCOPE.value, "2", "0", "10",
+    ]
+    # a plain engine to watch: WAL readers take no lock (ours begin IMMEDIATE, a writer's lock)
+    watcher = sa.create_engine(database.url, poolclass=sa.pool.NullPool)
+    processes = [
+        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    try:
+        deadline = time.monotonic() + 240
+        while len(handled_ids(watcher)) < len(sent):
+            assert time.monotonic() < deadline, len(handled_ids(watcher))
+            assert all(process.poll() is None for process in processes)
+            time.sleep(0.2)
+    finally:
+        for process in processes:
+            process.terminate()
+        outputs = [process.communicate(timeout=30) for process in processes]
+    assert all(process.returncode == 0 for process in processes), outputs
+    ids = handled_ids(watcher)
+    assert sorted(ids) == sorted(sent)  # every message, none twice
+    assert transport.peek("shared") == 0
+    with watcher.connect() as connection:
+        workers = set(connection.execute(sa.select(Handled.worker)).scalars())
+    assert len(workers) == 2  # both processes took a share
+    watcher.dispose()
