@@ -22,6 +22,7 @@ which refuses to migrate queue tables.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 import logging
 from collections.abc import Callable, Iterator, Sequence
@@ -48,6 +49,20 @@ _impls: dict[str, type[QueueTableImpl]] = {}
 Layout = list[tuple[Any, ...]]
 
 
+@dataclasses.dataclass(frozen=True)
+class IndexVariant:
+    """How a copy of a model index differs from it (see :meth:`QueueTableImpl.variant`)."""
+
+    #: Keep the filter (``False``: the unfiltered index of earlier eras).
+    where: bool = True
+    #: SQL Server only; ``None`` keeps the model's.
+    clustered: bool | None = None
+    #: SQL Server ``WITH (...)`` options, replacing the model's.
+    with_options: dict[str, str] | None = None
+    #: PostgreSQL ``CONCURRENTLY``.
+    concurrently: bool = False
+
+
 class ImplMeta(type):
     """Registers each class that names its dialect in ``__dialect__``."""
 
@@ -68,9 +83,12 @@ class QueueTableImpl(metaclass=ImplMeta):
     #: (SQLite), rather than each table in a transaction of its own (autocommit).
     transactional_ddl = False
 
-    def __init__(self, name: str | None = None) -> None:
+    def __init__(self, name: str | None = None, *, cluster_heaps: bool = False) -> None:
         #: The dialect's name (``mssql``, ``postgresql``, ``sqlite``, ...).
         self.name = name or self.__dialect__
+        #: SQL Server: rebuild a heap (the NServiceBus 8+ layout) into a clustered table; by
+        #: default a heap stays a heap.
+        self.cluster_heaps = cluster_heaps
 
     def applies_to(self, revision: str) -> bool:
         """Whether step *revision* changes anything on this dialect."""
@@ -88,70 +106,33 @@ class QueueTableImpl(metaclass=ImplMeta):
         return cast("Callable[..., Any]", method)
 
     # -- index variants ----------------------------------------------------------------------
-    def index_options(
-        self,
-        options: Any,
-        *,
-        where: bool,
-        clustered: bool | None,
-        with_options: dict[str, str] | None,
-        concurrently: bool,
-    ) -> dict[str, Any]:
-        """The dialect keyword arguments of an index variant (see :meth:`variant`).
+    def index_options(self, options: Any, variant: IndexVariant) -> dict[str, Any]:
+        """The dialect keyword arguments of *variant* of an index (see :meth:`variant`).
 
         :param options: the model index's ``dialect_options`` of this dialect.
         """
         return {}
 
-    def variant(
-        self,
-        index: sa.Index,
-        *,
-        where: bool = True,
-        clustered: bool | None = None,
-        with_options: dict[str, str] | None = None,
-        concurrently: bool = False,
-    ) -> sa.Index:
+    def variant(self, index: sa.Index, **changes: Any) -> sa.Index:
         """A copy of model *index* (on a copy of its table) with some options changed.
 
-        :param where: keep the filter (``False``: the unfiltered index of earlier eras).
-        :param clustered: SQL Server only; ``None`` keeps the model's.
-        :param with_options: SQL Server ``WITH (...)`` options, replacing the model's.
-        :param concurrently: PostgreSQL ``CONCURRENTLY``.
+        :param changes: fields of :class:`IndexVariant`.
         """
         assert index.table is not None
         table = index.table.to_metadata(sa.MetaData())
-        kwargs = self.index_options(
-            index.dialect_options[self.name],
-            where=where,
-            clustered=clustered,
-            with_options=with_options,
-            concurrently=concurrently,
-        )
+        kwargs = self.index_options(index.dialect_options[self.name], IndexVariant(**changes))
         columns = [table.c[str(column.name)] for column in index.columns]
         return sa.Index(index.name, *columns, **kwargs)
 
     # -- statements --------------------------------------------------------------------------
     def table_statements(
-        self,
-        revision: str,
-        direction: str,
-        address: addressing.QueueAddress,
-        cluster_heaps: bool = False,
+        self, revision: str, direction: str, address: addressing.QueueAddress
     ) -> list[str]:
-        """The statements applying step *revision* in *direction* to the table at *address*.
-
-        :param cluster_heaps: SQL Server: rebuild a heap (the NServiceBus 8+ layout) into a
-            clustered table; by default a heap stays a heap.
-        """
+        """The statements applying step *revision* in *direction* to the table at *address*."""
         raise exceptions.ConfigurationError(f"queue tables cannot be migrated on {self.name}")
 
     def loop_statements(
-        self,
-        revision: str,
-        direction: str,
-        schemas: Sequence[str | None],
-        cluster_heaps: bool = False,
+        self, revision: str, direction: str, schemas: Sequence[str | None]
     ) -> list[str]:
         """Statements finding every queue table of *schemas* on the server and applying a step.
 
@@ -222,7 +203,6 @@ class QueueTableImpl(metaclass=ImplMeta):
         address: addressing.QueueAddress,
         *,
         quiet: bool = False,
-        cluster_heaps: bool = False,
     ) -> bool:
         """Apply step *revision* in *direction* to one queue table; whether its layout changed.
 
@@ -230,10 +210,9 @@ class QueueTableImpl(metaclass=ImplMeta):
         needs none around it); SQLite's runs in the caller's transaction.
 
         :param quiet: log nothing (the sweep logs one line per table instead of one per step).
-        :param cluster_heaps: as in :meth:`table_statements`.
         """
         step = steps.step(revision, direction)
-        statements = self.table_statements(revision, direction, address, cluster_heaps)
+        statements = self.table_statements(revision, direction, address)
         if not quiet:
             log.info(
                 "queue %s: %s (%d rows)",
@@ -246,11 +225,7 @@ class QueueTableImpl(metaclass=ImplMeta):
         return self.layout(connection, address) != before
 
     def upgrade_table(
-        self,
-        connection: Connection,
-        address: addressing.QueueAddress,
-        revisions: Sequence[str],
-        cluster_heaps: bool = False,
+        self, connection: Connection, address: addressing.QueueAddress, revisions: Sequence[str]
     ) -> Iterator[tuple[str, bool]]:
         """Upgrade one table by *revisions* in turn (the sweep), without progress lines.
 
@@ -261,7 +236,7 @@ class QueueTableImpl(metaclass=ImplMeta):
             if self.skips(connection, address, revision) is not None:
                 yield revision, False
                 continue
-            statements = self.table_statements(revision, "upgrade", address, cluster_heaps)
+            statements = self.table_statements(revision, "upgrade", address)
             self.execute(connection, statements, address)
             after = self.layout(connection, address)
             yield revision, after != before
@@ -285,12 +260,14 @@ class QueueTableImpl(metaclass=ImplMeta):
             yield connection
 
 
-def impl_for(dialect: Dialect | str) -> QueueTableImpl:
+def impl_for(dialect: Dialect | str, *, cluster_heaps: bool = False) -> QueueTableImpl:
     """The queue table implementation of *dialect* (a dialect, or its name).
 
     A dialect without one gets :class:`QueueTableImpl`, which refuses every step.
+
+    :param cluster_heaps: see :attr:`QueueTableImpl.cluster_heaps`.
     """
     for module in _MODULES:  # registers their classes (a no-op once imported)
         importlib.import_module(f"sqlqueue_orm.migration.{module}")
     name = dialect if isinstance(dialect, str) else dialect.name
-    return _impls.get(name, QueueTableImpl)(name)
+    return _impls.get(name, QueueTableImpl)(name, cluster_heaps=cluster_heaps)

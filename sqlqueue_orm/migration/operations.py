@@ -163,7 +163,7 @@ def sweep(context: MigrationContext, revisions: list[str]) -> list[addressing.Qu
     assert connection is not None
     target = target_of(context)
     report = report_of(context)
-    dialect = impl.impl_for(connection.dialect)
+    dialect = impl.impl_for(connection.dialect, cluster_heaps=target.cluster_heaps)
     addresses = discovery.find(connection, target)
     if connection.in_transaction():
         connection.commit()  # only the look-up's reads: each table gets its own transaction
@@ -180,7 +180,7 @@ def sweep(context: MigrationContext, revisions: list[str]) -> list[addressing.Qu
             if pending:
                 with dialect.table_transaction(context) as table_connection:
                     for revision, changed in dialect.upgrade_table(
-                        table_connection, address, pending, target.cluster_heaps
+                        table_connection, address, pending
                     ):
                         report.record(address, revision, changed)
         except (exceptions.SqlQueueError, sa.exc.DBAPIError) as error:
@@ -218,7 +218,7 @@ def _offline(
     revision: str,
     direction: str,
 ) -> None:
-    dialect = impl.impl_for(context.dialect)
+    dialect = impl.impl_for(context.dialect, cluster_heaps=target.cluster_heaps)
     if not dialect.applies_to(revision):
         return
     if not dialect.offline:
@@ -231,14 +231,10 @@ def _offline(
         statements = [
             statement
             for address in target.addresses()
-            for statement in dialect.table_statements(
-                revision, direction, address, target.cluster_heaps
-            )
+            for statement in dialect.table_statements(revision, direction, address)
         ]
     else:
-        statements = dialect.loop_statements(
-            revision, direction, target.schemas, target.cluster_heaps
-        )
+        statements = dialect.loop_statements(revision, direction, target.schemas)
     # Each table runs in its own transaction (and CONCURRENTLY needs none around it).
     with context.autocommit_block():
         for statement in statements:
@@ -250,7 +246,7 @@ def _online(
 ) -> None:
     connection = context.connection
     assert connection is not None
-    dialect = impl.impl_for(connection.dialect)
+    dialect = impl.impl_for(connection.dialect, cluster_heaps=target.cluster_heaps)
     step = steps.step(revision, direction)
     report = report_of(context)
     if not dialect.applies_to(revision):
@@ -265,30 +261,9 @@ def _online(
         log.info("no queue tables in %s: %s", _where(target), step.describe(direction))
     with dialect.steps_connection(context) as steps_connection:
         for address in addresses:
-            changed = dialect.apply(
-                steps_connection, revision, direction, address, cluster_heaps=target.cluster_heaps
+            report.record(
+                address, revision, dialect.apply(steps_connection, revision, direction, address)
             )
-            report.record(address, revision, changed)
-
-
-def apply(
-    connection: Connection,
-    revision: str,
-    direction: str,
-    address: addressing.QueueAddress,
-    *,
-    quiet: bool = False,
-    cluster_heaps: bool = False,
-) -> bool:
-    """Apply step *revision* in *direction* to one queue table; whether its layout changed.
-
-    SQLite runs in the caller's transaction; SQL Server and PostgreSQL need *connection* in
-    autocommit (each statement is its own transaction, ``CONCURRENTLY`` needs none around it).
-    See :meth:`~sqlqueue_orm.migration.impl.QueueTableImpl.apply`.
-    """
-    return impl.impl_for(connection.dialect).apply(
-        connection, revision, direction, address, quiet=quiet, cluster_heaps=cluster_heaps
-    )
 
 
 def _skipped(

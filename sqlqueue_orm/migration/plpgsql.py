@@ -684,80 +684,35 @@ class PostgresqlImpl(impl.QueueTableImpl):
     __dialect__ = "postgresql"
     offline = True
 
-    # -- the steps (named after their concern in steps.STEPS) --------------------------------
-    def upgrade_expires_index(self, target: _Target) -> _Plan:
-        """0001: build (or adopt) ``<table>_Index_Expires``."""
-        return _expires_up(target)
-
-    def downgrade_expires_index(self, target: _Target) -> _Plan:
-        """0001 back: drop it."""
-        return _expires_down(target)
-
-    def upgrade_headers_nvarchar(self, target: _Target) -> _Plan:
-        """0002: Headers to text NOT NULL."""
-        return _headers_up(target)
-
-    def downgrade_headers_nvarchar(self, target: _Target) -> _Plan:
-        """0002 back: Headers to varchar."""
-        return _headers_down(target)
-
-    def upgrade_filter_expires_index(self, target: _Target) -> _Plan:
-        """0003: the Expires index filtered WHERE Expires IS NOT NULL."""
-        return _filter_up(target)
-
-    def downgrade_filter_expires_index(self, target: _Target) -> _Plan:
-        """0003 back: unfiltered."""
-        return _filter_down(target)
-
-    def upgrade_rowversion_layout(self, target: _Target) -> _Plan:
-        """0004: RowVersion an identity column, a b-tree Index_RowVersion."""
-        return _row_version_up(target)
-
-    def downgrade_rowversion_layout(self, target: _Target) -> _Plan:
-        """0004 back: RowVersion a serial column again."""
-        return _row_version_down(target)
-
-    def upgrade_postgresql_nsb_layout(self, target: _Target) -> _Plan:
-        """0008: NServiceBus's PostgreSQL layout."""
-        return _nsb_up(target)
-
-    def downgrade_postgresql_nsb_layout(self, target: _Target) -> _Plan:
-        """0008 back: the SQL Server column layout."""
-        return _nsb_down(target)
+    # The steps, each named after its concern in steps.STEPS (Step.method).
+    upgrade_expires_index = staticmethod(_expires_up)
+    downgrade_expires_index = staticmethod(_expires_down)
+    upgrade_headers_nvarchar = staticmethod(_headers_up)
+    downgrade_headers_nvarchar = staticmethod(_headers_down)
+    upgrade_filter_expires_index = staticmethod(_filter_up)
+    downgrade_filter_expires_index = staticmethod(_filter_down)
+    upgrade_rowversion_layout = staticmethod(_row_version_up)
+    downgrade_rowversion_layout = staticmethod(_row_version_down)
+    upgrade_postgresql_nsb_layout = staticmethod(_nsb_up)
+    downgrade_postgresql_nsb_layout = staticmethod(_nsb_down)
 
     # -- the interface -------------------------------------------------------------------------
-    def index_options(
-        self,
-        options: Any,
-        *,
-        where: bool,
-        clustered: bool | None,
-        with_options: dict[str, str] | None,
-        concurrently: bool,
-    ) -> dict[str, Any]:
+    def index_options(self, options: Any, variant: impl.IndexVariant) -> dict[str, Any]:
         """``postgresql_include`` / ``_where`` / ``_concurrently`` of an index variant."""
         return {
             "postgresql_include": options["include"],
-            "postgresql_where": options["where"] if where else None,
-            "postgresql_concurrently": concurrently,
+            "postgresql_where": options["where"] if variant.where else None,
+            "postgresql_concurrently": variant.concurrently,
         }
 
     def table_statements(
-        self,
-        revision: str,
-        direction: str,
-        address: addressing.QueueAddress,
-        cluster_heaps: bool = False,
+        self, revision: str, direction: str, address: addressing.QueueAddress
     ) -> list[str]:
-        """:func:`table_statements` (*cluster_heaps* means nothing here)."""
+        """:func:`table_statements`."""
         return table_statements(revision, direction, address)
 
     def loop_statements(
-        self,
-        revision: str,
-        direction: str,
-        schemas: Sequence[str | None],
-        cluster_heaps: bool = False,
+        self, revision: str, direction: str, schemas: Sequence[str | None]
     ) -> list[str]:
         """One ``DO`` block: :func:`loop_statement`."""
         return [loop_statement(revision, direction, schemas)]

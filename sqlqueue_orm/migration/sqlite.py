@@ -434,6 +434,14 @@ def _filter(table: Table, filtered: bool) -> list[str]:
     return done
 
 
+def _filter_up(table: Table) -> list[str]:
+    return _filter(table, True)
+
+
+def _filter_down(table: Table) -> list[str]:
+    return _filter(table, False)
+
+
 def _headers_column(table: Table) -> Column:
     for column in table.columns():
         if column.name == "Headers":
@@ -504,51 +512,21 @@ class SqliteImpl(impl.QueueTableImpl):
     __dialect__ = "sqlite"
     transactional_ddl = True
 
-    # -- the steps (named after their concern in steps.STEPS); each says what it did ---------
-    def upgrade_expires_index(self, table: Table) -> list[str]:
-        """0001: build Index_Expires (a differently named one is dropped: no rename here)."""
-        return _expires_up(table)
-
-    def downgrade_expires_index(self, table: Table) -> list[str]:
-        """0001 back: drop it."""
-        return _expires_down(table)
-
-    def upgrade_headers_nvarchar(self, table: Table) -> list[str]:
-        """0002: Headers TEXT NOT NULL (a rebuild)."""
-        return _headers_up(table)
-
-    def downgrade_headers_nvarchar(self, table: Table) -> list[str]:
-        """0002 back: Headers VARCHAR (a rebuild)."""
-        return _headers_down(table)
-
-    def upgrade_filter_expires_index(self, table: Table) -> list[str]:
-        """0003: the Expires index partial WHERE Expires IS NOT NULL."""
-        return _filter(table, True)
-
-    def downgrade_filter_expires_index(self, table: Table) -> list[str]:
-        """0003 back: not partial."""
-        return _filter(table, False)
-
-    def upgrade_rowversion_layout(self, table: Table) -> list[str]:
-        """0004: RowVersion INTEGER PRIMARY KEY AUTOINCREMENT, no index on it."""
-        return _row_version_up(table)
-
-    def downgrade_rowversion_layout(self, table: Table) -> list[str]:
-        """0004 back: without AUTOINCREMENT."""
-        return _row_version_down(table)
+    # The steps, each named after its concern in steps.STEPS (Step.method); each returns what
+    # it did.
+    upgrade_expires_index = staticmethod(_expires_up)
+    downgrade_expires_index = staticmethod(_expires_down)
+    upgrade_headers_nvarchar = staticmethod(_headers_up)
+    downgrade_headers_nvarchar = staticmethod(_headers_down)
+    upgrade_filter_expires_index = staticmethod(_filter_up)
+    downgrade_filter_expires_index = staticmethod(_filter_down)
+    upgrade_rowversion_layout = staticmethod(_row_version_up)
+    downgrade_rowversion_layout = staticmethod(_row_version_down)
 
     # -- the interface -------------------------------------------------------------------------
-    def index_options(
-        self,
-        options: Any,
-        *,
-        where: bool,
-        clustered: bool | None,
-        with_options: dict[str, str] | None,
-        concurrently: bool,
-    ) -> dict[str, Any]:
+    def index_options(self, options: Any, variant: impl.IndexVariant) -> dict[str, Any]:
         """``sqlite_where`` of an index variant."""
-        return {"sqlite_where": options["where"] if where else None}
+        return {"sqlite_where": options["where"] if variant.where else None}
 
     def apply(
         self,
@@ -558,23 +536,31 @@ class SqliteImpl(impl.QueueTableImpl):
         address: addressing.QueueAddress,
         *,
         quiet: bool = False,
-        cluster_heaps: bool = False,
     ) -> bool:
-        """Apply the step in the caller's transaction; whether it did anything."""
-        if quiet:
-            return bool(changes(connection, revision, direction, address))
-        return bool(apply(connection, revision, direction, address))
+        """Apply the step in the caller's transaction; whether it did anything.
+
+        The progress line comes after the step, saying what it did (with the row count before).
+        """
+        step = steps.step(revision, direction)
+        table = Table(connection, address)
+        rows = None if quiet else table.count()
+        done: list[str] = self.body(revision, direction)(table)
+        if rows is not None:
+            log.info(
+                "queue %s: %s (%d rows): %s",
+                address,
+                step.describe(direction),
+                rows,
+                "; ".join(done) or "nothing to do",
+            )
+        return bool(done)
 
     def upgrade_table(
-        self,
-        connection: Connection,
-        address: addressing.QueueAddress,
-        revisions: Sequence[str],
-        cluster_heaps: bool = False,
+        self, connection: Connection, address: addressing.QueueAddress, revisions: Sequence[str]
     ) -> Iterator[tuple[str, bool]]:
         """Each step in turn, saying whether it did anything."""
         for revision in revisions:
-            yield revision, bool(changes(connection, revision, "upgrade", address))
+            yield revision, self.apply(connection, revision, "upgrade", address, quiet=True)
 
     @contextlib.contextmanager
     def steps_connection(self, context: MigrationContext) -> Iterator[Connection]:
@@ -589,36 +575,6 @@ class SqliteImpl(impl.QueueTableImpl):
         assert connection is not None
         with connection.begin():
             yield connection
-
-
-def _changes(table: Table, revision: str, direction: str) -> list[str]:
-    done: list[str] = _IMPL.body(revision, direction)(table)
-    return done
-
-
-def apply(
-    connection: Connection, revision: str, direction: str, address: addressing.QueueAddress
-) -> list[str]:
-    """Apply step *revision* in *direction* to the queue table at *address*; say what was done."""
-    step = steps.step(revision, direction)
-    table = Table(connection, address)
-    rows = table.count()
-    done = _changes(table, revision, direction)
-    log.info(
-        "queue %s: %s (%d rows): %s",
-        address,
-        step.describe(direction),
-        rows,
-        "; ".join(done) or "nothing to do",
-    )
-    return done
-
-
-def changes(
-    connection: Connection, revision: str, direction: str, address: addressing.QueueAddress
-) -> list[str]:
-    """:func:`apply` without its progress line and row count: what was done (the sweep's way)."""
-    return _changes(Table(connection, address), revision, direction)
 
 
 _IMPL = SqliteImpl()

@@ -318,6 +318,14 @@ def _filter_expires(target: _Target, filtered: bool) -> Lines:
     return _if(_index_exists(target, name, wrong), _online(target, build, DROP_EXISTING="ON"))
 
 
+def _filter_up(target: _Target) -> Lines:
+    return _filter_expires(target, True)
+
+
+def _filter_down(target: _Target) -> Lines:
+    return _filter_expires(target, False)
+
+
 def _sequential_key(target: _Target, index: sa.Index, value: str) -> Lines:
     """Set OPTIMIZE_FOR_SEQUENTIAL_KEY of *index* to *value* where the server knows it."""
     current = "0" if value == "ON" else "1"
@@ -550,76 +558,39 @@ class MssqlImpl(impl.QueueTableImpl):
     __dialect__ = "mssql"
     offline = True
 
-    # -- the steps (named after their concern in steps.STEPS) --------------------------------
-    def upgrade_expires_index(self, target: _Target) -> Lines:
-        """0001: build (or adopt) Index_Expires."""
-        return _expires_up(target)
-
-    def downgrade_expires_index(self, target: _Target) -> Lines:
-        """0001 back: drop Index_Expires."""
-        return _expires_down(target)
-
-    def upgrade_headers_nvarchar(self, target: _Target) -> Lines:
-        """0002: Headers to nvarchar(max) NOT NULL."""
-        return _headers_up(target)
-
-    def downgrade_headers_nvarchar(self, target: _Target) -> Lines:
-        """0002 back: Headers to varchar(max), refused if a character would be lost."""
-        return _headers_down(target)
-
-    def upgrade_filter_expires_index(self, target: _Target) -> Lines:
-        """0003: Index_Expires filtered WHERE Expires IS NOT NULL."""
-        return _filter_expires(target, True)
-
-    def downgrade_filter_expires_index(self, target: _Target) -> Lines:
-        """0003 back: Index_Expires unfiltered."""
-        return _filter_expires(target, False)
-
-    def upgrade_rowversion_layout(self, target: _Target) -> Lines:
-        """0004: Index_RowVersion to the current layout (a heap is kept unless asked)."""
-        return _row_version_up(target)
-
-    def downgrade_rowversion_layout(self, target: _Target) -> Lines:
-        """0004 back: OPTIMIZE_FOR_SEQUENTIAL_KEY off."""
-        return _row_version_down(target)
+    # The steps, each named after its concern in steps.STEPS (Step.method).
+    upgrade_expires_index = staticmethod(_expires_up)
+    downgrade_expires_index = staticmethod(_expires_down)
+    upgrade_headers_nvarchar = staticmethod(_headers_up)
+    downgrade_headers_nvarchar = staticmethod(_headers_down)
+    upgrade_filter_expires_index = staticmethod(_filter_up)
+    downgrade_filter_expires_index = staticmethod(_filter_down)
+    upgrade_rowversion_layout = staticmethod(_row_version_up)
+    downgrade_rowversion_layout = staticmethod(_row_version_down)
 
     # -- the interface -------------------------------------------------------------------------
-    def index_options(
-        self,
-        options: Any,
-        *,
-        where: bool,
-        clustered: bool | None,
-        with_options: dict[str, str] | None,
-        concurrently: bool,
-    ) -> dict[str, Any]:
+    def index_options(self, options: Any, variant: impl.IndexVariant) -> dict[str, Any]:
         """``mssql_clustered`` / ``_include`` / ``_where`` / ``_with`` of an index variant."""
         return {
-            "mssql_clustered": options["clustered"] if clustered is None else clustered,
+            "mssql_clustered": (
+                options["clustered"] if variant.clustered is None else variant.clustered
+            ),
             "mssql_include": options["include"],
-            "mssql_where": options["where"] if where else None,
-            "mssql_with": with_options or None,
+            "mssql_where": options["where"] if variant.where else None,
+            "mssql_with": variant.with_options or None,
         }
 
     def table_statements(
-        self,
-        revision: str,
-        direction: str,
-        address: addressing.QueueAddress,
-        cluster_heaps: bool = False,
+        self, revision: str, direction: str, address: addressing.QueueAddress
     ) -> list[str]:
         """One batch: :func:`table_batch`."""
-        return [table_batch(revision, direction, address, cluster_heaps)]
+        return [table_batch(revision, direction, address, self.cluster_heaps)]
 
     def loop_statements(
-        self,
-        revision: str,
-        direction: str,
-        schemas: Sequence[str | None],
-        cluster_heaps: bool = False,
+        self, revision: str, direction: str, schemas: Sequence[str | None]
     ) -> list[str]:
         """One batch: :func:`loop_batch`."""
-        return [loop_batch(revision, direction, schemas, cluster_heaps)]
+        return [loop_batch(revision, direction, schemas, self.cluster_heaps)]
 
     def execute(
         self, connection: Connection, statements: Sequence[str], address: addressing.QueueAddress
