@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 # Progress lines keep the logger docs/migrations.md shows them under.
 log = logging.getLogger("sqlqueue_orm.migration.operations")
 
-#: The modules whose classes register the dialects (imported on the first look-up).
+#: The modules whose classes register the dialects (imported by :func:`impl_for`).
 _MODULES = ("tsql", "plpgsql", "sqlite")
 _impls: dict[str, type[QueueTableImpl]] = {}
 
@@ -102,7 +102,10 @@ class QueueTableImpl(metaclass=ImplMeta):
         step = steps.step(revision, direction)
         method = getattr(self, step.method(direction), None)
         if method is None:
-            raise exceptions.ConfigurationError(f"queue tables cannot be migrated on {self.name}")
+            raise exceptions.ConfigurationError(
+                f"queue tables cannot be migrated on {self.name} ({revision} {direction} is not "
+                "implemented there)"
+            )
         return cast("Callable[..., Any]", method)
 
     # -- index variants ----------------------------------------------------------------------
