@@ -413,7 +413,7 @@ def _row_version_up(target: _Target) -> Lines:
         *_online(target, _row_version_builder(target, index, False), **model_options),
     ]
     heap_comment, new_on_heap, nonclustered_on_heap = _heap_actions(target, index, model_options)
-    clustered_elsewhere = _index_exists(
+    clustered_on_other_keys = _index_exists(
         target, name, f" AND i.type = 1 AND NOT ({_key_is(target, 'RowVersion')})"
     )
     rebuild = _online(
@@ -430,7 +430,7 @@ def _row_version_up(target: _Target) -> Lines:
             _if(
                 f"{nonclustered_condition} AND NOT {other_clustered}",
                 nonclustered_on_heap,
-                _if(clustered_elsewhere, rebuild),
+                _if(clustered_on_other_keys, rebuild),
             ),
         ),
     ]
