@@ -8,9 +8,13 @@
   ``op.downgrade_queue_tables(revision)``, online (table by table, with progress lines) or as an
   offline script.
 * :mod:`~sqlqueue_orm.migration.discovery`: which tables are queue tables (column signature).
-* :mod:`~sqlqueue_orm.migration.steps`: the steps, one per revision, and the model they target.
+* :mod:`~sqlqueue_orm.migration.steps`: the step table, one step per revision, and the model
+  they target.
+* :mod:`~sqlqueue_orm.migration.impl`: the interface each dialect implements
+  (``QueueTableImpl``), registered by ``__dialect__`` and looked up by ``impl_for(dialect)``.
 * :mod:`~sqlqueue_orm.migration.tsql`, :mod:`~sqlqueue_orm.migration.plpgsql`,
-  :mod:`~sqlqueue_orm.migration.sqlite`: each dialect's implementation.
+  :mod:`~sqlqueue_orm.migration.sqlite`: each dialect's implementation (``MssqlImpl``,
+  ``PostgresqlImpl``, ``SqliteImpl``).
 * :mod:`~sqlqueue_orm.migration.commands`: the ``sqlqueue migrate`` sub-command.
 
 See ``docs/migrations.md``.

@@ -20,6 +20,9 @@ database's revision, one summary line per table.
 Offline (``--sql``) it writes the script instead and never queries the database: one named block
 per table with ``-x queues=...``, else a server-side loop (:mod:`~sqlqueue_orm.migration.tsql`,
 :mod:`~sqlqueue_orm.migration.plpgsql`).
+
+Every dialect's part is behind :func:`~sqlqueue_orm.migration.impl.impl_for`: this module never
+branches on a dialect.
 """
 
 from __future__ import annotations
@@ -35,9 +38,8 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 
-from sqlqueue_orm import addressing, db, dialects, exceptions
-from sqlqueue_orm.migration import discovery, plpgsql, sqlite, steps, tsql
-from sqlqueue_orm.queuing import sql
+from sqlqueue_orm import addressing, exceptions
+from sqlqueue_orm.migration import discovery, impl, steps
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +167,7 @@ def sweep(context: MigrationContext, revisions: list[str]) -> list[addressing.Qu
     assert connection is not None
     target = target_of(context)
     report = report_of(context)
+    dialect = impl.impl_for(connection.dialect, cluster_heaps=target.cluster_heaps)
     addresses = discovery.find(connection, target)
     if connection.in_transaction():
         connection.commit()  # only the look-up's reads: each table gets its own transaction
@@ -175,18 +178,15 @@ def sweep(context: MigrationContext, revisions: list[str]) -> list[addressing.Qu
         pending = [
             rev
             for rev in revisions
-            if (address, rev) not in report.applied
-            and steps.applies_to(rev, connection.dialect.name)
+            if (address, rev) not in report.applied and dialect.applies_to(rev)
         ]
         try:
-            if connection.dialect.name == "sqlite":
-                # One transaction per table: it is upgraded whole or not at all.
-                with connection.begin():
-                    _upgrade_one(connection, address, pending, report, target.cluster_heaps)
-            elif pending:
-                with context.autocommit_block():
-                    assert context.connection is not None
-                    _upgrade_one(context.connection, address, pending, report, target.cluster_heaps)
+            if pending:
+                with dialect.table_transaction(context) as table_connection:
+                    for revision, changed in dialect.upgrade_table(
+                        table_connection, address, pending
+                    ):
+                        report.record(address, revision, changed)
         except (exceptions.SqlQueueError, sa.exc.DBAPIError) as error:
             # One table that cannot be upgraded must not keep the others legacy: go on, then
             # fail the run (every later run tries again, and says so again).
@@ -197,35 +197,6 @@ def sweep(context: MigrationContext, revisions: list[str]) -> list[addressing.Qu
     if failed:
         raise failed[0]
     return addresses
-
-
-def _upgrade_one(
-    connection: Connection,
-    address: addressing.QueueAddress,
-    revisions: list[str],
-    report: Report,
-    cluster_heaps: bool = False,
-) -> None:
-    if connection.dialect.name == "sqlite":
-        for revision in revisions:
-            changed = apply(connection, revision, "upgrade", address, quiet=True)
-            report.record(address, revision, changed)
-        return
-    before = layout(connection, address)
-    for revision in revisions:
-        if (
-            connection.dialect.name == "postgresql"
-            and revision != steps.NSB_LAYOUT
-            and set(steps.NSB_SIGNATURE) <= db.column_names(connection, address)
-        ):
-            # Steps before NServiceBus's PostgreSQL layout know only the SQL Server columns; a
-            # table already in that layout is past them.
-            report.record(address, revision, False)
-            continue
-        _execute(connection, revision, "upgrade", address, cluster_heaps)
-        after = layout(connection, address)
-        report.record(address, revision, after != before)
-        before = after
 
 
 def target_of(context: MigrationContext) -> discovery.Target:
@@ -251,31 +222,23 @@ def _offline(
     revision: str,
     direction: str,
 ) -> None:
-    name = context.dialect.name
-    statements: list[str] = []
-    if not steps.applies_to(revision, name):
+    dialect = impl.impl_for(context.dialect, cluster_heaps=target.cluster_heaps)
+    if not dialect.applies_to(revision):
         return
-    if name == "mssql":
-        if target.queues:
-            statements = [
-                tsql.table_batch(revision, direction, address, target.cluster_heaps)
-                for address in target.addresses()
-            ]
-        else:
-            statements = [
-                tsql.loop_batch(revision, direction, target.schemas, target.cluster_heaps)
-            ]
-    elif name == "postgresql":
-        if target.queues:
-            for address in target.addresses():
-                statements += plpgsql.table_statements(revision, direction, address)
-        else:
-            statements = [plpgsql.loop_statement(revision, direction, target.schemas)]
-    else:
+    if not dialect.offline:
         raise exceptions.ConfigurationError(
-            f"offline scripts (--sql) are written for SQL Server and PostgreSQL, not {name}; "
-            "migrate SQLite online (sqlqueue migrate, or alembic upgrade head without --sql)"
+            f"offline scripts (--sql) are written for SQL Server and PostgreSQL, not "
+            f"{dialect.name}; migrate SQLite online (sqlqueue migrate, or alembic upgrade head "
+            "without --sql)"
         )
+    if target.queues:
+        statements = [
+            statement
+            for address in target.addresses()
+            for statement in dialect.table_statements(revision, direction, address)
+        ]
+    else:
+        statements = dialect.loop_statements(revision, direction, target.schemas)
     # Each table runs in its own transaction (and CONCURRENTLY needs none around it).
     with context.autocommit_block():
         for statement in statements:
@@ -287,133 +250,39 @@ def _online(
 ) -> None:
     connection = context.connection
     assert connection is not None
-    name = connection.dialect.name
+    dialect = impl.impl_for(connection.dialect, cluster_heaps=target.cluster_heaps)
     step = steps.step(revision, direction)
     report = report_of(context)
-    if not steps.applies_to(revision, name):
-        log.info("nothing to do on %s: %s", name, step.describe(direction))
+    if not dialect.applies_to(revision):
+        log.info("nothing to do on %s: %s", dialect.name, step.describe(direction))
         return
-    addresses = discovery.find(connection, target)
-    if name == "postgresql" and revision != steps.NSB_LAYOUT:
-        # Earlier steps know only the SQL Server column layout; a table already in
-        # NServiceBus's PostgreSQL layout is past them.
-        addresses = [a for a in addresses if not _in_nsb_layout(connection, a, step, direction)]
+    addresses = [
+        address
+        for address in discovery.find(connection, target)
+        if not _skipped(dialect, connection, address, step, direction)
+    ]
     if not addresses:
         log.info("no queue tables in %s: %s", _where(target), step.describe(direction))
-    if name == "sqlite":
-        for address in addresses:
-            report.record(address, revision, apply(connection, revision, direction, address))
-        return
-    with context.autocommit_block():
-        autocommit = context.connection
-        assert autocommit is not None
+    with dialect.steps_connection(context) as steps_connection:
         for address in addresses:
             report.record(
-                address,
-                revision,
-                apply(autocommit, revision, direction, address, cluster_heaps=target.cluster_heaps),
+                address, revision, dialect.apply(steps_connection, revision, direction, address)
             )
 
 
-def apply(
+def _skipped(
+    dialect: impl.QueueTableImpl,
     connection: Connection,
-    revision: str,
-    direction: str,
     address: addressing.QueueAddress,
-    *,
-    quiet: bool = False,
-    cluster_heaps: bool = False,
-) -> bool:
-    """Apply step *revision* in *direction* to one queue table; whether its layout changed.
-
-    SQLite runs in the caller's transaction; SQL Server and PostgreSQL need *connection* in
-    autocommit (each statement is its own transaction, ``CONCURRENTLY`` needs none around it).
-
-    :param quiet: log nothing (the sweep logs one line per table instead of one per step).
-    :param cluster_heaps: SQL Server: rebuild a heap (the NServiceBus 8+ layout) into a
-        clustered table; by default a heap stays a heap.
-    """
-    name = connection.dialect.name
-    step = steps.step(revision, direction)
-    if name == "sqlite":
-        if quiet:
-            return bool(sqlite.changes(connection, revision, direction, address))
-        return bool(sqlite.apply(connection, revision, direction, address))
-    if name not in ("postgresql", "mssql"):
-        raise exceptions.ConfigurationError(f"queue tables cannot be migrated on {name}")
-    if not quiet:
-        log.info(
-            "queue %s: %s (%d rows)", address, step.describe(direction), _count(connection, address)
-        )
-    before = layout(connection, address)
-    _execute(connection, revision, direction, address, cluster_heaps)
-    return layout(connection, address) != before
-
-
-def _execute(
-    connection: Connection,
-    revision: str,
+    step: steps.Step,
     direction: str,
-    address: addressing.QueueAddress,
-    cluster_heaps: bool = False,
-) -> None:
-    """Run a step's statements on one table (SQL Server, PostgreSQL; autocommit)."""
-    if connection.dialect.name == "mssql":
-        _run_batch(
-            connection, tsql.table_batch(revision, direction, address, cluster_heaps), address
-        )
-    else:
-        for statement in plpgsql.table_statements(revision, direction, address):
-            connection.exec_driver_sql(statement, execution_options={"no_parameters": True})
-
-
-def layout(connection: Connection, address: addressing.QueueAddress) -> list[tuple[Any, ...]]:
-    """What a step can change in a queue table: its columns and indexes, as the catalog has them.
-
-    Two equal layouts mean a step did nothing to the table (the steps are idempotent).
-    """
-    statements = dialects.for_dialect(connection).layout_statements(
-        sql.format_table(connection.dialect, address)
-    )
-    if statements:
-        return [tuple(row) for statement in statements for row in connection.execute(statement)]
-    inspector = sa.inspect(connection)
-    schema = db.schema_argument(address)
-    return [
-        ("column", repr(sorted(inspector.get_columns(address.table, schema=schema), key=str))),
-        ("index", repr(sorted(inspector.get_indexes(address.table, schema=schema), key=str))),
-    ]
-
-
-def _in_nsb_layout(
-    connection: Connection, address: addressing.QueueAddress, step: steps.Step, direction: str
 ) -> bool:
-    if not set(steps.NSB_SIGNATURE) <= db.column_names(connection, address):
+    reason = dialect.skips(connection, address, step.revision)
+    if reason is None:
         return False
-    log.info("queue %s: in NServiceBus's PostgreSQL layout; %s skipped", address,
-             step.describe(direction))
+    log.info("queue %s: %s; %s skipped", address, reason, step.describe(direction))
     return True
 
 
 def _where(target: discovery.Target) -> str:
     return ", ".join("the default schema" if s is None else repr(s) for s in target.schemas)
-
-
-def _count(connection: Connection, address: addressing.QueueAddress) -> int:
-    table = sql.format_table(connection.dialect, address)
-    statement = dialects.for_dialect(connection).row_count_statement(table)
-    return int(connection.execute(statement).scalar_one())
-
-
-def _run_batch(connection: Connection, batch: str, address: addressing.QueueAddress) -> None:
-    """Run a T-SQL batch on the raw cursor, draining every result so no error stays hidden."""
-    dbapi_error = connection.dialect.loaded_dbapi.Error
-    cursor = connection.connection.cursor()
-    try:
-        cursor.execute(batch)
-        while cursor.nextset():
-            pass
-    except dbapi_error as error:
-        raise exceptions.DatabaseError(f"queue {str(address)!r}: {error}") from error
-    finally:
-        cursor.close()

@@ -17,13 +17,15 @@ Index names carry the table name on PostgreSQL (see
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.engine import Dialect
+from sqlalchemy.engine import Connection, Dialect
 
-from sqlqueue_orm import addressing, dialects, exceptions
-from sqlqueue_orm.migration import steps
+from sqlqueue_orm import addressing, db, dialects, exceptions
+from sqlqueue_orm.migration import impl, steps
+from sqlqueue_orm.queuing import sql as queue_sql
 
 _TAG = "$sqlqueue$"
 _INDENT = "    "
@@ -103,18 +105,18 @@ class _Target:
 
     def create(self, index: sa.Index, *, where: bool = True) -> str:
         """``CREATE INDEX CONCURRENTLY IF NOT EXISTS`` of a variant of model *index*."""
-        copy = steps.variant(index, "postgresql", where=where, concurrently=True)
+        copy = _IMPL.variant(index, where=where, concurrently=True)
         return steps.compile_ddl(sa.schema.CreateIndex(copy, if_not_exists=True), self.dialect)
 
     def create_format(self, index: sa.Index, *, where: bool = True) -> str:
         """A ``format()`` string creating *index*: ``%1$I`` its name, ``%2$s`` the table."""
-        copy = steps.variant(index, "postgresql", where=where)
+        copy = _IMPL.variant(index, where=where)
         sql = steps.compile_ddl(sa.schema.CreateIndex(copy), self.dialect).replace("%", "%%")
         sql = sql.replace(self.quote(str(index.name)), "%1$I", 1)
         return sql.replace(self.quoted, "%2$s")
 
     def drop(self, index: sa.Index) -> str:
-        copy = steps.variant(index, "postgresql", concurrently=True)
+        copy = _IMPL.variant(index, concurrently=True)
         return steps.compile_ddl(sa.schema.DropIndex(copy, if_exists=True), self.dialect)
 
 
@@ -440,6 +442,33 @@ def _rename(target: _Target, old: str, new: str) -> Lines:
     )
 
 
+def _keep_if_used(target: _Target, legacy: str) -> Lines:
+    """Drop column *legacy* when no row has a value in it, else rename it to lower case."""
+    return _if(
+        _has_column(target, legacy),
+        [
+            _execute(
+                target,
+                f"SELECT EXISTS (SELECT 1 FROM %s WHERE {target.quote(legacy)} IS NOT NULL)",
+                "tbl",
+            )[:-1]
+            + " INTO present;",
+            "IF present THEN",
+            "    "
+            + _execute(
+                target,
+                f"ALTER TABLE %s RENAME COLUMN {target.quote(legacy)} "
+                f"TO {target.quote(legacy.lower())}",
+                "tbl",
+            ),
+            f"    RAISE NOTICE 'queue %: kept column {legacy.lower()} (it holds values)', tbl;",
+            "ELSE",
+            "    " + _execute(target, f"ALTER TABLE %s DROP COLUMN {target.quote(legacy)}", "tbl"),
+            "END IF;",
+        ],
+    )
+
+
 def _nsb_up(target: _Target) -> _Plan:
     # Facts from NServiceBus.Transport.PostgreSql PostgreSqlConstants.CreateQueueText
     # (Particular/NServiceBus.SqlServer 214c4e8f06175186e356677546ea2d8e0f2b0c55).
@@ -461,30 +490,7 @@ def _nsb_up(target: _Target) -> _Plan:
         "-- kept (lower case, nullable, ignored by both sides) so no stored value is lost",
     ]
     for legacy in ("CorrelationId", "ReplyToAddress"):
-        convert += _if(
-            _has_column(target, legacy),
-            [
-                _execute(
-                    target,
-                    f"SELECT EXISTS (SELECT 1 FROM %s WHERE {target.quote(legacy)} IS NOT NULL)",
-                    "tbl",
-                )[:-1]
-                + " INTO present;",
-                "IF present THEN",
-                "    "
-                + _execute(
-                    target,
-                    f"ALTER TABLE %s RENAME COLUMN {target.quote(legacy)} "
-                    f"TO {target.quote(legacy.lower())}",
-                    "tbl",
-                ),
-                f"    RAISE NOTICE 'queue %: kept column {legacy.lower()} (it holds values)', tbl;",
-                "ELSE",
-                "    "
-                + _execute(target, f"ALTER TABLE %s DROP COLUMN {target.quote(legacy)}", "tbl"),
-                "END IF;",
-            ],
-        )
+        convert += _keep_if_used(target, legacy)
     convert += [
         "-- Recoverable: always true, read by no one; NServiceBus's PostgreSQL sends lack it",
         *_if(
@@ -545,20 +551,6 @@ def _nsb_down(target: _Target) -> _Plan:
     return _Plan(body, names, create=(target.index(steps.ROW_VERSION_INDEX), True))
 
 
-_PLANS = {
-    ("0001_expires_index", "upgrade"): _expires_up,
-    ("0001_expires_index", "downgrade"): _expires_down,
-    ("0002_headers_nvarchar", "upgrade"): _headers_up,
-    ("0002_headers_nvarchar", "downgrade"): _headers_down,
-    ("0003_filter_expires_index", "upgrade"): _filter_up,
-    ("0003_filter_expires_index", "downgrade"): _filter_down,
-    ("0004_rowversion_layout", "upgrade"): _row_version_up,
-    ("0004_rowversion_layout", "downgrade"): _row_version_down,
-    (steps.NSB_LAYOUT, "upgrade"): _nsb_up,
-    (steps.NSB_LAYOUT, "downgrade"): _nsb_down,
-}
-
-
 def _is_queue(target: _Target, relation: str, revision: str) -> str:
     """The condition that *relation* is a queue table step *revision* deals with."""
     old = f"{_signature_count(target, relation)} = {len(steps.SIGNATURE)}"
@@ -569,8 +561,8 @@ def _is_queue(target: _Target, relation: str, revision: str) -> str:
 
 
 def _plan(revision: str, direction: str, target: _Target) -> _Plan:
-    steps.step(revision, direction)
-    return _PLANS[(revision, direction)](target)
+    plan: _Plan = _IMPL.body(revision, direction)(target)
+    return plan
 
 
 def _names(target: _Target, plan: _Plan) -> Lines:
@@ -684,3 +676,79 @@ def loop_statement(revision: str, direction: str, schemas: Sequence[str | None])
     )
     header = f"-- every queue table in {comment(described)}: {step.describe(direction)}"
     return header + "\n" + _do(["tbl regclass;", *_VARIABLES], loop)
+
+
+class PostgresqlImpl(impl.QueueTableImpl):
+    """PostgreSQL: a ``DO`` block per table and step, then the index ``CONCURRENTLY``."""
+
+    __dialect__ = "postgresql"
+    offline = True
+
+    # The steps, each named after its concern in steps.STEPS (Step.method).
+    upgrade_expires_index = staticmethod(_expires_up)
+    downgrade_expires_index = staticmethod(_expires_down)
+    upgrade_headers_nvarchar = staticmethod(_headers_up)
+    downgrade_headers_nvarchar = staticmethod(_headers_down)
+    upgrade_filter_expires_index = staticmethod(_filter_up)
+    downgrade_filter_expires_index = staticmethod(_filter_down)
+    upgrade_rowversion_layout = staticmethod(_row_version_up)
+    downgrade_rowversion_layout = staticmethod(_row_version_down)
+    upgrade_postgresql_nsb_layout = staticmethod(_nsb_up)
+    downgrade_postgresql_nsb_layout = staticmethod(_nsb_down)
+
+    # -- the interface -------------------------------------------------------------------------
+    def index_options(self, options: Any, variant: impl.IndexVariant) -> dict[str, Any]:
+        """``postgresql_include`` / ``_where`` / ``_concurrently`` of an index variant."""
+        return {
+            "postgresql_include": options["include"],
+            "postgresql_where": options["where"] if variant.where else None,
+            "postgresql_concurrently": variant.concurrently,
+        }
+
+    def table_statements(
+        self, revision: str, direction: str, address: addressing.QueueAddress
+    ) -> list[str]:
+        """:func:`table_statements`."""
+        return table_statements(revision, direction, address)
+
+    def loop_statements(
+        self, revision: str, direction: str, schemas: Sequence[str | None]
+    ) -> list[str]:
+        """One ``DO`` block: :func:`loop_statement`."""
+        return [loop_statement(revision, direction, schemas)]
+
+    def layout(self, connection: Connection, address: addressing.QueueAddress) -> impl.Layout:
+        """Column types, NOT NULL, identity and defaults; each index's definition and validity.
+
+        A failed ``CONCURRENTLY`` build leaves an invalid index that the steps rebuild.
+        """
+        statement = sa.text(
+            "SELECT 'column', a.attname::text, format_type(a.atttypid, a.atttypmod) || ' ' "
+            "|| a.attnotnull::text || ' ' || a.attidentity::text || ' ' "
+            "|| coalesce(pg_get_expr(d.adbin, d.adrelid), '') "
+            "FROM pg_attribute AS a LEFT JOIN pg_attrdef AS d "
+            "ON d.adrelid = a.attrelid AND d.adnum = a.attnum "
+            "WHERE a.attrelid = to_regclass(:table) AND a.attnum > 0 AND NOT a.attisdropped "
+            "UNION ALL "
+            "SELECT 'index', c.relname::text, pg_get_indexdef(i.indexrelid) || ' ' "
+            "|| i.indisvalid::text || ' ' || i.indisclustered::text "
+            "FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid "
+            "WHERE i.indrelid = to_regclass(:table) ORDER BY 1, 2"
+        ).bindparams(table=queue_sql.format_table(connection.dialect, address))
+        return [tuple(row) for row in connection.execute(statement)]
+
+    def skips(
+        self, connection: Connection, address: addressing.QueueAddress, revision: str
+    ) -> str | None:
+        """A table in NServiceBus's PostgreSQL layout is past the steps before 0008.
+
+        Those know only the SQL Server column layout.
+        """
+        if revision == steps.NSB_LAYOUT:
+            return None
+        if set(steps.NSB_SIGNATURE) <= db.column_names(connection, address):
+            return "in NServiceBus's PostgreSQL layout"
+        return None
+
+
+_IMPL = PostgresqlImpl()

@@ -30,18 +30,14 @@ import sqlalchemy as sa
 from alembic.util import CommandError
 from sqlalchemy.engine import Connection
 
-from sqlqueue_orm import db, dialects, exceptions
-from sqlqueue_orm.migration import environment, operations, steps
+from sqlqueue_orm import db, exceptions
+from sqlqueue_orm.migration import environment, impl, operations, steps
 
 if TYPE_CHECKING:
     from alembic.config import Config
     from alembic.runtime.migration import MigrationContext
 
 log = logging.getLogger(__name__)
-
-#: The dialects offline scripts are written for (server-side loops and conditional DDL).
-OFFLINE_DIALECTS = ("mssql", "postgresql")
-
 
 class OfflineRefused(exceptions.ConfigurationError, CommandError):
     """No offline script can be written for this database."""
@@ -171,7 +167,7 @@ def _run_offline(config: Config, x_arguments: dict[str, str], options: dict[str,
 
     url = environment.database_url(config, x_arguments)
     name = sa.engine.make_url(url).get_backend_name()
-    if name not in OFFLINE_DIALECTS:
+    if not impl.impl_for(name).offline:
         raise OfflineRefused(
             f"offline scripts (--sql) are written for SQL Server and PostgreSQL, not {name}; "
             "migrate SQLite online (sqlqueue migrate, or alembic upgrade head without --sql)"
@@ -207,7 +203,7 @@ def _run_offline(config: Config, x_arguments: dict[str, str], options: dict[str,
 def _run_online(connection: Connection, options: dict[str, Any]) -> None:
     from alembic import context
 
-    if dialects.for_dialect(connection).begin:
+    if impl.impl_for(connection.dialect).transactional_ddl:
         # sqlqueue_orm's SQLite engines begin transactions themselves (BEGIN IMMEDIATE), which
         # makes DDL transactional: a revision commits whole or not at all.
         options = {**options, "transactional_ddl": True}

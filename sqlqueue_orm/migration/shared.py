@@ -14,15 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
-from sqlqueue_orm.models.ddl import compile_ddl
-
-# The per-dialect branches left here (dialect.name == ...) are migration-time step dispatch and
-# DDL; they move when migration/ becomes a class per dialect (issue 8, item 5). Run-time
-# statements and catalog queries live in sqlqueue_orm.dialects.
-
-
-def _literal(text: str) -> str:
-    return "N'" + text.replace("'", "''") + "'"
+from sqlqueue_orm.migration import impl
 
 
 def create_table_if_missing(name: str, *elements: sa.schema.SchemaItem) -> None:
@@ -32,14 +24,11 @@ def create_table_if_missing(name: str, *elements: sa.schema.SchemaItem) -> None:
         if not sa.inspect(op.get_bind()).has_table(name):
             op.create_table(name, *elements)
         return
-    dialect = context.dialect
-    if dialect.name != "mssql":
+    guarded = impl.impl_for(context.dialect).guarded_create_table(context.dialect, name, elements)
+    if guarded is None:
         op.create_table(name, *elements, if_not_exists=True)
-        return
-    table = sa.Table(name, sa.MetaData(), *elements)
-    create = compile_ddl(sa.schema.CreateTable(table), dialect)
-    quoted = dialect.identifier_preparer.format_table(table)
-    op.execute(f"IF OBJECT_ID({_literal(quoted)}, N'U') IS NULL\nBEGIN\n{create}\nEND")
+    else:
+        op.execute(guarded)
 
 
 def create_index_if_missing(name: str, table: str, columns: Sequence[str], **kwargs: Any) -> None:
@@ -50,17 +39,10 @@ def create_index_if_missing(name: str, table: str, columns: Sequence[str], **kwa
         if name not in existing:
             op.create_index(name, table, list(columns), **kwargs)
         return
-    dialect = context.dialect
-    if dialect.name != "mssql":
-        op.create_index(name, table, list(columns), if_not_exists=True, **kwargs)
-        return
-    model = sa.Table(table, sa.MetaData(), *(sa.Column(column) for column in columns))
-    index = sa.Index(name, *(model.c[column] for column in columns), **kwargs)
-    create = compile_ddl(sa.schema.CreateIndex(index), dialect)
-    quoted = dialect.identifier_preparer.format_table(model)
-    # A filtered index needs these SET options in the session that creates it.
-    options = "SET ANSI_NULLS, QUOTED_IDENTIFIER ON;\n" if "WHERE" in create else ""
-    op.execute(
-        f"{options}IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = {_literal(name)} "
-        f"AND object_id = OBJECT_ID({_literal(quoted)}))\n{create}"
+    guarded = impl.impl_for(context.dialect).guarded_create_index(
+        context.dialect, name, table, columns, kwargs
     )
+    if guarded is None:
+        op.create_index(name, table, list(columns), if_not_exists=True, **kwargs)
+    else:
+        op.execute(guarded)

@@ -11,19 +11,23 @@ transaction, which holds SQLite's write lock: writers wait (busy timeout) until 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import re
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import quoted_name
 
 from sqlqueue_orm import addressing, exceptions, schema
-from sqlqueue_orm.migration import steps
+from sqlqueue_orm.migration import impl, steps
 from sqlqueue_orm.models.queue_table import index_name
+
+if TYPE_CHECKING:
+    from alembic.runtime.migration import MigrationContext
 
 log = logging.getLogger(__name__)
 
@@ -198,7 +202,7 @@ class Table:
 
     def create_index(self, index: sa.Index, *, where: bool = True) -> None:
         """Create model *index* (``where=False``: without its filter)."""
-        copy = steps.variant(index, "sqlite", where=where)
+        copy = _IMPL.variant(index, where=where)
         self.connection.execute(sa.schema.CreateIndex(copy))
 
     def drop_index(self, name: str) -> None:
@@ -224,23 +228,7 @@ class Table:
     ) -> None:
         """Rebuild the table with another Headers type and/or AUTOINCREMENT, keeping all else."""
         columns = self.columns()
-        table_sql = self.table_sql()
-        problems = set(
-            match.group(1).upper() for match in _UNSUPPORTED.finditer(blank_quoted(table_sql))
-        )
-        generated = [column for column in columns if column.hidden]
-        problems |= {
-            f"generated column {c.name!r}"
-            for c in generated
-            if (c.name, c.hidden) != ("BodyString", 2)
-        }
-        if any(index.origin == "u" for index in self.indexes().values()):
-            problems.add("UNIQUE")
-        if problems:
-            raise exceptions.ConfigurationError(
-                f"queue {self.address}: the table has {', '.join(sorted(problems))}, which the "
-                "SQLite table rebuild would not keep; migrate it by hand"
-            )
+        self._check_rebuildable(columns)
         keep_auto = self.autoincrement() if autoincrement is None else autoincrement
         plain = [column for column in columns if not column.hidden]
         primary = sorted((column for column in plain if column.pk), key=lambda column: column.pk)
@@ -251,7 +239,59 @@ class Table:
                 "migrate it by hand"
             )
         temporary = f"{self.name}__sqlqueue_rebuild"
-        metadata = sa.MetaData()
+        new_table = self._new_table(
+            temporary, plain, headers_type, row_version_key, autoincrement=keep_auto
+        )
+        saved = self._saved_sql()
+        sequence = self._sequence() if self.autoincrement() else 0
+        names = [column.name for column in plain]
+        old = self.sa_table(None, *(sa.column(name) for name in names))
+        top = self.connection.execute(sa.select(sa.func.max(old.c.RowVersion))).scalar()
+        assert new_table.metadata is not None
+        new_table.metadata.create_all(self.connection)
+        # Every row with its RowVersion, in order: FIFO survives.
+        copy = sa.insert(new_table).from_select(
+            names, sa.select(*(old.c[name] for name in names)).order_by(old.c.RowVersion)
+        )
+        self.connection.execute(copy)
+        self.execute(f"DROP TABLE {self.quoted}")
+        self._rename_from(temporary)
+        if keep_auto:
+            self._set_sequence(max(sequence, int(top or 0)))
+        for sql in saved:
+            self.execute(sql)
+        if any(column.name == "BodyString" for column in columns if column.hidden):
+            self.execute(schema.body_string_statement(self.connection.dialect, self.address))
+
+    def _check_rebuildable(self, columns: list[Column]) -> None:
+        """Refuse a table with parts the rebuild would not keep (naming them)."""
+        problems = set(
+            match.group(1).upper()
+            for match in _UNSUPPORTED.finditer(blank_quoted(self.table_sql()))
+        )
+        problems |= {
+            f"generated column {c.name!r}"
+            for c in columns
+            if c.hidden and (c.name, c.hidden) != ("BodyString", 2)
+        }
+        if any(index.origin == "u" for index in self.indexes().values()):
+            problems.add("UNIQUE")
+        if problems:
+            raise exceptions.ConfigurationError(
+                f"queue {self.address}: the table has {', '.join(sorted(problems))}, which the "
+                "SQLite table rebuild would not keep; migrate it by hand"
+            )
+
+    def _new_table(
+        self,
+        temporary: str,
+        plain: list[Column],
+        headers_type: str | None,
+        row_version_key: bool,
+        *,
+        autoincrement: bool,
+    ) -> sa.Table:
+        """The rebuilt table, named *temporary*: every column as declared, but Headers."""
         new_columns = []
         for column in plain:
             type_: sa.types.TypeEngine[Any] = _Declared(column.type)
@@ -271,14 +311,17 @@ class Table:
                     autoincrement=False,
                 )
             )
-        new_table = sa.Table(
+        return sa.Table(
             quoted_name(temporary, True),
-            metadata,
+            sa.MetaData(),
             *new_columns,
             schema=None if self.address.schema is None else quoted_name(self.schema, True),
-            sqlite_autoincrement=keep_auto,
+            sqlite_autoincrement=autoincrement,
         )
-        saved = [
+
+    def _saved_sql(self) -> list[str]:
+        """The table's indexes and triggers as SQLite keeps them, to put back after a rebuild."""
+        return [
             self._in_schema(str(row[1]), _CREATE_INDEX if row[0] == "index" else _CREATE_TRIGGER)
             for row in self._rows(
                 f"SELECT type, sql FROM {self.quoted_schema}.sqlite_master "
@@ -287,26 +330,35 @@ class Table:
                 table=self.name,
             )
         ]
-        sequence = 0
-        if self.autoincrement():
-            sequence = int(
-                self.connection.execute(
-                    sa.text(
-                        f"SELECT coalesce(max(seq), 0) FROM {self.quoted_schema}.sqlite_sequence "
-                        "WHERE name = :table"
-                    ),
-                    {"table": self.name},
-                ).scalar_one()
-            )
-        names = [column.name for column in plain]
-        old = self.sa_table(None, *(sa.column(name) for name in names))
-        top = self.connection.execute(sa.select(sa.func.max(old.c.RowVersion))).scalar()
-        metadata.create_all(self.connection)
-        copy = sa.insert(new_table).from_select(
-            names, sa.select(*(old.c[name] for name in names)).order_by(old.c.RowVersion)
+
+    def _sequence(self) -> int:
+        """The last RowVersion AUTOINCREMENT handed out (``sqlite_sequence``)."""
+        return int(
+            self.connection.execute(
+                sa.text(
+                    f"SELECT coalesce(max(seq), 0) FROM {self.quoted_schema}.sqlite_sequence "
+                    "WHERE name = :table"
+                ),
+                {"table": self.name},
+            ).scalar_one()
         )
-        self.connection.execute(copy)
-        self.execute(f"DROP TABLE {self.quoted}")
+
+    def _set_sequence(self, value: int) -> None:
+        """Make new RowVersions go on past *value*."""
+        self.connection.execute(
+            sa.text(f"DELETE FROM {self.quoted_schema}.sqlite_sequence WHERE name = :table"),
+            {"table": self.name},
+        )
+        self.connection.execute(
+            sa.text(
+                f"INSERT INTO {self.quoted_schema}.sqlite_sequence (name, seq) "
+                "VALUES (:table, :seq)"
+            ),
+            {"table": self.name, "seq": value},
+        )
+
+    def _rename_from(self, temporary: str) -> None:
+        """Give table *temporary* this table's name."""
         # legacy_alter_table: the rename leaves views and triggers elsewhere as they are (they
         # name the final table already).
         self.execute("PRAGMA legacy_alter_table = ON")
@@ -317,23 +369,6 @@ class Table:
             )
         finally:
             self.execute("PRAGMA legacy_alter_table = OFF")
-        if keep_auto:
-            sequence = max(sequence, int(top or 0))
-            self.connection.execute(
-                sa.text(f"DELETE FROM {self.quoted_schema}.sqlite_sequence WHERE name = :table"),
-                {"table": self.name},
-            )
-            self.connection.execute(
-                sa.text(
-                    f"INSERT INTO {self.quoted_schema}.sqlite_sequence (name, seq) "
-                    "VALUES (:table, :seq)"
-                ),
-                {"table": self.name, "seq": sequence},
-            )
-        for sql in saved:
-            self.execute(sql)
-        if any(column.name == "BodyString" for column in generated):
-            self.execute(schema.body_string_statement(self.connection.dialect, self.address))
 
 
 # -- the steps ---------------------------------------------------------------------------------
@@ -397,6 +432,14 @@ def _filter(table: Table, filtered: bool) -> list[str]:
     table.create_index(index, where=filtered)
     done.append(f"created index {name!r} {'with' if filtered else 'without'} WHERE")
     return done
+
+
+def _filter_up(table: Table) -> list[str]:
+    return _filter(table, True)
+
+
+def _filter_down(table: Table) -> list[str]:
+    return _filter(table, False)
 
 
 def _headers_column(table: Table) -> Column:
@@ -463,39 +506,75 @@ def _row_version_down(table: Table) -> list[str]:
     return ["rebuilt the table: RowVersion INTEGER PRIMARY KEY without AUTOINCREMENT"]
 
 
-_STEPS: dict[tuple[str, str], Callable[[Table], list[str]]] = {
-    ("0001_expires_index", "upgrade"): _expires_up,
-    ("0001_expires_index", "downgrade"): _expires_down,
-    ("0002_headers_nvarchar", "upgrade"): _headers_up,
-    ("0002_headers_nvarchar", "downgrade"): _headers_down,
-    ("0003_filter_expires_index", "upgrade"): lambda table: _filter(table, True),
-    ("0003_filter_expires_index", "downgrade"): lambda table: _filter(table, False),
-    ("0004_rowversion_layout", "upgrade"): _row_version_up,
-    ("0004_rowversion_layout", "downgrade"): _row_version_down,
-}
+class SqliteImpl(impl.QueueTableImpl):
+    """SQLite: the steps inspect and change the table live, in the migration's transaction."""
+
+    __dialect__ = "sqlite"
+    transactional_ddl = True
+
+    # The steps, each named after its concern in steps.STEPS (Step.method); each returns what
+    # it did.
+    upgrade_expires_index = staticmethod(_expires_up)
+    downgrade_expires_index = staticmethod(_expires_down)
+    upgrade_headers_nvarchar = staticmethod(_headers_up)
+    downgrade_headers_nvarchar = staticmethod(_headers_down)
+    upgrade_filter_expires_index = staticmethod(_filter_up)
+    downgrade_filter_expires_index = staticmethod(_filter_down)
+    upgrade_rowversion_layout = staticmethod(_row_version_up)
+    downgrade_rowversion_layout = staticmethod(_row_version_down)
+
+    # -- the interface -------------------------------------------------------------------------
+    def index_options(self, options: Any, variant: impl.IndexVariant) -> dict[str, Any]:
+        """``sqlite_where`` of an index variant."""
+        return {"sqlite_where": options["where"] if variant.where else None}
+
+    def apply(
+        self,
+        connection: Connection,
+        revision: str,
+        direction: str,
+        address: addressing.QueueAddress,
+        *,
+        quiet: bool = False,
+    ) -> bool:
+        """Apply the step in the caller's transaction; whether it did anything.
+
+        The progress line comes after the step, saying what it did (with the row count before).
+        """
+        step = steps.step(revision, direction)
+        table = Table(connection, address)
+        rows = None if quiet else table.count()
+        done: list[str] = self.body(revision, direction)(table)
+        if rows is not None:
+            log.info(
+                "queue %s: %s (%d rows): %s",
+                address,
+                step.describe(direction),
+                rows,
+                "; ".join(done) or "nothing to do",
+            )
+        return bool(done)
+
+    def upgrade_table(
+        self, connection: Connection, address: addressing.QueueAddress, revisions: Sequence[str]
+    ) -> Iterator[tuple[str, bool]]:
+        """Each step in turn, saying whether it did anything."""
+        for revision in revisions:
+            yield revision, self.apply(connection, revision, "upgrade", address, quiet=True)
+
+    @contextlib.contextmanager
+    def steps_connection(self, context: MigrationContext) -> Iterator[Connection]:
+        """The migration's own connection, in its transaction: a revision commits whole."""
+        assert context.connection is not None
+        yield context.connection
+
+    @contextlib.contextmanager
+    def table_transaction(self, context: MigrationContext) -> Iterator[Connection]:
+        """One transaction per table: it is upgraded whole or not at all."""
+        connection = context.connection
+        assert connection is not None
+        with connection.begin():
+            yield connection
 
 
-def apply(
-    connection: Connection, revision: str, direction: str, address: addressing.QueueAddress
-) -> list[str]:
-    """Apply step *revision* in *direction* to the queue table at *address*; say what was done."""
-    step = steps.step(revision, direction)
-    table = Table(connection, address)
-    rows = table.count()
-    done = _STEPS[(revision, direction)](table)
-    log.info(
-        "queue %s: %s (%d rows): %s",
-        address,
-        step.describe(direction),
-        rows,
-        "; ".join(done) or "nothing to do",
-    )
-    return done
-
-
-def changes(
-    connection: Connection, revision: str, direction: str, address: addressing.QueueAddress
-) -> list[str]:
-    """:func:`apply` without its progress line and row count: what was done (the sweep's way)."""
-    steps.step(revision, direction)
-    return _STEPS[(revision, direction)](Table(connection, address))
+_IMPL = SqliteImpl()

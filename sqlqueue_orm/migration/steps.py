@@ -8,7 +8,6 @@ runtime installer cannot drift apart: the steps take index definitions from that
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import sqlalchemy as sa
 
@@ -45,15 +44,28 @@ PLACEHOLDER_SCHEMA = "__sqlqueue_schema__"
 
 @dataclasses.dataclass(frozen=True)
 class Step:
-    """One revision's concern: its id and what it does each way (for progress lines)."""
+    """One revision's concern: its id, what it does each way (for progress lines), where it acts.
+
+    Each dialect's :class:`~sqlqueue_orm.migration.impl.QueueTableImpl` implements a step as the
+    methods :meth:`method` names (``upgrade_expires_index``, ``downgrade_expires_index``, ...):
+    this table is the only place a revision is tied to what it does.
+    """
 
     revision: str
+    #: What the step is about; names the dialects' methods implementing it.
+    concern: str
     upgrade: str
     downgrade: str
+    #: The only dialect the step changes anything on (``None``: every one).
+    only_on: str | None = None
 
     def describe(self, direction: str) -> str:
         """The progress text of this step in *direction* (``upgrade`` or ``downgrade``)."""
         return f"{self.revision} {direction}: {getattr(self, direction)}"
+
+    def method(self, direction: str) -> str:
+        """The name of the dialect implementation's method doing this step in *direction*."""
+        return f"{direction}_{self.concern}"
 
 
 STEPS = {
@@ -61,38 +73,43 @@ STEPS = {
     for step in (
         Step(
             "0001_expires_index",
+            "expires_index",
             "Index_Expires (Expires) INCLUDE (Id, RowVersion)",
             "drop Index_Expires",
         ),
         Step(
             "0002_headers_nvarchar",
+            "headers_nvarchar",
             "Headers to nvarchar(max) / text NOT NULL",
             "Headers back to varchar(max) / varchar",
         ),
         Step(
             "0003_filter_expires_index",
+            "filter_expires_index",
             "Index_Expires filtered WHERE Expires IS NOT NULL",
             "Index_Expires unfiltered",
         ),
         Step(
             "0004_rowversion_layout",
+            "rowversion_layout",
             "RowVersion and Index_RowVersion to the current layout",
             "RowVersion and Index_RowVersion to the v1 layout",
         ),
         Step(
             NSB_LAYOUT,
+            "postgresql_nsb_layout",
             "PostgreSQL: to NServiceBus's PostgreSQL layout (id ... seq)",
             "PostgreSQL: back to the SQL Server column layout (\"Id\" ... \"RowVersion\")",
+            only_on="postgresql",
         ),
     )
 }
-#: Steps that only change PostgreSQL tables (a no-op on SQL Server and SQLite).
-POSTGRESQL_ONLY = frozenset({NSB_LAYOUT})
 
 
 def applies_to(revision: str, dialect_name: str) -> bool:
     """Whether step *revision* changes anything on *dialect_name*."""
-    return revision not in POSTGRESQL_ONLY or dialect_name == "postgresql"
+    return STEPS[revision].only_on in (None, dialect_name)
+
 
 DIRECTIONS = ("upgrade", "downgrade")
 
@@ -129,38 +146,3 @@ def model_index(table: sa.Table, base: str, dialect_name: str) -> sa.Index:
         if allowed is None or dialect_name in ((allowed,) if isinstance(allowed, str) else allowed):
             return index
     raise LookupError(f"the queue table model has no {base} on {dialect_name}")
-
-
-def variant(
-    index: sa.Index,
-    dialect_name: str,
-    *,
-    where: bool = True,
-    clustered: bool | None = None,
-    with_options: dict[str, str] | None = None,
-    concurrently: bool = False,
-) -> sa.Index:
-    """A copy of model *index* (on a copy of its table) with some options changed.
-
-    :param where: keep the filter (``False``: the unfiltered index of earlier eras).
-    :param clustered: SQL Server only; ``None`` keeps the model's.
-    :param with_options: SQL Server ``WITH (...)`` options, replacing the model's.
-    :param concurrently: PostgreSQL ``CONCURRENTLY``.
-    """
-    assert index.table is not None
-    table = index.table.to_metadata(sa.MetaData())
-    options = index.dialect_options[dialect_name]
-    kwargs: dict[str, Any] = {}
-    if dialect_name == "mssql":
-        kwargs["mssql_clustered"] = options["clustered"] if clustered is None else clustered
-        kwargs["mssql_include"] = options["include"]
-        kwargs["mssql_where"] = options["where"] if where else None
-        kwargs["mssql_with"] = with_options or None
-    elif dialect_name == "postgresql":
-        kwargs["postgresql_include"] = options["include"]
-        kwargs["postgresql_where"] = options["where"] if where else None
-        kwargs["postgresql_concurrently"] = concurrently
-    elif dialect_name == "sqlite":
-        kwargs["sqlite_where"] = options["where"] if where else None
-    columns = [table.c[str(column.name)] for column in index.columns]
-    return sa.Index(index.name, *columns, **kwargs)

@@ -22,10 +22,11 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mssql
-from sqlalchemy.engine import Dialect
+from sqlalchemy.engine import Connection, Dialect
 
-from sqlqueue_orm import addressing
-from sqlqueue_orm.migration import steps
+from sqlqueue_orm import addressing, exceptions
+from sqlqueue_orm.migration import impl, steps
+from sqlqueue_orm.queuing import sql as queue_sql
 
 #: Editions with online index operations: Enterprise/Developer, Azure SQL DB, Managed Instance.
 ONLINE_EDITIONS = "3, 5, 8"
@@ -121,7 +122,7 @@ class _Target:
 
     def create(self, index: sa.Index, **kw: Any) -> str:
         return steps.compile_ddl(
-            sa.schema.CreateIndex(steps.variant(index, "mssql", **kw)),
+            sa.schema.CreateIndex(_IMPL.variant(index, **kw)),
             self.dialect,
         )
 
@@ -317,6 +318,14 @@ def _filter_expires(target: _Target, filtered: bool) -> Lines:
     return _if(_index_exists(target, name, wrong), _online(target, build, DROP_EXISTING="ON"))
 
 
+def _filter_up(target: _Target) -> Lines:
+    return _filter_expires(target, True)
+
+
+def _filter_down(target: _Target) -> Lines:
+    return _filter_expires(target, False)
+
+
 def _sequential_key(target: _Target, index: sa.Index, value: str) -> Lines:
     """Set OPTIMIZE_FOR_SEQUENTIAL_KEY of *index* to *value* where the server knows it."""
     current = "0" if value == "ON" else "1"
@@ -341,25 +350,59 @@ def _sequential_key(target: _Target, index: sa.Index, value: str) -> Lines:
     ]
 
 
-def _row_version_up(target: _Target) -> Lines:
-    """Index_RowVersion on (RowVersion): clustered on our tables, never forced on a heap.
+def _row_version_builder(
+    target: _Target, index: sa.Index, clustered: bool
+) -> Callable[[dict[str, str]], str]:
+    def render(options: dict[str, str]) -> str:
+        return target.create(index, clustered=clustered, with_options=options)
+
+    return render
+
+
+def _heap_actions(
+    target: _Target, index: sa.Index, model_options: dict[str, str]
+) -> tuple[str, Lines, Lines]:
+    """What 0004 does on a heap: its comment, with no Index_RowVersion, with a nonclustered one.
 
     NServiceBus 8+ (4.3.2, 5.0.3, 6.0.1 and later) creates a heap with a NONCLUSTERED
     Index_RowVersion, and .NET endpoints may share the table: rebuilding it clustered moves every
     row, so it happens only when the run asks for it (``cluster_heaps``, ``-x cluster_heaps=true``
     or ``sqlqueue migrate --cluster-heaps``); otherwise the heap is kept and the batch says so.
     """
+    name = str(index.name)
+    if target.cluster_heaps:
+        build = _row_version_builder(target, index, True)
+        return (
+            f"-- {name} must be the clustered index on (RowVersion): asked to rebuild heaps",
+            _online(target, build, **model_options),
+            _online(target, build, **model_options, DROP_EXISTING="ON"),
+        )
+    build = _row_version_builder(target, index, False)
+    kept = (
+        f"PRINT N'queue ' + {target.name} + N': a heap (the NServiceBus 8+ layout); kept, "
+        f"{name} nonclustered (rebuild it clustered with cluster_heaps)';"
+    )
+    not_on_row_version = _index_exists(target, name, f" AND NOT ({_key_is(target, 'RowVersion')})")
+    return (
+        f"-- {name} on (RowVersion), clustered unless the table is a heap (the NServiceBus 8+ "
+        "layout): a heap is kept, its index nonclustered (cluster_heaps rebuilds it)",
+        [kept, *_online(target, build, **model_options)],
+        [
+            kept,
+            *_if(
+                not_on_row_version,
+                _online(target, build, **model_options, DROP_EXISTING="ON"),
+            ),
+        ],
+    )
+
+
+def _row_version_up(target: _Target) -> Lines:
+    """Index_RowVersion on (RowVersion): clustered on our tables, never forced on a heap."""
     index = target.index(steps.ROW_VERSION_INDEX)
     name = str(index.name)
     model_options = dict(index.dialect_options["mssql"]["with"] or {})
     sequential = model_options.pop("OPTIMIZE_FOR_SEQUENTIAL_KEY", None)
-
-    def build(clustered: bool) -> Callable[[dict[str, str]], str]:
-        def render(options: dict[str, str]) -> str:
-            return target.create(index, clustered=clustered, with_options=options)
-
-        return render
-
     other_clustered = (
         "EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = @object_id AND type IN (1, 5)"
         f" AND name <> {target.literal(name)})"
@@ -367,32 +410,15 @@ def _row_version_up(target: _Target) -> Lines:
     keep_other = [
         f"PRINT N'queue ' + {target.name} + N': another clustered index exists; "
         f"{name} is created nonclustered';",
-        *_online(target, build(False), **model_options),
+        *_online(target, _row_version_builder(target, index, False), **model_options),
     ]
-    key_is_row_version = _key_is(target, "RowVersion")
-    if target.cluster_heaps:
-        heap_comment = (
-            f"-- {name} must be the clustered index on (RowVersion): asked to rebuild heaps"
-        )
-        new_on_heap = _online(target, build(True), **model_options)
-        nonclustered_on_heap = _online(target, build(True), **model_options, DROP_EXISTING="ON")
-    else:
-        heap_comment = (
-            f"-- {name} on (RowVersion), clustered unless the table is a heap (the NServiceBus 8+ "
-            "layout): a heap is kept, its index nonclustered (cluster_heaps rebuilds it)"
-        )
-        kept = (
-            f"PRINT N'queue ' + {target.name} + N': a heap (the NServiceBus 8+ layout); kept, "
-            f"{name} nonclustered (rebuild it clustered with cluster_heaps)';"
-        )
-        new_on_heap = [kept, *_online(target, build(False), **model_options)]
-        nonclustered_on_heap = [
-            kept,
-            *_if(
-                _index_exists(target, name, f" AND NOT ({key_is_row_version})"),
-                _online(target, build(False), **model_options, DROP_EXISTING="ON"),
-            ),
-        ]
+    heap_comment, new_on_heap, nonclustered_on_heap = _heap_actions(target, index, model_options)
+    clustered_on_other_keys = _index_exists(
+        target, name, f" AND i.type = 1 AND NOT ({_key_is(target, 'RowVersion')})"
+    )
+    rebuild = _online(
+        target, _row_version_builder(target, index, True), **model_options, DROP_EXISTING="ON"
+    )
     nonclustered_condition = _index_exists(target, name, " AND i.type <> 1")
     lines = [
         "-- adopt an index on (RowVersion) that has another name",
@@ -404,10 +430,7 @@ def _row_version_up(target: _Target) -> Lines:
             _if(
                 f"{nonclustered_condition} AND NOT {other_clustered}",
                 nonclustered_on_heap,
-                _if(
-                    _index_exists(target, name, f" AND i.type = 1 AND NOT ({key_is_row_version})"),
-                    _online(target, build(True), **model_options, DROP_EXISTING="ON"),
-                ),
+                _if(clustered_on_other_keys, rebuild),
             ),
         ),
     ]
@@ -420,17 +443,6 @@ def _row_version_down(target: _Target) -> Lines:
     # v1 had the clustered index too (what the heap era dropped); only the 2019 option goes.
     return _sequential_key(target, target.index(steps.ROW_VERSION_INDEX), "OFF")
 
-
-_BODIES: dict[tuple[str, str], Callable[[_Target], Lines]] = {
-    ("0001_expires_index", "upgrade"): _expires_up,
-    ("0001_expires_index", "downgrade"): _expires_down,
-    ("0002_headers_nvarchar", "upgrade"): _headers_up,
-    ("0002_headers_nvarchar", "downgrade"): _headers_down,
-    ("0003_filter_expires_index", "upgrade"): lambda target: _filter_expires(target, True),
-    ("0003_filter_expires_index", "downgrade"): lambda target: _filter_expires(target, False),
-    ("0004_rowversion_layout", "upgrade"): _row_version_up,
-    ("0004_rowversion_layout", "downgrade"): _row_version_down,
-}
 
 #: Filtered indexes need these session settings (sqlcmd starts with QUOTED_IDENTIFIER OFF);
 #: NOCOUNT keeps row counts from hiding a later error from the driver.
@@ -463,7 +475,7 @@ def table_batch(
     """
     step = steps.step(revision, direction)
     target = _Target(dialect(), address, cluster_heaps)
-    body = _BODIES[(revision, direction)](target)
+    body: Lines = _IMPL.body(revision, direction)(target)
     skip = [f"PRINT N'queue ' + {target.name} + N': no queue table there; skipped';"]
     lines = [
         f"-- queue {comment(str(address))}: {step.describe(direction)}",
@@ -494,7 +506,7 @@ def loop_batch(
     """
     step = steps.step(revision, direction)
     target = _Target(dialect(), None, cluster_heaps)
-    body = _BODIES[(revision, direction)](target)
+    body: Lines = _IMPL.body(revision, direction)(target)
     named = [schema for schema in schemas if schema is not None]
     conditions = []
     if named:
@@ -534,3 +546,124 @@ def loop_batch(
         "DEALLOCATE queue_tables",
     ]
     return "\n".join(lines)
+
+
+def _n_literal(text: str) -> str:
+    return "N'" + text.replace("'", "''") + "'"
+
+
+class MssqlImpl(impl.QueueTableImpl):
+    """SQL Server: guarded T-SQL batches, one per table and step, the same online and offline."""
+
+    __dialect__ = "mssql"
+    offline = True
+
+    # The steps, each named after its concern in steps.STEPS (Step.method).
+    upgrade_expires_index = staticmethod(_expires_up)
+    downgrade_expires_index = staticmethod(_expires_down)
+    upgrade_headers_nvarchar = staticmethod(_headers_up)
+    downgrade_headers_nvarchar = staticmethod(_headers_down)
+    upgrade_filter_expires_index = staticmethod(_filter_up)
+    downgrade_filter_expires_index = staticmethod(_filter_down)
+    upgrade_rowversion_layout = staticmethod(_row_version_up)
+    downgrade_rowversion_layout = staticmethod(_row_version_down)
+
+    # -- the interface -------------------------------------------------------------------------
+    def index_options(self, options: Any, variant: impl.IndexVariant) -> dict[str, Any]:
+        """``mssql_clustered`` / ``_include`` / ``_where`` / ``_with`` of an index variant."""
+        return {
+            "mssql_clustered": (
+                options["clustered"] if variant.clustered is None else variant.clustered
+            ),
+            "mssql_include": options["include"],
+            "mssql_where": options["where"] if variant.where else None,
+            "mssql_with": variant.with_options or None,
+        }
+
+    def table_statements(
+        self, revision: str, direction: str, address: addressing.QueueAddress
+    ) -> list[str]:
+        """One batch: :func:`table_batch`."""
+        return [table_batch(revision, direction, address, self.cluster_heaps)]
+
+    def loop_statements(
+        self, revision: str, direction: str, schemas: Sequence[str | None]
+    ) -> list[str]:
+        """One batch: :func:`loop_batch`."""
+        return [loop_batch(revision, direction, schemas, self.cluster_heaps)]
+
+    def execute(
+        self, connection: Connection, statements: Sequence[str], address: addressing.QueueAddress
+    ) -> None:
+        """Run each T-SQL batch on the raw cursor, draining every result so no error hides."""
+        dbapi_error = connection.dialect.loaded_dbapi.Error
+        for batch in statements:
+            cursor = connection.connection.cursor()
+            try:
+                cursor.execute(batch)
+                while cursor.nextset():
+                    pass
+            except dbapi_error as error:
+                raise exceptions.DatabaseError(f"queue {str(address)!r}: {error}") from error
+            finally:
+                cursor.close()
+
+    def layout(self, connection: Connection, address: addressing.QueueAddress) -> impl.Layout:
+        """Each column's type, and every column of ``sys.indexes``.
+
+        Whatever the server version has: 2019+ adds ``optimize_for_sequential_key``, which 0004
+        sets.
+        """
+        table = queue_sql.format_table(connection.dialect, address)
+        indexes = sa.text(
+            "SELECT i.* FROM sys.indexes AS i WHERE i.object_id = OBJECT_ID(:table) "
+            "ORDER BY i.index_id"
+        ).bindparams(table=table)
+        columns = sa.text(
+            "SELECT c.name, TYPE_NAME(c.user_type_id), c.max_length, c.is_nullable, "
+            "c.is_identity FROM sys.columns AS c WHERE c.object_id = OBJECT_ID(:table) "
+            "ORDER BY c.column_id"
+        ).bindparams(table=table)
+        return [tuple(row) for row in connection.execute(columns)] + [
+            tuple(row) for row in connection.execute(indexes)
+        ]
+
+    def count(self, connection: Connection, address: addressing.QueueAddress) -> int:
+        """From the catalog: a ``COUNT(*)`` would scan (and lock) a big queue for nothing."""
+        statement = sa.text(
+            "SELECT COALESCE(SUM(rows), 0) FROM sys.partitions "
+            "WHERE object_id = OBJECT_ID(:table) AND index_id IN (0, 1)"
+        ).bindparams(table=queue_sql.format_table(connection.dialect, address))
+        return int(connection.execute(statement).scalar_one())
+
+    def guarded_create_table(
+        self, dialect: Dialect, name: str, elements: Sequence[sa.schema.SchemaItem]
+    ) -> str | None:
+        """``IF OBJECT_ID(...) IS NULL`` around the ``CREATE TABLE``."""
+        table = sa.Table(name, sa.MetaData(), *elements)
+        create = steps.compile_ddl(sa.schema.CreateTable(table), dialect)
+        quoted = dialect.identifier_preparer.format_table(table)
+        return f"IF OBJECT_ID({_n_literal(quoted)}, N'U') IS NULL\nBEGIN\n{create}\nEND"
+
+    def guarded_create_index(
+        self,
+        dialect: Dialect,
+        name: str,
+        table: str,
+        columns: Sequence[str],
+        kwargs: dict[str, Any],
+    ) -> str | None:
+        """``IF NOT EXISTS (SELECT 1 FROM sys.indexes ...)`` before the ``CREATE INDEX``."""
+        model = sa.Table(table, sa.MetaData(), *(sa.Column(column) for column in columns))
+        index = sa.Index(name, *(model.c[column] for column in columns), **kwargs)
+        create = steps.compile_ddl(sa.schema.CreateIndex(index), dialect)
+        quoted = dialect.identifier_preparer.format_table(model)
+        # A filtered index needs these SET options in the session that creates it.
+        options = "SET ANSI_NULLS, QUOTED_IDENTIFIER ON;\n" if "WHERE" in create else ""
+        return (
+            f"{options}IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = {_n_literal(name)} "
+            f"AND object_id = OBJECT_ID({_n_literal(quoted)}))\n{create}"
+        )
+
+
+_IMPL = MssqlImpl()
