@@ -57,6 +57,12 @@ class DialectSupport:
     begin: str = ""
     #: Whether the database is a local file (SQLite) rather than a server.
     embedded: bool = False
+    #: One write lock for the whole database: while a transaction writes, a second connection
+    #: of the same process cannot (SQLite), so modes writing on two connections are refused.
+    single_writer: bool = False
+    #: Whether idle receivers can be woken by ``LISTEN``/``NOTIFY`` (a trigger on the queue
+    #: table; the statements are in :mod:`sqlqueue_orm.receiving.wakeup`).
+    listen_notify: bool = False
     #: How the .NET transport writes a queue address: ``"sqlserver"`` (``table@[schema]``)
     #: or ``"postgresql"`` (``"schema"."table"``).
     address_form: str = "sqlserver"

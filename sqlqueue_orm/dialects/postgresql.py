@@ -54,6 +54,7 @@ class PostgresqlSupport(base.DialectSupport):
 
 SUPPORT = PostgresqlSupport(
     name="postgresql",
+    listen_notify=True,
     identifier_limit=IDENTIFIER_LIMIT,
     identifier_unit="bytes",
     creates_schemas=True,

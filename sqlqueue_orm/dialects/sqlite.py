@@ -71,6 +71,7 @@ SUPPORT = SqliteSupport(
     identifier_limit=1024,
     begin=BEGIN,
     embedded=True,
+    single_writer=True,
     missing_table_markers=("no such table",),
     missing_column_markers=("no such column", "has no column named"),
     transient_markers=(*base.GENERIC_TRANSIENT, "database is locked"),

@@ -43,8 +43,7 @@ from sqlqueue_orm.migration import discovery, impl, steps
 
 log = logging.getLogger(__name__)
 
-# The per-dialect branches left here (dialect.name == ...) are migration-time step dispatch and
-# DDL; they move when migration/ becomes a class per dialect (issue 8, item 5). Run-time
+# Per-dialect work goes through migration.impl (one QueueTableImpl per dialect); run-time
 # statements and catalog queries live in sqlqueue_orm.dialects.
 
 #: The ``context.configure()`` option carrying the run's :class:`~.discovery.Target`.

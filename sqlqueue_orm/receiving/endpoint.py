@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy.engine import Connection, Engine
 
-from sqlqueue_orm import addressing, exceptions, headers
+from sqlqueue_orm import addressing, dialects, exceptions, headers
 from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage
 from sqlqueue_orm.receiving import pump, strategies, wakeup
 from sqlqueue_orm.receiving.settings import EndpointSettings, TransactionMode
@@ -356,7 +356,9 @@ class Endpoint:
             strategy.prepare()
             if self.settings.purge_expired_at_startup:
                 self.transport.purge_expired(self.name)
-            notify = self.settings.notify and self.transport.engine.dialect.name == "postgresql"
+            notify = (
+                self.settings.notify and dialects.for_dialect(self.transport.engine).listen_notify
+            )
             if notify:
                 wakeup.install_trigger(self.transport.engine, self.transport.address(self.name))
             self._pump = pump.MessagePump(self, strategy)

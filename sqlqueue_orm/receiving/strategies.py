@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 from sqlalchemy.engine import Connection, RootTransaction
 from sqlalchemy.orm import Session
 
-from sqlqueue_orm import addressing, exceptions
+from sqlqueue_orm import addressing, dialects, exceptions
 from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage, PreparedMessage
 from sqlqueue_orm.receiving.settings import TransactionMode
 
@@ -433,7 +433,7 @@ def for_endpoint(endpoint: Endpoint) -> ReceiveStrategy:
             f"database is {endpoint.user_transport.engine.url!r}; use the OUTBOX mode for data "
             "in another database"
         )
-    if endpoint.transport.engine.dialect.name == "sqlite":
+    if dialects.for_dialect(endpoint.transport.engine).single_writer:
         refused = None
         if mode in (TransactionMode.RECEIVE_ONLY, TransactionMode.OUTBOX):
             refused = "its sends or its unit of work write on a second connection"

@@ -23,14 +23,10 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "sqlqueue_orm"
 #: Where a branch on the dialect's name belongs: the dialect modules, the hot path's SqlText per
 #: dialect, and the migration dialect modules.
 HOMES = ("dialects/", "queuing/sql.py", "migration/tsql.py", "migration/plpgsql.py",
-         "migration/sqlite.py")
+         "migration/sqlite.py", "migration/impl.py")
 #: Migration modules whose step dispatch still branches on the name, until the migration layer
 #: becomes a class per dialect (issue 8, item 5): only these lines may stay, no new ones.
-PENDING = {
-    "migration/operations.py": 9,
-    "migration/shared.py": 2,
-    "migration/steps.py": 4,
-}
+PENDING: dict[str, int] = {}  # none left: the migration layer dispatches through migration.impl
 BRANCH = re.compile(
     r"""(dialect\.name|dialect_name|\bname|dialect|get_backend_name\(\)|args\.dialect)\s*"""
     r"""(==|!=)\s*["'](mssql|postgresql|sqlite)["']"""
