@@ -187,7 +187,12 @@ SQLITE: Final = SqlText(
         f'("Expires" IS NOT NULL AND "Expires" <= {_SQLITE_NOW}), '
         'CAST("Headers" AS BLOB), "Body"'
     ),
-    peek='SELECT COALESCE(MAX("RowVersion") - MIN("RowVersion") + 1, 0) FROM {table}',
+    # Two sub-selects: SQLite answers a lone MIN or MAX of the rowid from the b-tree's ends, but
+    # scans the whole table for MAX(x) - MIN(x) in one select (3.8 s at 1,000,000 rows).
+    peek=(
+        'SELECT COALESCE((SELECT MAX("RowVersion") FROM {table}) '
+        '- (SELECT MIN("RowVersion") FROM {table}) + 1, 0)'
+    ),
     purge_expired=(
         'DELETE FROM {table} WHERE "RowVersion" IN ('
         f'SELECT "RowVersion" FROM {{table}} WHERE "Expires" < {_SQLITE_NOW} '
