@@ -64,7 +64,7 @@ class Transport:
                 self.engine = db.create_engine(url_or_engine)
             except Exception as error:
                 raise exceptions.ConfigurationError(
-                    f"cannot use database URL {url_or_engine!r}: {error}"
+                    f"cannot use database URL {_without_password(url_or_engine)!r}: {error}"
                 ) from error
             self._owns_engine = True
         else:
@@ -359,3 +359,11 @@ class Transport:
             return [
                 (str(info.address), self.queue(info.address).peek(connection)) for info in found
             ]
+
+
+def _without_password(url: str) -> str:
+    """*url* with its password masked (errors and logs must never show it)."""
+    try:
+        return sa.make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not a URL at all: nothing in it is known to be a password
+        return url if "@" not in url else "<unparseable URL>"

@@ -66,3 +66,4 @@ def test_every_public_name_has_a_docstring():
 def test_one_root_exception():
     for name in ("ConfigurationError", "DatabaseError", "DuplicateMessage", "QueueNotFound"):
         assert issubclass(getattr(sqlqueue_orm, name), sqlqueue_orm.SqlQueueError)
+
