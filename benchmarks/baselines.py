@@ -1,7 +1,7 @@
 """The raw driver (psycopg, sqlite3) running the very statements ``TableQueue`` renders.
 
 Nothing here spells a column name: the INSERT and the DELETE ... RETURNING come from
-``transport.queue(name)._send`` / ``._receive`` (what the hot path executes), and the body is
+``transport.queue(name)._send`` / ``._receive_args(n)`` (what the hot path executes), and the body is
 found in the result by the cursor's description. Two ways to commit, reported apart:
 
 * ``raw autocommit``: the statement alone, atomic by itself (what a user would hand-write for a
@@ -32,8 +32,10 @@ class RawQueue:
     def __init__(self, database: Database, queue: str, autocommit: bool) -> None:
         with Transport(database.url) as transport:
             table_queue = transport.queue(queue)
+            with transport.engine.connect() as connection:
+                table_queue.probe(connection)  # the receive statement depends on the probe
+            self.table_queue = table_queue
             self.send_statement = table_queue._send
-            self.receive_statement = table_queue._receive
             self.peek_statement = table_queue._peek
             self.to_driver = table_queue._text.id_to_driver
         self.autocommit = autocommit
@@ -70,7 +72,9 @@ class RawQueue:
         """Delete up to *count* messages; return their bodies."""
         self._begin()
         cursor = self.connection.cursor()
-        cursor.execute(self.receive_statement.text, self.receive_statement.params({"n": count}))
+        # The very statement (row limit written in) and parameters the hot path runs.
+        statement, params, _many = self.table_queue._receive_args(count)
+        cursor.execute(statement.text, params)
         rows = cursor.fetchall()
         if self._body_index is None and cursor.description:
             names = [column[0].lower() for column in cursor.description]
