@@ -1,8 +1,8 @@
 """The raw driver (psycopg, sqlite3) running the very statements ``TableQueue`` renders.
 
 Nothing here spells a column name: the INSERT and the DELETE ... RETURNING come from
-``transport.queue(name)._send`` / ``._receive_args(n)`` (what the hot path executes), and the body is
-found in the result by the cursor's description. Two ways to commit, reported apart:
+``transport.queue(name)._send`` / ``._receive_args(n)`` (what the hot path executes), and the
+body is found in the result by the cursor's description. Two ways to commit, reported apart:
 
 * ``raw autocommit``: the statement alone, atomic by itself (what a user would hand-write for a
   single-statement operation; SQLite: no BEGIN);
