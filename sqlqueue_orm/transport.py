@@ -298,8 +298,12 @@ class Transport:
                 f"max_messages {max_messages!r} must be a whole number of at least 1"
             )
         table = queue_table(address.table, db.schema_argument(address), self.engine.dialect)
+        text = sql.for_dialect(self.engine.dialect)
+        # Read as the receive reads them, so headers no driver can decode come back raw.
+        quoted = self.engine.dialect.identifier_preparer.quote(table.c.Headers.name)
+        raw_headers = sa.literal_column(text.headers_read.format(headers=quoted))
         statement = sa.select(
-            table.c.Id, table.c.RowVersion, table.c.Expires, table.c.Headers, table.c.Body
+            table.c.Id, table.c.RowVersion, table.c.Expires, raw_headers, table.c.Body
         )
         if after is not None:
             statement = statement.where(table.c.RowVersion > after)
@@ -311,10 +315,11 @@ class Transport:
             IncomingMessage.from_row(
                 row.Id if isinstance(row.Id, uuid.UUID) else uuid.UUID(str(row.Id)),
                 int(row.RowVersion),
-                row.Headers,
+                row[3],
                 None if row.Body is None else bytes(row.Body),
                 row.Expires is not None and row.Expires <= now,
                 str(address),
+                text.headers_encoding,
             )
             for row in rows
         ]

@@ -44,6 +44,9 @@ class SqlText:
     id_to_driver: Callable[[uuid.UUID], Any] = str
     #: How the receive's Headers column is encoded when it comes back as bytes.
     headers_encoding: str = "utf-8"
+    #: How a plain SELECT reads the Headers column (``{headers}``: its quoted name) so that
+    #: the driver cannot fail decoding it, as the receive reads it.
+    headers_read: str = "{headers}"
     #: How one statement of the transport's own runs without BEGIN/COMMIT around it (see
     #: :class:`sqlqueue_orm.connections.OwnStatement`): ``"driver"`` sets the DBAPI
     #: connection's ``autocommit`` flag (psycopg, pyodbc); ``"implicit"``: the driver already
@@ -99,6 +102,7 @@ MSSQL: Final = SqlText(
     purge_all="DELETE FROM {table};",
     id_to_driver=str,
     headers_encoding="utf-16-le",
+    headers_read="CAST(CAST({headers} AS nvarchar(max)) AS varbinary(max))",
 )
 
 _PG_NOW = "timezone('UTC', clock_timestamp())"
@@ -168,6 +172,7 @@ _SQLITE_EXPIRES = (
 )
 
 SQLITE: Final = SqlText(
+    headers_read="CAST({headers} AS BLOB)",
     send=(
         'INSERT INTO {table} ("Id", "Recoverable", "Expires", "Headers", "Body") '
         f"VALUES (:id, 1, {_SQLITE_EXPIRES}, :headers, :body)"

@@ -107,6 +107,22 @@ def test_headers_the_driver_cannot_decode_do_not_block(database, path):
     assert_hostile_then_good(database, transport, "undecodable", raw, why, path)
 
 
+@only("sqlite", "mssql")
+def test_browse_shows_headers_the_driver_cannot_decode_raw(database):
+    transport = database.transport()
+    transport.create_queue("undecodable")
+    if database.dialect == "sqlite":
+        raw = '{"NServiceBus.MessageId":"caf\xe9"}'.encode("latin-1")
+    else:
+        raw = '{"a":"'.encode("utf-16-le") + b"\x00\xd8" + '"}'.encode("utf-16-le")
+    insert_raw(database, "undecodable", raw)
+    transport.send("undecodable", OutgoingMessage(b"good"))
+    hostile, good = transport.browse("undecodable")
+    assert hostile.headers_error is not None and hostile.raw_headers == raw
+    assert good.headers_error is None and good.body == b"good"
+    assert len(transport.browse("undecodable")) == 2  # browsing took nothing
+
+
 @only("postgresql")
 def test_postgresql_text_cannot_hold_invalid_utf8(database):
     # Why the PostgreSQL receive reads Headers as text: a UTF8 database refuses the bytes that
