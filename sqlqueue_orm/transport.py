@@ -19,6 +19,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
@@ -301,7 +302,7 @@ class Transport:
         text = sql.for_dialect(self.engine.dialect)
         # Read as the receive reads them, so headers no driver can decode come back raw.
         quoted = self.engine.dialect.identifier_preparer.quote(table.c.Headers.name)
-        raw_headers = sa.literal_column(text.headers_read.format(headers=quoted))
+        raw_headers: sa.ColumnElement[Any] = sa.literal_column(text.headers_read.format(headers=quoted))
         statement = sa.select(
             table.c.Id, table.c.RowVersion, table.c.Expires, raw_headers, table.c.Body
         )
