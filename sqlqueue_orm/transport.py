@@ -302,7 +302,9 @@ class Transport:
         text = sql.for_dialect(self.engine.dialect)
         # Read as the receive reads them, so headers no driver can decode come back raw.
         quoted = self.engine.dialect.identifier_preparer.quote(table.c.Headers.name)
-        raw_headers: sa.ColumnElement[Any] = sa.literal_column(text.headers_read.format(headers=quoted))
+        raw_headers: sa.ColumnElement[Any] = sa.literal_column(
+            text.headers_read.format(headers=quoted)
+        )
         statement = sa.select(
             table.c.Id, table.c.RowVersion, table.c.Expires, raw_headers, table.c.Body
         )
