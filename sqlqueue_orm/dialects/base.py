@@ -159,17 +159,6 @@ class DialectSupport:
         """A dialect for printing DDL: named paramstyle, so nothing in a name is %-doubled."""
         raise NotImplementedError(self.name)
 
-    def layout_statements(self, table: str) -> tuple[sa.TextClause, ...]:
-        """Catalog queries listing a queue table's columns and indexes (*table* as quoted).
-
-        Empty: the dialect has none, read the table through SQLAlchemy's inspector.
-        """
-        return ()
-
-    def row_count_statement(self, table: str) -> sa.TextClause:
-        """How many rows the table *table* (quoted) holds."""
-        return sa.text(f"SELECT count(*) FROM {table}")
-
 
 #: A database this package does not know: the rules applied before dialects had a home.
 GENERIC = DialectSupport(name="")

@@ -96,30 +96,6 @@ class MssqlSupport(base.DialectSupport):
             dialect.server_version_info = (SQL_SERVER_MAJOR.get(target_version, 16),)
         return dialect
 
-    def layout_statements(self, table: str) -> tuple[sa.TextClause, ...]:
-        """Each column's type, then every column of sys.indexes.
-
-        Whatever the server version has: 2019+ adds optimize_for_sequential_key, which
-        revision 0004 sets.
-        """
-        columns = sa.text(
-            "SELECT c.name, TYPE_NAME(c.user_type_id), c.max_length, c.is_nullable, "
-            "c.is_identity FROM sys.columns AS c WHERE c.object_id = OBJECT_ID(:table) "
-            "ORDER BY c.column_id"
-        ).bindparams(table=table)
-        indexes = sa.text(
-            "SELECT i.* FROM sys.indexes AS i WHERE i.object_id = OBJECT_ID(:table) "
-            "ORDER BY i.index_id"
-        ).bindparams(table=table)
-        return (columns, indexes)
-
-    def row_count_statement(self, table: str) -> sa.TextClause:
-        """From the catalog: a COUNT(*) would scan (and lock) a big queue for nothing."""
-        return sa.text(
-            "SELECT COALESCE(SUM(rows), 0) FROM sys.partitions "
-            "WHERE object_id = OBJECT_ID(:table) AND index_id IN (0, 1)"
-        ).bindparams(table=table)
-
 
 SUPPORT = MssqlSupport(
     name="mssql",

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
 from sqlqueue_orm.dialects import base
@@ -28,28 +27,6 @@ class PostgresqlSupport(base.DialectSupport):
     def ddl_dialect(self, target_version: int | None = None) -> Dialect:
         """PostgreSQL's dialect (*target_version* is for SQL Server only)."""
         return postgresql.dialect(paramstyle="named")  # type: ignore[no-untyped-call]
-
-    def layout_statements(self, table: str) -> tuple[sa.TextClause, ...]:
-        """Column types, NOT NULL, identity and defaults; each index's definition and validity.
-
-        Validity matters: a failed CONCURRENTLY build leaves an invalid index that the
-        migration steps rebuild.
-        """
-        return (
-            sa.text(
-                "SELECT 'column', a.attname::text, format_type(a.atttypid, a.atttypmod) || ' ' "
-                "|| a.attnotnull::text || ' ' || a.attidentity::text || ' ' "
-                "|| coalesce(pg_get_expr(d.adbin, d.adrelid), '') "
-                "FROM pg_attribute AS a LEFT JOIN pg_attrdef AS d "
-                "ON d.adrelid = a.attrelid AND d.adnum = a.attnum "
-                "WHERE a.attrelid = to_regclass(:table) AND a.attnum > 0 AND NOT a.attisdropped "
-                "UNION ALL "
-                "SELECT 'index', c.relname::text, pg_get_indexdef(i.indexrelid) || ' ' "
-                "|| i.indisvalid::text || ' ' || i.indisclustered::text "
-                "FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid "
-                "WHERE i.indrelid = to_regclass(:table) ORDER BY 1, 2"
-            ).bindparams(table=table),
-        )
 
 
 SUPPORT = PostgresqlSupport(
