@@ -66,7 +66,6 @@ def test_two_endpoint_processes_handle_each_message_exactly_once(database):
     UserBase.metadata.create_all(database.engine)
     transport.create_queue("shared")
     transport.create_queue("error")
-    sent = send_jobs(transport, "shared", 1_000)
     command = [
         sys.executable, "-m", "tests.endpoint_app", database.url, "shared",
         TransactionMode.TRANSACTION_SCOPE.value, "2", "0", "10",
@@ -77,6 +76,11 @@ def test_two_endpoint_processes_handle_each_message_exactly_once(database):
         subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for _ in range(2)
     ]
+    # Both compete from the first message: sent before the second one had started, the first
+    # could drain all 1,000 alone (it did once, under load).
+    for process in processes:
+        assert process.stdout is not None and process.stdout.readline().strip() == "started"
+    sent = send_jobs(transport, "shared", 1_000)
     try:
         deadline = time.monotonic() + 240
         while len(handled_ids(watcher)) < len(sent):
