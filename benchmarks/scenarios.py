@@ -108,6 +108,13 @@ class Run:
                 and not (column.get("primary_key") and isinstance(column["type"], sa.Integer))
             ]
         listed = ", ".join(quote(name) for name in columns)
+        # Each copy a message of its own: PostgreSQL queues (NServiceBus's layout) key on id,
+        # and revision 0008 refuses a table whose ids repeat. SQLite has no uuid function and
+        # no key on Id: copies keep the ids there.
+        fresh_id = "gen_random_uuid()" if engine.dialect.name == "postgresql" else None
+        selected = ", ".join(
+            fresh_id if fresh_id and name.lower() == "id" else quote(name) for name in columns
+        )
         target = quote(table)
         while True:
             with engine.begin() as connection:
@@ -116,7 +123,7 @@ class Run:
                 if have >= rows or have == 0:
                     return
                 connection.exec_driver_sql(
-                    f"INSERT INTO {target} ({listed}) SELECT {listed} FROM {target} "
+                    f"INSERT INTO {target} ({listed}) SELECT {selected} FROM {target} "
                     f"LIMIT {min(have, rows - have)}")
             # What autovacuum does to a queue that grew over hours: without statistics the
             # planner takes a bulk-filled million-row table for a small one (measured: 60 msg/s).
