@@ -44,7 +44,11 @@ def parse_duration(text: str) -> dt.timedelta:
     return dt.timedelta(seconds=amount * _UNIT_SECONDS[unit])
 
 
-def _number(name: str, value: object, *, minimum: float, allow_equal: bool) -> float:
+def seconds(name: str, value: object, *, minimum: float, allow_equal: bool = True) -> float:
+    """*value* as a finite number of seconds above *minimum* (or equal, if *allow_equal*).
+
+    :raises ConfigurationError: naming the setting *name* and the bad value.
+    """
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise exceptions.ConfigurationError(f"{name} {value!r} is not a finite number of seconds")
     if value < minimum or (value == minimum and not allow_equal):
@@ -100,11 +104,11 @@ class DispatcherSettings:
             raise exceptions.ConfigurationError(
                 f"batch_size {size!r} must be a whole number from 1 to 10000"
             )
-        _number("interval", self.interval, minimum=0, allow_equal=False)
-        _number("grace_period", self.grace_period, minimum=0, allow_equal=True)
-        _number("retry_delay", self.retry_delay, minimum=0, allow_equal=True)
-        _number("initial_backoff", self.initial_backoff, minimum=0, allow_equal=False)
-        _number("max_backoff", self.max_backoff, minimum=0, allow_equal=False)
+        seconds("interval", self.interval, minimum=0, allow_equal=False)
+        seconds("grace_period", self.grace_period, minimum=0, allow_equal=True)
+        seconds("retry_delay", self.retry_delay, minimum=0, allow_equal=True)
+        seconds("initial_backoff", self.initial_backoff, minimum=0, allow_equal=False)
+        seconds("max_backoff", self.max_backoff, minimum=0, allow_equal=False)
         if self.max_backoff < self.initial_backoff:
             raise exceptions.ConfigurationError(
                 f"max_backoff {self.max_backoff!r} is below initial_backoff "

@@ -10,10 +10,9 @@ from __future__ import annotations
 import dataclasses
 import enum
 import logging
-import math
 import os
 
-from sqlqueue_orm import exceptions
+from sqlqueue_orm import config, exceptions
 
 log = logging.getLogger(__name__)
 
@@ -42,15 +41,6 @@ class TransactionMode(enum.Enum):
     #: RECEIVE_ONLY for the input message, plus a unit of work with the outbox, de-duplicated on
     #: the incoming message id: exactly once per database.
     OUTBOX = "outbox"
-
-
-def _seconds(name: str, value: object, *, minimum: float, allow_equal: bool = True) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise exceptions.ConfigurationError(f"{name} {value!r} is not a finite number of seconds")
-    if value < minimum or (value == minimum and not allow_equal):
-        bound = f"at least {minimum:g}" if allow_equal else f"more than {minimum:g}"
-        raise exceptions.ConfigurationError(f"{name} {value!r} must be {bound} seconds")
-    return float(value)
 
 
 def _whole(name: str, value: object, low: int, high: int) -> int:
@@ -113,7 +103,7 @@ class EndpointSettings:
                     + ", ".join(mode.value for mode in TransactionMode)
                 ) from None
             object.__setattr__(self, "transaction_mode", mode)
-        delay = _seconds("peek_delay", self.peek_delay, minimum=0)
+        delay = config.seconds("peek_delay", self.peek_delay, minimum=0)
         if delay < MIN_PEEK_DELAY:
             raise exceptions.ConfigurationError(
                 f"peek_delay {self.peek_delay!r} is below 0.1 seconds: it would only stress the "
@@ -132,10 +122,10 @@ class EndpointSettings:
             raise exceptions.ConfigurationError(
                 f"error_queue {self.error_queue!r} must name a queue"
             )
-        _seconds("shutdown_timeout", self.shutdown_timeout, minimum=0)
-        _seconds("critical_error_after", self.critical_error_after, minimum=0)
-        _seconds("initial_backoff", self.initial_backoff, minimum=0, allow_equal=False)
-        _seconds("max_backoff", self.max_backoff, minimum=0, allow_equal=False)
+        config.seconds("shutdown_timeout", self.shutdown_timeout, minimum=0)
+        config.seconds("critical_error_after", self.critical_error_after, minimum=0)
+        config.seconds("initial_backoff", self.initial_backoff, minimum=0, allow_equal=False)
+        config.seconds("max_backoff", self.max_backoff, minimum=0, allow_equal=False)
         if self.max_backoff < self.initial_backoff:
             raise exceptions.ConfigurationError(
                 f"max_backoff {self.max_backoff!r} is below initial_backoff "
