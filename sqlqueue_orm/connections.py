@@ -109,6 +109,15 @@ class ThreadConnections:
             self._held_count -= 1
         self._held_all.discard(held)
 
+    def begin(self, fairy: Any, cursor: Any, kept: bool) -> None:
+        """Open the transaction with :attr:`begin_statement`, if any; on failure give back."""
+        if self.begin_statement:
+            try:
+                cursor.execute(self.begin_statement)
+            except BaseException as error:
+                self.end(fairy, cursor, kept, error)
+                raise
+
     def end(
         self,
         fairy: Any,
@@ -164,12 +173,7 @@ class OwnTransaction:
         connections = self._connections
         self._fairy, self._kept = connections.checkout()
         self._cursor = cursor = self._fairy.cursor()
-        if connections.begin_statement:
-            try:
-                cursor.execute(connections.begin_statement)
-            except BaseException as error:
-                connections.end(self._fairy, cursor, self._kept, error)
-                raise
+        connections.begin(self._fairy, cursor, self._kept)
         return cursor
 
     def __exit__(self, kind: object, error: BaseException | None, trace: object) -> None:
@@ -209,12 +213,8 @@ class OwnStatement:
                 getattr(driver, "isolation_level", "") is None
                 and getattr(driver, "autocommit", -1) is not False
             )
-        if not self._autocommit and connections.begin_statement:
-            try:
-                cursor.execute(connections.begin_statement)
-            except BaseException as error:
-                connections.end(self._fairy, cursor, self._kept, error)
-                raise
+        if not self._autocommit:
+            connections.begin(self._fairy, cursor, self._kept)
         return cursor
 
     def __exit__(self, kind: object, error: BaseException | None, trace: object) -> None:
