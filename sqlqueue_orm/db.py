@@ -142,6 +142,15 @@ def wrap_db_errors(
         ) from error
 
 
+def driver_cause(error: BaseException) -> str:
+    """The driver's own message for *error*, first line only, for a one-line error.
+
+    Drivers add hints on further lines (psycopg: "Is the server running on that host...").
+    """
+    lines = str(getattr(error, "orig", None) or error).strip().splitlines()
+    return lines[0].strip() if lines else type(error).__name__
+
+
 # -- catalog look-ups -------------------------------------------------------------------------
 def schema_argument(address: addressing.QueueAddress) -> str | None:
     """The ``schema=`` SQLAlchemy takes for *address* (``catalog.schema`` on SQL Server)."""

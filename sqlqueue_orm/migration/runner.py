@@ -75,7 +75,7 @@ def run(
     except sa.exc.DBAPIError as error:
         url = environment.database_url(config, {})
         raise exceptions.DatabaseError(
-            f"migrate: the database at {_where(url)}: {_cause(error)}"
+            f"migrate: the database at {_where(url)}: {db.driver_cause(error)}"
         ) from error
 
 
@@ -97,8 +97,9 @@ def database_revision(config: Config, x_arguments: dict[str, str] | None = None)
             engine.dispose()
     except (sa.exc.DBAPIError, ImportError) as error:
         raise DatabaseUnreachable(
-            f"cannot read the revision of the database at {_where(url)} ({_cause(error)}); to "
-            "write the script without it, give the range: FROM:TO (base:head from scratch)"
+            f"cannot read the revision of the database at {_where(url)} "
+            f"({db.driver_cause(error)}); to write the script without it, give the range: "
+            "FROM:TO (base:head from scratch)"
         ) from error
 
 
@@ -107,12 +108,6 @@ def _where(url: str) -> str:
     address = sa.engine.make_url(url)
     where = address.host or address.database or "the default host"
     return f"{where}:{address.port}" if address.port else where
-
-
-def _cause(error: BaseException) -> str:
-    """The driver's own message, first line only (psycopg adds hints on further lines)."""
-    text = str(getattr(error, "orig", None) or error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 def _recorded(connection: Connection) -> str:

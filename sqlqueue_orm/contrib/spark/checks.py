@@ -205,9 +205,9 @@ def check_database(url: str, queue: str | None = None) -> addressing.QueueAddres
         try:
             connection = engine.connect()
         except sa.exc.DBAPIError as error:
-            cause = str(getattr(error, "orig", None) or error).strip().splitlines() or [""]
             raise exceptions.DatabaseError(
-                f"cannot reach the database at {describe_database(parsed)}: {cause[0].strip()}"
+                f"cannot reach the database at {describe_database(parsed)}: "
+                f"{db.driver_cause(error)}"
             ) from error
         with connection:
             if address is None:
