@@ -398,7 +398,9 @@ def _kill_repeatedly(database, remote_url, kills, plans, legacy=False):
         if len(used) == kills:
             break
         kind = plans[attempt % len(plans)]
-        plan = f"timer:{rng.uniform(0.0, 0.2):.3f}" if kind == "timer" else (
+        # Short timers: on a quiet machine a 0.2 s dispatcher could drain the whole outbox and
+        # leave the later kill points nothing to reach.
+        plan = f"timer:{rng.uniform(0.0, 0.05):.3f}" if kind == "timer" else (
             f"{kind}:{rng.randint(1, 4)}"
         )
         batch = rng.choice([1, 5, 20])
@@ -413,11 +415,8 @@ def _kill_repeatedly(database, remote_url, kills, plans, legacy=False):
         if child.returncode == -signal.SIGKILL:
             used.append(plan)
         else:
-            # A dispatcher that ends cleanly before its kill point is not a kill (it can: a
-            # batch claims fewer records than its size while a killed one's claims are still
-            # held, and --once-style dispatch stops there); anything but a clean end fails.
-            assert child.returncode == 0, child.stderr
-            assert "finished without being killed" in child.stdout, child.stdout
+            # Only a timer can outlast the work it had; anything else is a failure.
+            assert child.returncode == 0 and kind == "timer", child.stderr
         _wait_for_dead_sessions(database, remote_url)
     assert len(used) == kills, f"only {len(used)} of {kills} dispatchers were killed"
     return used
