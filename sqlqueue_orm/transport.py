@@ -25,6 +25,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from sqlqueue_orm import addressing, config, connections, db, dialects, exceptions, headers
+from sqlqueue_orm import instrumentation as _instrumentation
 from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage
 from sqlqueue_orm.models.queue_table import queue_table
 from sqlqueue_orm.queuing import sql
@@ -46,6 +47,9 @@ class Transport:
     :param sql_server_layout: how :meth:`create_queue` lays out SQL Server tables:
         ``"clustered"`` (default) or ``"heap"``, the NServiceBus 8+ layout for tables shared with
         .NET endpoints (see :class:`~sqlqueue_orm.config.QueueSettings`).
+    :param instrumentation: traces and metrics of this transport's sends, receives and peeks
+        (:mod:`sqlqueue_orm.instrumentation`); default: whatever
+        :func:`~sqlqueue_orm.instrumentation.set_instrumentation` sets, now or later.
     """
 
     def __init__(
@@ -55,6 +59,7 @@ class Transport:
         default_schema: str | None = None,
         verify_schema: bool = True,
         sql_server_layout: str = "clustered",
+        instrumentation: _instrumentation.Instrumentation | None = None,
     ) -> None:
         settings = config.QueueSettings(sql_server_layout=sql_server_layout)
         if isinstance(url_or_engine, Engine):
@@ -88,6 +93,11 @@ class Transport:
         #: Called with the queue's address after each send this transport committed itself
         #: (endpoints of this process register here to wake up at once).
         self.sent_hooks: list[Callable[[addressing.QueueAddress], object]] = []
+        #: The hooks of traces and metrics, or None (then each hook site is this one check).
+        self.instrumentation = _instrumentation.follow(self)
+        if instrumentation is not None:
+            _instrumentation.unfollow(self)
+            self.instrumentation = instrumentation
 
     def __enter__(self) -> Transport:
         return self
@@ -202,6 +212,19 @@ class Transport:
         connection: Connection | None = None,
     ) -> list[str]:
         """Send *messages* in one batch (all or none); return their message ids."""
+        if self.instrumentation is not None:
+            name = self.queue(queue).name
+            return self.instrumentation.send(
+                name, messages, lambda traced: self._send_many(queue, traced, connection)
+            )
+        return self._send_many(queue, messages, connection)
+
+    def _send_many(
+        self,
+        queue: QueueRef,
+        messages: Sequence[OutgoingMessage],
+        connection: Connection | None = None,
+    ) -> list[str]:
         table_queue = self.queue(queue)
         prepared = [message.prepare() for message in messages]
         if connection is not None:
@@ -267,6 +290,16 @@ class Transport:
         or lose them: pass a connection for at-least-once processing). Expired messages come
         back with ``expired=True``; they are gone from the queue all the same.
         """
+        if self.instrumentation is not None:
+            name = self.queue(queue).name
+            return self.instrumentation.receive(
+                name, lambda: self._receive(queue, max_messages, connection)
+            )
+        return self._receive(queue, max_messages, connection)
+
+    def _receive(
+        self, queue: QueueRef, max_messages: int, connection: Connection | None
+    ) -> list[IncomingMessage]:
         table_queue = self.queue(queue)
         if connection is not None:
             self._first_use(connection, table_queue)
@@ -331,7 +364,10 @@ class Transport:
         """Estimated message count (max - min RowVersion): cheap at any queue size."""
         table_queue = self.queue(queue)
         with self._connection(connection) as conn:
-            return table_queue.peek(conn)
+            count = table_queue.peek(conn)
+        if self.instrumentation is not None:
+            self.instrumentation.peeked(table_queue.name, count)
+        return count
 
     def purge_expired(self, queue: QueueRef, batch_size: int = PURGE_BATCH_SIZE) -> int:
         """Delete expired messages, one transaction per batch; return how many were deleted."""

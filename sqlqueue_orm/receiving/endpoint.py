@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     import pydantic
     from sqlalchemy.orm import Session
 
+    from sqlqueue_orm.instrumentation import Instrumentation
     from sqlqueue_orm.sending.outbox import Outbox
 
 log = logging.getLogger(__name__)
@@ -178,6 +179,8 @@ class Endpoint:
     :param outbox: the outbox of mode OUTBOX (default: an outbox in the user database).
     :param on_critical_error: called with a description and the last error when peeking or
         receiving has failed for ``critical_error_after`` seconds in a row.
+    :param instrumentation: traces and metrics of the handlers' runs and of what became of each
+        message (:mod:`sqlqueue_orm.instrumentation`); default: the transport's.
     """
 
     def __init__(
@@ -189,6 +192,7 @@ class Endpoint:
         user_database: Engine | Transport | None = None,
         outbox: Outbox | None = None,
         on_critical_error: Callable[[str, BaseException], object] | None = None,
+        instrumentation: Instrumentation | None = None,
         **overrides: Any,
     ) -> None:
         if not isinstance(name, str) or not name.strip():
@@ -210,6 +214,7 @@ class Endpoint:
             self.user_transport = self.transport
         self.outbox = outbox
         self.on_critical_error = on_critical_error
+        self._instrumentation = instrumentation
         self.machine = socket.gethostname()
         self.address_text = self.transport.address_text(name)
         self._typed: dict[str, tuple[type[Any], list[TypedHandler]]] = {}
@@ -318,6 +323,14 @@ class Endpoint:
 
         :raises UnknownMessageType: none does.
         """
+        instrumentation = self.instrumentation
+        if instrumentation is not None:
+            queue = self.transport.queue(self.name).name
+            instrumentation.handle(queue, context.message, lambda: self._invoke(context))
+            return
+        self._invoke(context)
+
+    def _invoke(self, context: HandlerContext) -> None:
         message = context.message
         enclosed = message.headers.get(headers.ENCLOSED_MESSAGE_TYPES)
         matched = None
@@ -434,6 +447,11 @@ class Endpoint:
         self.close()
 
     # -- for the strategies ----------------------------------------------------------------
+    @property
+    def instrumentation(self) -> Instrumentation | None:
+        """The endpoint's instrumentation, else its transport's (None: nothing is traced)."""
+        return self._instrumentation or self.transport.instrumentation
+
     @property
     def mode(self) -> TransactionMode:
         """The transaction mode of the settings."""

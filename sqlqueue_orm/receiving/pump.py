@@ -358,6 +358,9 @@ class MessagePump:
         with self._condition:
             if outcome in _OUTCOMES:
                 setattr(self.stats, outcome, getattr(self.stats, outcome) + 1)
+        instrumentation = self.endpoint.instrumentation
+        if instrumentation is not None:
+            instrumentation.outcome(self.endpoint.transport.queue(self.queue).name, outcome)
 
     # -- stopping ---------------------------------------------------------------------------
     def stop(self, timeout: float) -> bool:
