@@ -10,6 +10,7 @@ import datetime as dt
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
@@ -318,10 +319,10 @@ class OpenTelemetryInstrumentation(core.NoInstrumentation):
             span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
             span.end()
             raise
-        count = _count_of(result)
-        if count:
+        busy = _busy_attributes(result)
+        if busy:
             span = self.tracer.start_span(name, attributes=attributes, start_time=started)
-            span.set_attribute("messaging.batch.message_count", count)
+            span.set_attributes(busy)
             span.end()
         return result
 
@@ -336,12 +337,20 @@ class OpenTelemetryInstrumentation(core.NoInstrumentation):
         ]
 
 
-def _count_of(result: object) -> int:
-    """Records or messages an operation handled: an int, or a report's ``claimed``."""
+def _busy_attributes(result: object) -> dict[str, AttributeValue]:
+    """What an operation did, as span attributes; empty when it did nothing (no span then).
+
+    A move returns how many messages it moved; a dispatch returns its report (records claimed,
+    messages sent per queue).
+    """
     if isinstance(result, int):
-        return result
+        return {"messaging.batch.message_count": result} if result else {}
     claimed = getattr(result, "claimed", 0)
-    return claimed if isinstance(claimed, int) else 0
+    if not isinstance(claimed, int) or not claimed:
+        return {}
+    messages = getattr(result, "messages", None)
+    sent = sum(messages.values()) if isinstance(messages, Counter) else 0
+    return {"messaging.batch.message_count": sent, "sqlqueue.outbox.records": claimed}
 
 
 def instrument(
