@@ -23,9 +23,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from sqlqueue_orm import OutgoingMessage, Transport, UnitOfWork, instrumentation
+from sqlqueue_orm.config import DispatcherSettings
 from sqlqueue_orm.contrib.otel import OpenTelemetryInstrumentation
 from sqlqueue_orm.receiving import Endpoint, EndpointSettings, HandlerContext, TransactionMode
-from sqlqueue_orm.config import DispatcherSettings
 from sqlqueue_orm.sending.dispatcher import OutboxDispatcher
 from sqlqueue_orm.sending.outbox import Outbox
 
@@ -298,7 +298,8 @@ def test_metrics_count_fetches_successes_failures_and_times(database, telemetry)
     [critical] = telemetry.metrics()["nservicebus.messaging.critical_time"]
     assert 0 <= critical.min <= critical.max < 60
     # The failed handling's span says why.
-    failed = [s for s in telemetry.finished("process orders") if s.status.status_code is StatusCode.ERROR]
+    processed = telemetry.finished("process orders")
+    failed = [span for span in processed if span.status.status_code is StatusCode.ERROR]
     assert len(failed) == 2
     assert failed[0].attributes["error.type"] == f"{__name__}.Refused"
     assert [event.name for event in failed[0].events] == ["exception"]
