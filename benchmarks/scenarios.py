@@ -25,7 +25,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from benchmarks import baselines, peers, workers, workload
+from benchmarks import baselines, instrumentation, peers, workers, workload
 from benchmarks.servers import Database
 from benchmarks.workload import Result
 from sqlqueue_orm import OutboxDispatcher, Transport, UnitOfWork
@@ -33,7 +33,7 @@ from sqlqueue_orm.config import DispatcherSettings
 from sqlqueue_orm.sending.outbox import OutboxOperation
 
 #: What ``--only`` can name.
-NAMES = ("send", "receive", "outbox", "depth", "migrate", "pump")
+NAMES = ("send", "receive", "outbox", "depth", "migrate", "pump", "instrumentation")
 
 _FILL_CHUNK = 5_000
 # fork: a consumer starts in milliseconds, where spawn re-imports SQLAlchemy (seconds on a busy
@@ -482,7 +482,7 @@ ENDPOINT_SCENARIOS: list[tuple[str, Callable[[Run], None]]] = []
 
 ALL: list[tuple[str, Callable[[Run], None]]] = [
     ("send", send), ("receive", receive), ("outbox", outbox), ("depth", depth),
-    ("migrate", migrate),
+    ("migrate", migrate), ("instrumentation", instrumentation.instrumentation_cost),
 ]
 
 

@@ -25,7 +25,8 @@ def test_every_scenario_runs_on_sqlite_and_prints_the_table():
     assert "failed:" not in table, table
     for scenario in ("send 1/txn", "send 20/txn", "receive 10/txn, 4 consumer(s)",
                      "unit of work, 1 send", "outbox dispatcher, backlog", "peek, 200 waiting",
-                     "receive 1/txn, 200 waiting", "migrate v1 table, 200 rows"):
+                     "receive 1/txn, 200 waiting", "migrate v1 table, 200 rows",
+                     "send 1/txn, instrumentation", "receive 1/call, instrumentation"):
         assert f"| sqlite | {scenario} |" in table, scenario
     assert "| raw autocommit |" in table and "| raw BEGIN/stmt/COMMIT |" in table
 
