@@ -195,6 +195,7 @@ def test_a_dotnet_traceparent_header_becomes_the_parent_of_the_handle_span(datab
                 "NServiceBus.ConversationId": "a3b9bd10-2b6c-4e2a-9d0e-0c7d4fb4b001",
                 "traceparent": DOTNET_TRACEPARENT,
                 "tracestate": DOTNET_TRACESTATE,
+                "baggage": "tenant=acme",
             },
         ),
     )
@@ -227,6 +228,7 @@ def test_a_dotnet_traceparent_header_becomes_the_parent_of_the_handle_span(datab
         f"00-{DOTNET_TRACE_ID}-{format(send_span.context.span_id, '016x')}-01"
     )
     assert sent.headers["tracestate"] == DOTNET_TRACESTATE
+    assert sent.headers["baggage"] == "tenant=acme"
 
 
 def test_start_new_trace_on_receive_makes_a_root_linked_to_the_sender(database, telemetry):

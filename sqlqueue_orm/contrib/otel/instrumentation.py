@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
+from opentelemetry import context as otel_context
 from opentelemetry import metrics, propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.metrics import CallbackOptions, Observation
@@ -242,6 +243,32 @@ class OpenTelemetryInstrumentation(core.NoInstrumentation):
         received = getattr(self._local, "received", None) or {}
         taken = received.pop(message.id, None)
         started = time.monotonic()
+        # The incoming context is made current (not only the parent) so its baggage goes on
+        # with what the handlers send, as NServiceBus carries it.
+        token = otel_context.attach(parent)
+        try:
+            self._process(queue, proceed, parent, links, attributes, tags, started)
+        finally:
+            otel_context.detach(token)
+        ended = time.monotonic()
+        self.handler_time.record(ended - started, {**tags, "execution.result": "success"})
+        self.processing_time.record(ended - (taken if taken is not None else started), tags)
+        sent_at = _sent_at(message)
+        if sent_at is not None:
+            critical = (dt.datetime.now(dt.UTC) - sent_at).total_seconds()
+            self.critical_time.record(max(0.0, critical), tags)
+
+    def _process(
+        self,
+        queue: str,
+        proceed: Callable[[], None],
+        parent: Context,
+        links: list[Link],
+        attributes: dict[str, AttributeValue],
+        tags: dict[str, AttributeValue],
+        started: float,
+    ) -> None:
+        """The ``process`` span around *proceed*; a failure is recorded, counted and raised."""
         with self.tracer.start_as_current_span(
             f"process {queue}",
             context=parent,
@@ -263,13 +290,6 @@ class OpenTelemetryInstrumentation(core.NoInstrumentation):
                 self.failures.add(1, failed)
                 self.handler_time.record(ended - started, {**failed, "execution.result": "failure"})
                 raise
-        ended = time.monotonic()
-        self.handler_time.record(ended - started, {**tags, "execution.result": "success"})
-        self.processing_time.record(ended - (taken if taken is not None else started), tags)
-        sent_at = _sent_at(message)
-        if sent_at is not None:
-            critical = (dt.datetime.now(dt.UTC) - sent_at).total_seconds()
-            self.critical_time.record(max(0.0, critical), tags)
 
     def outcome(self, queue: str, outcome: str) -> None:
         """Count successes (after the commit), immediate retries and moves to the error queue."""
@@ -328,12 +348,14 @@ class OpenTelemetryInstrumentation(core.NoInstrumentation):
 
     # -- gauges ----------------------------------------------------------------------------
     def _observe_depths(self, _options: CallbackOptions) -> Iterable[Observation]:
-        return [Observation(count, {QUEUE_TAG: queue}) for queue, count in self._depths.items()]
+        return [
+            Observation(count, {QUEUE_TAG: queue}) for queue, count in dict(self._depths).items()
+        ]
 
     def _observe_backlogs(self, _options: CallbackOptions) -> Iterable[Observation]:
         return [
             Observation(count, {"sqlqueue.outbox": outbox})
-            for outbox, count in self._backlogs.items()
+            for outbox, count in dict(self._backlogs).items()
         ]
 
 
