@@ -35,6 +35,9 @@ DOTNET_TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 DOTNET_SPAN_ID = "00f067aa0ba902b7"
 DOTNET_TRACEPARENT = f"00-{DOTNET_TRACE_ID}-{DOTNET_SPAN_ID}-01"
 DOTNET_TRACESTATE = "congo=t61rcWkgMzE"
+#: What a broker SDK may overwrite ``traceparent`` with (NServiceBus 10.3+ keeps its own span in
+#: ``NServiceBus.TraceParent`` for that reason, and its receivers prefer it).
+SDK_TRACEPARENT = f"00-{DOTNET_TRACE_ID}-b7ad6b7169203331-01"
 
 
 class PlaceOrder(pydantic.BaseModel):
@@ -181,8 +184,22 @@ def _count(span: ReadableSpan) -> int:
     return int(span.attributes.get("messaging.batch.message_count", 0))
 
 
-def test_a_dotnet_traceparent_header_becomes_the_parent_of_the_handle_span(database, telemetry):
-    """A .NET sender's ``traceparent`` and ``tracestate`` headers, literal: the trace goes on."""
+#: The trace headers of a .NET sender: NServiceBus 8 to 10.2 write ``traceparent``; 10.3+ also
+#: ``NServiceBus.TraceParent``, which wins when a broker SDK overwrote ``traceparent``.
+DOTNET_SENDERS = {
+    "nservicebus-8": {"traceparent": DOTNET_TRACEPARENT},
+    "nservicebus-10.3": {
+        "NServiceBus.TraceParent": DOTNET_TRACEPARENT,
+        "traceparent": SDK_TRACEPARENT,
+    },
+}
+
+
+@pytest.mark.parametrize("sender", list(DOTNET_SENDERS))
+def test_a_dotnet_traceparent_header_becomes_the_parent_of_the_handle_span(
+    database, telemetry, sender
+):
+    """A .NET sender's trace headers, literal: the trace goes on through our handler."""
     dotnet = database.transport()  # the .NET sender: no instrumentation of ours at all
     dotnet.create_queue("sales")
     dotnet.create_queue("shipping")
@@ -193,7 +210,7 @@ def test_a_dotnet_traceparent_header_becomes_the_parent_of_the_handle_span(datab
             headers={
                 "NServiceBus.EnclosedMessageTypes": "Sales.PlaceOrder, Sales, Version=1.0.0.0",
                 "NServiceBus.ConversationId": "a3b9bd10-2b6c-4e2a-9d0e-0c7d4fb4b001",
-                "traceparent": DOTNET_TRACEPARENT,
+                **DOTNET_SENDERS[sender],
                 "tracestate": DOTNET_TRACESTATE,
                 "baggage": "tenant=acme",
             },
@@ -227,6 +244,7 @@ def test_a_dotnet_traceparent_header_becomes_the_parent_of_the_handle_span(datab
     assert sent.headers["traceparent"] == (
         f"00-{DOTNET_TRACE_ID}-{format(send_span.context.span_id, '016x')}-01"
     )
+    assert sent.headers["NServiceBus.TraceParent"] == sent.headers["traceparent"]
     assert sent.headers["tracestate"] == DOTNET_TRACESTATE
     assert sent.headers["baggage"] == "tenant=acme"
 

@@ -36,6 +36,10 @@ SCOPE_NAME = "sqlqueue_orm"
 SYSTEM = "sqlqueue_orm"
 #: NServiceBus's header asking the receiver to start a new trace linked to the sender's.
 START_NEW_TRACE = "NServiceBus.OpenTelemetry.StartNewTrace"
+#: The W3C header of the sender's span, which NServiceBus 8+ writes and reads.
+TRACE_PARENT = "traceparent"
+#: NServiceBus 10.3+'s own copy of it (preferred by its receivers; it writes both).
+NSERVICEBUS_TRACE_PARENT = "NServiceBus.TraceParent"
 #: NServiceBus's scheduled delivery time (critical time counts from it when present).
 DELIVER_AT = "NServiceBus.DeliverAt"
 #: The tag of the queue on every metric, as NServiceBus names it.
@@ -52,8 +56,19 @@ def _message_type(message: IncomingMessage) -> str | None:
     return enclosed.split(";", 1)[0].split(",", 1)[0].strip() or None
 
 
-def _carrier(message: IncomingMessage) -> dict[str, str]:
-    return {key: value for key, value in message.headers.items() if value is not None}
+def _sender_context(message: IncomingMessage) -> Context:
+    """The context the sender wrote into *message*'s headers (empty if none, or unreadable).
+
+    NServiceBus 10.3+ writes its send span twice: ``NServiceBus.TraceParent`` and the W3C
+    ``traceparent`` (which a broker SDK may overwrite with its own span). As its receivers do,
+    the NServiceBus header wins when present, even unreadable (then there is no sender
+    context); ``tracestate`` and ``baggage`` come from their W3C headers either way.
+    """
+    carrier = {key: value for key, value in message.headers.items() if value is not None}
+    own = carrier.get(NSERVICEBUS_TRACE_PARENT)
+    if own is not None:
+        carrier[TRACE_PARENT] = own
+    return propagate.extract(carrier)
 
 
 def _sent_at(message: IncomingMessage) -> dt.datetime | None:
@@ -166,10 +181,13 @@ class OpenTelemetryInstrumentation(core.NoInstrumentation):
         with self.tracer.start_as_current_span(
             f"send {queue}", kind=SpanKind.PRODUCER, attributes=attributes
         ) as span:
+            context = span.get_span_context()
+            own = f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
             traced = []
             for message in messages:
                 carrier = dict(message.headers)
                 propagate.inject(carrier)  # traceparent, tracestate, baggage: this span's
+                carrier[NSERVICEBUS_TRACE_PARENT] = own
                 message_id = message.message_id or message.headers.get(headers.MESSAGE_ID)
                 message_id = message_id or str(uuid.uuid4())
                 traced.append(dataclasses.replace(message, headers=carrier, message_id=message_id))
@@ -202,7 +220,7 @@ class OpenTelemetryInstrumentation(core.NoInstrumentation):
             received: dict[uuid.UUID, float] = {}
             for message in messages:
                 received[message.id] = taken
-                sender = trace.get_current_span(propagate.extract(_carrier(message)))
+                sender = trace.get_current_span(_sender_context(message))
                 context = sender.get_span_context()
                 if context.is_valid:
                     span.add_link(context, {"messaging.message.id": message.message_id})
@@ -215,8 +233,7 @@ class OpenTelemetryInstrumentation(core.NoInstrumentation):
 
     def handle(self, queue: str, message: IncomingMessage, proceed: Callable[[], None]) -> None:
         """A ``process {queue}`` span, the child of the sender's; times and counts the run."""
-        carrier = _carrier(message)
-        parent = propagate.extract(carrier)
+        parent = _sender_context(message)
         links: list[Link] = []
         if (message.headers.get(START_NEW_TRACE) or "").lower() == "true":
             sender = trace.get_current_span(parent).get_span_context()
