@@ -2,7 +2,7 @@
 
 :mod:`~sqlqueue_orm.recoverability.error_queue` is the one API the ``sqlqueue errors`` commands
 and the dashboard use; moving messages there is the receiving side's work
-(:mod:`sqlqueue_orm.receiving.failures`).
+(:mod:`sqlqueue_orm.receiving.forwarding`).
 """
 
 from __future__ import annotations
