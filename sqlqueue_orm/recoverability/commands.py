@@ -132,7 +132,8 @@ def retry_command(args: argparse.Namespace) -> int:
     print(f"{count} message(s) sent back from {errors.name}")
     if count < len(args.ids):
         print(f"sqlqueue: error: {len(args.ids) - count} message(s) were not sent back "
-              "(no FailedQ header, or taken by someone else; see the log)", file=sys.stderr)
+              "(no FailedQ header, no such queue, or taken by someone else; see the log)",
+              file=sys.stderr)
         return 1
     return 0
 

@@ -256,10 +256,10 @@ class ErrorQueue:
 
         One transaction per message: take its row, send the copy (failure headers removed,
         body and message id unchanged), commit. An id not in the queue (or held by another
-        retry) and a message that names no queue are skipped, with a warning.
+        retry), a message that names no queue, or one whose queue does not exist (or cannot
+        be read as an address here) stays where it is, with a warning; the others go on.
 
         :raises ConfigurationError: an id is not a GUID (checked before anything is sent).
-        :raises QueueNotFound: a message's queue does not exist (that message stays).
         """
         native_ids = [parse_id(each) for each in ids]
         table_queue = self.transport.queue(self.name)
@@ -292,7 +292,18 @@ class ErrorQueue:
                         headers=retry_headers(message.headers),
                         message_id=message.message_id,
                     )
-                    self.transport.send(destination, copy, connection=conn)
+                    try:
+                        self.transport.send(destination, copy, connection=conn)
+                    except (exceptions.QueueNotFound, exceptions.ConfigurationError) as error:
+                        log.warning(
+                            "queue %s: message %s cannot go back to %s (%s); left here",
+                            self.name,
+                            native_id,
+                            destination,
+                            error,
+                        )
+                        transaction.rollback()
+                        continue
                     transaction.commit()
                 except BaseException:
                     if transaction.is_active:

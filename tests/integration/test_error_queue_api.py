@@ -91,6 +91,18 @@ def test_retry_sends_back_without_failure_headers_and_delete_removes(transport):
     assert errors.count() == 0
 
 
+def test_a_message_whose_queue_is_gone_stays_and_the_rest_go_back(transport):
+    failed(transport, "inbox", message_id="a")
+    transport.send("error", OutgoingMessage(b"x", message_id="gone", headers={
+        headers.FAILED_QUEUE: transport.address_text("dropped")}))
+    failed(transport, "other", message_id="b")
+    errors = ErrorQueue(transport)
+    assert errors.retry_all() == 2
+    assert [each.message_id for each in errors.list()] == ["gone"]
+    assert [m.message_id for m in transport.receive("inbox")] == ["a"]
+    assert [m.message_id for m in transport.receive("other")] == ["b"]
+
+
 def test_a_bad_id_is_refused_before_anything_changes(transport):
     failed(transport, "inbox", message_id="a")
     errors = ErrorQueue(transport)
