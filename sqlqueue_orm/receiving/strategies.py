@@ -13,6 +13,10 @@ guarantees are in ``docs/endpoint.md``). What they share:
   receive's transaction. A message no handler accepts, or whose body its model cannot read, is
   moved at once (a retry cannot help). Mode NONE has taken the message already: it goes to
   the error queue at once, in a transaction of its own.
+* a handled message is copied to the audit queue, if the settings name one, in the receive's
+  transaction (mode NONE: after the handlers, in one of its own).
+
+What the error-queue and audit rows hold is in :mod:`sqlqueue_orm.receiving.forwarding`.
 
 SQLite has one writer at a time: a second connection that writes while the receive's
 transaction is open would wait for it forever. So modes that need one are refused there at
