@@ -387,3 +387,21 @@ def test_revision_0010_creates_the_table_idempotently(database):
     assert len(_drain(transport, "billing")) == 1
     run("downgrade")
     assert not sa.inspect(database.engine).has_table("SubscriptionRouting")
+
+
+def test_postgresql_statements_are_nservicebus_statements():
+    import re
+
+    from sqlqueue_orm import dialects
+
+    def normalized(text: str) -> str:
+        for dotnet, ours in (("{0}", "{table}"), ("{1}", "{topics}"), (":QueueAddress",
+                             ":queue_address"), (":Topic", ":topic"), (":Endpoint", ":endpoint")):
+            text = text.replace(dotnet, ours)
+        text = re.sub(r"\s+", " ", text).strip().rstrip(";").strip()
+        return text.replace("( ", "(").replace(" )", ")")
+
+    support = dialects.for_dialect("postgresql")
+    assert normalized(support.subscribe) == normalized(DOTNET_SUBSCRIBE)
+    assert normalized(support.subscribers) == normalized(DOTNET_GET_SUBSCRIBERS)
+    assert support.subscription_columns == ("queueaddress", "endpoint", "topic")
