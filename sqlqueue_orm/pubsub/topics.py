@@ -3,9 +3,10 @@
 NServiceBus's topic is ``Type.FullName`` (``TopicName.From``), and a publish looks up the
 subscribers of the event's type, every base class and every interface
 (``PolymorphicSubscriptionStore.GenerateMessageHierarchy``). Here the hierarchy is the pydantic
-model's MRO: the class, its bases and mixins, in MRO order, without ``object`` and pydantic's own
-classes. Each is named by the mapping given (a model standing for a .NET type, registered with
-``Endpoint.handle(..., type_name=...)`` or ``Endpoint.map_type``), else ``module.QualName``.
+model's MRO: the class, its bases and mixins, in MRO order, without Python's and pydantic's own
+classes (:data:`NOT_TOPICS`). Each is named by the mapping given (a model standing for a .NET
+type, registered with ``Endpoint.handle(..., type_name=...)`` or ``Endpoint.map_type``), else
+``module.QualName``.
 """
 
 from __future__ import annotations
@@ -27,13 +28,14 @@ def topic_of(model: type[Any], names: Mapping[type[Any], str] | None = None) -> 
     return mapped if mapped else python_name(model)
 
 
+#: Modules whose classes are never topics: Python's and pydantic's own bases (``object``,
+#: ``typing.Generic``, ``pydantic.BaseModel``) carry no meaning a subscriber could choose.
+NOT_TOPICS = frozenset({"builtins", "typing", "pydantic", "abc"})
+
+
 def hierarchy(model: type[Any]) -> list[type[Any]]:
-    """*model* and its base classes in MRO order, without ``object`` and pydantic's classes."""
-    return [
-        cls
-        for cls in model.__mro__
-        if cls is not object and not cls.__module__.split(".", 1)[0] == "pydantic"
-    ]
+    """*model* and its base classes in MRO order, without Python's and pydantic's own."""
+    return [cls for cls in model.__mro__ if cls.__module__.split(".", 1)[0] not in NOT_TOPICS]
 
 
 def topics_of(model: type[Any], names: Mapping[type[Any], str] | None = None) -> list[str]:
