@@ -165,8 +165,10 @@ class HandlerContext:
         outgoing, topics = publishing.prepare(outgoing, endpoint.type_names)
         assert outgoing.message_id is not None
         transport = endpoint.transport
-        for text in dict.fromkeys(transport.subscriptions.subscribers(topics)):
-            self._sender(transport.address(text), outgoing)
+        subscribers = transport.subscriptions.subscribers(topics)
+        addresses = (transport.address(text) for text in subscribers)
+        for destination in dict.fromkeys(addresses):  # one copy per distinct queue
+            self._sender(destination, outgoing)
         return outgoing.message_id
 
     def _stamp(self, outgoing: OutgoingMessage, intent: str) -> OutgoingMessage:

@@ -459,3 +459,13 @@ def test_a_handlers_publish_follows_the_transaction_mode(database, tmp_path, mod
     failing_tries = tries.count(-1)
     copies = [m.model(OrderPlaced).order_id for m in _drain(transport, "billing")]
     assert sorted(copies) == sorted([-1] * failing_tries * LEAKS[mode] + [1])
+
+
+@only("postgresql")
+def test_two_spellings_of_one_queue_get_one_copy(database):
+    """``"public"."billing"`` (.NET) and ``billing@[public]`` name one queue: one copy."""
+    transport = _setup(database, "billing")
+    transport.subscriptions.subscribe("Billing", PLACED, '"public"."billing"')
+    transport.subscriptions.subscribe("billing-py", PLACED, "billing@[public]")
+    transport.publish(OrderPlaced(order_id=1))
+    assert len(_drain(transport, "billing")) == 1
