@@ -469,3 +469,22 @@ def test_two_spellings_of_one_queue_get_one_copy(database):
     transport.subscriptions.subscribe("billing-py", PLACED, "billing@[public]")
     transport.publish(OrderPlaced(order_id=1))
     assert len(_drain(transport, "billing")) == 1
+
+    sales = Endpoint("sales", transport, concurrency=1, peek_delay=0.1)  # and from a handler
+    done = []
+
+    @sales.handle(PlaceOrder)
+    def place(order: PlaceOrder, context: HandlerContext) -> None:
+        context.publish(OrderPlaced(order_id=order.order_id))
+        done.append(order.order_id)
+
+    sales.start()
+    try:
+        sales.send("sales", PlaceOrder(order_id=2))
+        deadline = time.monotonic() + 30
+        while not done:
+            assert time.monotonic() < deadline, sales.stats
+            time.sleep(0.05)
+    finally:
+        assert sales.stop(10)
+    assert [m.model(OrderPlaced).order_id for m in _drain(transport, "billing")] == [2]
