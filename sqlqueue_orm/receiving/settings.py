@@ -78,6 +78,8 @@ class EndpointSettings:
         (installed at start-up) instead of waiting for the next peek. Off by default: the
         trigger cost 5% to 24% of concurrent send throughput when measured (docs/endpoint.md).
         Sends of this process wake its endpoints on every database regardless.
+    :param auto_subscribe: subscribe at start-up to the event types the endpoint handles
+        (registered with ``handle(..., event=True)``), as NServiceBus does.
     """
 
     concurrency: int = DEFAULT_CONCURRENCY
@@ -94,6 +96,7 @@ class EndpointSettings:
     purge_expired_at_startup: bool = False
     create_queues: bool = True
     notify: bool = False
+    auto_subscribe: bool = True
 
     def __post_init__(self) -> None:
         _whole("concurrency", self.concurrency, 1, 1_000)
