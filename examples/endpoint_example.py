@@ -5,8 +5,7 @@ import time
 
 import pydantic
 
-from sqlqueue_orm import Transport
-from sqlqueue_orm.receiving import Endpoint, HandlerContext
+from sqlqueue_orm import Endpoint, HandlerContext, Transport
 
 
 class PlaceOrder(pydantic.BaseModel):
