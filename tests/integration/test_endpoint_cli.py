@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import threading
+import time
 
 from sqlqueue_orm import Transport
 from sqlqueue_orm.receiving import Endpoint
@@ -60,6 +61,32 @@ def test_run_once_is_not_stopped_by_an_empty_estimate_while_rows_remain(database
     assert not runner.is_alive()
     assert sorted(handled) == list(range(30))
     assert Transport.peek(transport, "jobs") == 0
+
+
+def test_run_once_ends_when_stopped_before_the_queue_is_drained(database):
+    """SIGTERM (a stop) during ``--once`` ends the run; what was not handled stays queued."""
+    transport = database.transport()
+    transport.create_queue("jobs")
+    send_jobs(transport, "jobs", 40)
+    endpoint = Endpoint("jobs", transport, peek_delay=0.1, concurrency=1)
+    handled: list[int] = []
+
+    @endpoint.handle(Job)
+    def handle(job: Job, context: object) -> None:
+        handled.append(job.number)
+        time.sleep(0.05)
+
+    runner = threading.Thread(target=endpoint.run, kwargs={"once": True}, daemon=True)
+    runner.start()
+    deadline = time.monotonic() + 30
+    while not handled:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert endpoint.stop(10)
+    runner.join(10)
+    assert not runner.is_alive()
+    assert len(handled) < 40
+    assert len(transport.browse("jobs", 100)) == 40 - len(handled)
 
 
 @only("sqlite")
