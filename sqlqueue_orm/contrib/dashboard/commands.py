@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import logging
+import signal
 import socket
 from typing import Any
 
@@ -91,7 +92,17 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
           "Ctrl+C stops it", flush=True)
     config = uvicorn.Config(app, log_level="warning" if not args.verbose else "info",
                             access_log=bool(args.verbose), lifespan="on")
-    uvicorn.Server(config).run(sockets=[sock])
+    # uvicorn stops gracefully on SIGINT/SIGTERM, then raises the signal again for the previous
+    # handler: that is the end of a normal run here, not an interruption.
+    previous = signal.signal(signal.SIGTERM, lambda _signum, _frame: None)
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        sock.close()
+    print("sqlqueue dashboard stopped", flush=True)
     return 0
 
 
