@@ -54,6 +54,9 @@ def test_a_failing_read_is_logged_once_and_sampling_goes_on(caplog):
 def test_chart_and_hex_view():
     samples = [sampling.Sample(1000.0, 0), sampling.Sample(1000.0 + 1800, 10)]
     svg = rendering.depth_chart(samples, now=1000.0 + 3600)
-    assert 'points="0.0,46.0 120.0,2.0"' in svg and "highest 10" in svg
+    assert 'points="0.0,46.0 120.0,12.0"' in svg and "highest 10" in svg
+    # A history shorter than an hour fills the width (at least 10 s).
+    young = rendering.depth_chart([sampling.Sample(0.0, 1), sampling.Sample(60.0, 1)], now=120.0)
+    assert 'points="0.0,12.0 120.0,12.0"' in young and "last 2 min" in young
     assert "no readings yet" in rendering.depth_chart([], now=0)
     assert rendering.hex_view(b"AB\x00") == "00000000  41 42 00" + " " * 41 + "|AB.|"

@@ -7,30 +7,43 @@ from collections.abc import Sequence
 
 from sqlqueue_orm.contrib.dashboard.sampling import WINDOW, Sample
 
+#: Shortest time axis of the chart, in seconds.
+MINIMUM_SPAN = 10.0
 #: Bytes per line of the hex view.
 HEX_WIDTH = 16
 
 
 def depth_chart(samples: Sequence[Sample], now: float, width: int = 240, height: int = 48) -> str:
-    """An inline SVG of *samples* over the hour before *now* (drawn by the server: no script)."""
+    """An inline SVG of *samples* up to *now* (drawn by the server: no script).
+
+    The time axis spans the hour before *now*, or less while the history is shorter (from the
+    first reading, at least 10 s), so a new dashboard's chart is not a sliver at the edge.
+    """
     if not samples:
         return (
             f'<svg class="chart" width="{width}" height="{height}" role="img" '
             'aria-label="no readings yet"><text x="4" y="28">no readings yet</text></svg>'
         )
+    start = max(now - WINDOW, min(samples[0].at, now - MINIMUM_SPAN))
+    span = max(now - start, 1.0)
     top = max(max(sample.depth for sample in samples), 1)
     points = " ".join(
-        f"{(sample.at - (now - WINDOW)) / WINDOW * width:.1f},"
-        f"{height - 2 - sample.depth / top * (height - 4):.1f}"
+        f"{(sample.at - start) / span * width:.1f},"
+        f"{height - 2 - sample.depth / top * (height - 14):.1f}"
         for sample in samples
     )
+    shown = f"{span:.0f} s" if span < 120 else f"{span / 60:.0f} min"
     label = html.escape(
-        f"depth over the last hour: {len(samples)} readings, highest {top}, last "
-        f"{samples[-1].depth}"
+        f"depth over the last {shown}: {len(samples)} readings, highest {top}, "
+        f"last {samples[-1].depth}"
     )
     return (
         f'<svg class="chart" width="{width}" height="{height}" role="img" aria-label="{label}">'
         f"<title>{label}</title>"
+        f'<line x1="0" y1="{height - 1}" x2="{width}" y2="{height - 1}" stroke="#d1d5db"/>'
+        f'<text x="2" y="9" font-size="9" fill="#6b7280">{top}</text>'
+        f'<text x="{width - 2}" y="9" font-size="9" fill="#6b7280" text-anchor="end">'
+        f"{shown}</text>"
         f'<polyline fill="none" stroke="#2563eb" stroke-width="1.5" points="{points}"/></svg>'
     )
 
