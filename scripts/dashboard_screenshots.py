@@ -10,8 +10,9 @@ Chromium through Selenium (the same setup as the browser tests: ``tests/browser.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import pathlib
-import subprocess
 import sys
 import tempfile
 import time
@@ -19,7 +20,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sqlqueue_orm import OutgoingMessage, Transport  # noqa: E402
+from sqlqueue_orm import OutgoingMessage, Transport, demo  # noqa: E402
 from sqlqueue_orm.contrib.dashboard import create_app  # noqa: E402
 from tests import browser  # noqa: E402
 
@@ -35,9 +36,9 @@ def main() -> int:
         return 1
     out = pathlib.Path(args.out)
     with tempfile.TemporaryDirectory() as directory:
-        subprocess.run([sys.executable, "-m", "sqlqueue_orm.demo", "--dir", directory,
-                        "--audit-messages", "2000"], check=True, stdout=subprocess.DEVNULL)
         url = f"sqlite:///{directory}/demo.db"
+        with contextlib.redirect_stdout(io.StringIO()):
+            demo.run(url, audit_messages=2000)
         with Transport(url) as transport:
             app = create_app(transport, allow_changes=True, sample_interval=0.5)
             driver = browser.chromium(1280, 760)
