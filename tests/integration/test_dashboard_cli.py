@@ -11,11 +11,11 @@ import sys
 import httpx
 import pytest
 
-from sqlqueue_orm import OutgoingMessage
+from sqlqueue_orm import OutgoingMessage, cli
 from sqlqueue_orm.sending.outbox import Outbox
 from tests import browser
 from tests.conftest import only
-from tests.integration.test_cli import one_line, sqlqueue
+from tests.integration.test_cli import one_line
 
 pytest.importorskip("starlette", reason="the dashboard extra is not installed")
 
@@ -51,28 +51,35 @@ def test_dashboard_serves_on_localhost_read_only_until_stopped(database):
     assert "Traceback" not in err
 
 
-def test_bad_port_and_port_in_use_are_one_line_and_exit_2(tmp_path):
+def run(capsys, url, *args):  # type: ignore[no-untyped-def]
+    """``sqlqueue --url URL ARGS`` in this process (fast: no interpreter start-up)."""
+    status = cli.main(["--url", url, *args])
+    return status, capsys.readouterr().err
+
+
+def test_bad_port_and_port_in_use_are_one_line_and_exit_2(tmp_path, capsys):
     url = f"sqlite:///{tmp_path / 'q.db'}"
-    result = sqlqueue(url, "dashboard", "--port", "70000", check=False)
-    assert result.returncode == 2 and "'70000'" in one_line(result.stderr)
+    with pytest.raises(SystemExit) as exit_:  # argparse
+        cli.main(["--url", url, "dashboard", "--port", "70000"])
+    assert exit_.value.code == 2 and "'70000'" in one_line(capsys.readouterr().err)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
         port = taken.getsockname()[1]
-        result = sqlqueue(url, "dashboard", "--port", str(port), check=False)
-    assert result.returncode == 2, result.stderr
-    assert f"--port {port}" in one_line(result.stderr) and "Traceback" not in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1
+        status, err = run(capsys, url, "dashboard", "--port", str(port))
+    assert status == 2, err
+    assert f"--port {port}" in one_line(err) and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
 
 
-def test_unreachable_database_is_one_line_naming_host_and_exit_1():
+def test_unreachable_database_is_one_line_naming_host_and_exit_1(capsys):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     url = f"postgresql+psycopg://someone:secret@127.0.0.1:{port}/shop"
-    result = sqlqueue(url, "dashboard", "--port", "0", check=False)
-    assert result.returncode == 1, result.stderr
-    line = one_line(result.stderr)
+    status, err = run(capsys, url, "dashboard", "--port", "0")
+    assert status == 1, err
+    line = one_line(err)
     assert f"127.0.0.1:{port}" in line and "refused" in line.lower() and "secret" not in line
 
 
@@ -85,10 +92,13 @@ def test_mounted_under_a_prefix_links_stay_under_it(database):
 
     transport = database.transport()
     transport.create_queue("orders")
-    Outbox(transport).create_table()
     dashboard = create_app(transport, allow_changes=True)
     host = Starlette(routes=[Mount("/ops/queues", app=dashboard)])
     with browser.served(host) as base:
+        no_outbox = httpx.get(base + "/ops/queues/outbox")
+        assert no_outbox.status_code == 200 and 'id="no-outbox"' in no_outbox.text
+        assert "sqlqueue migrate" in no_outbox.text  # what to do about it
+        Outbox(transport).create_table()
         page = httpx.get(base + "/ops/queues/")
         assert page.status_code == 200
         assert 'href="/ops/queues/queue?name=orders"' in page.text
