@@ -28,7 +28,6 @@ the same statements; the strategies and the context would keep their shape.
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import logging
 import signal
 import socket
@@ -43,7 +42,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from sqlqueue_orm import addressing, dialects, exceptions, headers
 from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage
-from sqlqueue_orm.receiving import pump, strategies, wakeup
+from sqlqueue_orm.receiving import forwarding, pump, strategies, wakeup
 from sqlqueue_orm.receiving.settings import EndpointSettings, TransactionMode
 from sqlqueue_orm.transport import Transport
 
@@ -58,7 +57,7 @@ log = logging.getLogger(__name__)
 #: ``NServiceBus.RelatedTo``: the id of the message being handled when this one was sent.
 RELATED_TO = "NServiceBus.RelatedTo"
 #: Longest exception message copied into the error queue's headers (as NServiceBus truncates).
-MAX_EXCEPTION_MESSAGE = 16_384
+MAX_EXCEPTION_MESSAGE = forwarding.MAX_EXCEPTION_MESSAGE
 
 ModelT = TypeVar("ModelT", bound="pydantic.BaseModel")
 TypedHandler = Callable[[Any, "HandlerContext"], object]
@@ -353,6 +352,8 @@ class Endpoint:
             if self.settings.create_queues:
                 self.transport.create_queue(self.name)
                 self.transport.create_queue(self.settings.error_queue)
+                if self.settings.audit_queue is not None:
+                    self.transport.create_queue(self.settings.audit_queue)
             strategy.prepare()
             if self.settings.purge_expired_at_startup:
                 self.transport.purge_expired(self.name)
@@ -439,13 +440,8 @@ class Endpoint:
         """The transaction mode of the settings."""
         return self.settings.transaction_mode
 
-    def failure_headers(self, message: IncomingMessage, error: BaseException) -> dict[str, str]:
+    def failure_headers(
+        self, message: IncomingMessage, error: BaseException
+    ) -> dict[str, str | None]:
         """The headers NServiceBus adds to a message it moves to the error queue."""
-        return {
-            headers.FAILED_QUEUE: self.address_text,
-            headers.EXCEPTION_TYPE: f"{type(error).__module__}.{type(error).__qualname__}",
-            headers.EXCEPTION_MESSAGE: str(error)[:MAX_EXCEPTION_MESSAGE],
-            headers.TIME_OF_FAILURE: headers.format_time(dt.datetime.now(dt.UTC)),
-            headers.PROCESSING_ENDPOINT: self.name,
-            headers.PROCESSING_MACHINE: self.machine,
-        }
+        return forwarding.failure_headers(self.address_text, self.name, self.machine, error)

@@ -64,6 +64,8 @@ class EndpointSettings:
     :param immediate_retries: times a failed message is retried at once before it is moved to
         the error queue (NServiceBus: 5). Mode NONE never retries: the message is gone.
     :param error_queue: where messages that fail every retry (and poison rows) go.
+    :param audit_queue: where a copy of every processed message goes, with the processing
+        headers (``None``: no audit, NServiceBus's default).
     :param shutdown_timeout: seconds :meth:`Endpoint.stop` lets in-flight handlers finish; what
         is still running then is rolled back and its message returns to the queue.
     :param critical_error_after: seconds of uninterrupted peek or receive failures before the
@@ -84,6 +86,7 @@ class EndpointSettings:
     peek_batch_size: int | None = None
     immediate_retries: int = 5
     error_queue: str = "error"
+    audit_queue: str | None = None
     shutdown_timeout: float = 30.0
     critical_error_after: float = 30.0
     initial_backoff: float = 0.1
@@ -121,6 +124,12 @@ class EndpointSettings:
         if not isinstance(self.error_queue, str) or not self.error_queue.strip():
             raise exceptions.ConfigurationError(
                 f"error_queue {self.error_queue!r} must name a queue"
+            )
+        if self.audit_queue is not None and (
+            not isinstance(self.audit_queue, str) or not self.audit_queue.strip()
+        ):
+            raise exceptions.ConfigurationError(
+                f"audit_queue {self.audit_queue!r} must name a queue, or be None for no audit"
             )
         config.seconds("shutdown_timeout", self.shutdown_timeout, minimum=0)
         config.seconds("critical_error_after", self.critical_error_after, minimum=0)
