@@ -100,7 +100,7 @@ class Dashboard:
         if self._owns_transport:
             self.transport.close()
 
-    def error_queue(self) -> sources.ErrorQueueApi:
+    def error_queue(self) -> sources.ErrorQueue:
         """The library's error queue of this dashboard."""
         return sources.error_queue(self.transport, self.error_queue_name)
 
@@ -324,7 +324,7 @@ class _Pages:
         except BadInput as error:
             return self.problem(request, 400, str(error))
 
-        def read() -> tuple[int, Sequence[sources.FailedMessageView], list[str], list[str]]:
+        def read() -> tuple[int, Sequence[sources.FailedMessage], list[str], list[str]]:
             queue = self.dashboard.error_queue()
             listed = queue.list(limit=limit, since=since, until=until, **filters)
             everything = queue.list(limit=MAX_CHOSEN)  # the choices of the filters
@@ -335,8 +335,6 @@ class _Pages:
 
         try:
             total, listed, types, endpoints = await self.call(read)
-        except sources.ErrorQueueMissing as error:
-            return self.problem(request, 501, str(error))
         except exceptions.SqlQueueError as error:
             return self.problem(request, 404 if _missing(error) else 503, str(error))
         return self.render(
@@ -351,8 +349,6 @@ class _Pages:
         identity = request.query_params.get("id", "")
         try:
             failed = await self.call(lambda: self.dashboard.error_queue().get(identity))
-        except sources.ErrorQueueMissing as error:
-            return self.problem(request, 501, str(error))
         except exceptions.SqlQueueError as error:
             return self.problem(request, 404 if _missing(error) else 400, str(error))
         if failed is None:
@@ -384,14 +380,12 @@ class _Pages:
         if len(ids) > MAX_CHOSEN:
             return self.problem(request, 400, f"at most {MAX_CHOSEN} messages at a time")
 
-        def read() -> tuple[list[sources.FailedMessageView], int]:
+        def read() -> tuple[list[sources.FailedMessage], int]:
             queue = self.dashboard.error_queue()
             return [m for m in (queue.get(i) for i in ids) if m is not None], queue.count()
 
         try:
             chosen, total = await self.call(read)
-        except sources.ErrorQueueMissing as error:
-            return self.problem(request, 501, str(error))
         except exceptions.SqlQueueError as error:
             return self.problem(request, 400, str(error))
         if action != "retry_all" and not chosen:
@@ -434,7 +428,7 @@ class _Pages:
         return RedirectResponse(f"{prefix}/errors?{query}", status_code=303)
 
     async def _change(
-        self, request: Request, verb: str, change: Callable[[sources.ErrorQueueApi, list[str]], int]
+        self, request: Request, verb: str, change: Callable[[sources.ErrorQueue, list[str]], int]
     ) -> Response:
         ids, refused = await self._checked_form(request)
         if refused is not None:
@@ -443,8 +437,6 @@ class _Pages:
             return self.problem(request, 400, "no message chosen")
         try:
             count = await self.call(lambda: change(self.dashboard.error_queue(), ids))
-        except sources.ErrorQueueMissing as error:
-            return self.problem(request, 501, str(error))
         except exceptions.SqlQueueError as error:
             log.error("queue %s: dashboard could not %s message(s) %s: %s",
                       self.dashboard.error_queue_name, verb, ", ".join(ids), error)
