@@ -121,6 +121,19 @@ class QueueInstaller:
             log.info("queue %s: added computed column BodyString", address)
         return created
 
+    def create_delayed(self, connection: Connection, address: addressing.QueueAddress) -> bool:
+        """Create the delayed table *address* and its Due index if missing (see :meth:`create`)."""
+        from sqlqueue_orm.models.delayed_table import delayed_table
+
+        address.check_for(connection.dialect.name)
+        schema = db.schema_argument(address)
+        dialects.for_dialect(connection).take_install_lock(connection, address)
+        if sa.inspect(connection).has_table(address.table, schema=schema):
+            return False
+        delayed_table(address.table, schema, connection.dialect).create(connection)
+        log.info("queue %s: created delayed table", address)
+        return True
+
     def ddl(
         self,
         address: addressing.QueueAddress,
