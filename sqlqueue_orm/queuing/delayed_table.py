@@ -89,9 +89,7 @@ class DelayedTable:
 
     def seconds_to_next_due(self, connection: Connection) -> float | None:
         """Seconds from the database's clock to the earliest due time (None: table empty)."""
-        row = connection.exec_driver_sql(
-            self._next_due.text, self._next_due.params({})
-        ).first()
+        row = connection.exec_driver_sql(self._next_due.text, self._next_due.params({})).first()
         if row is None or row[0] is None:
             return None
         return float(row[0])

@@ -43,7 +43,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from sqlqueue_orm import addressing, dialects, exceptions, headers
 from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage
-from sqlqueue_orm.receiving import pump, strategies, wakeup
+from sqlqueue_orm.receiving import mover, pump, strategies, wakeup
 from sqlqueue_orm.receiving.settings import EndpointSettings, TransactionMode
 from sqlqueue_orm.transport import Transport
 
@@ -151,6 +151,52 @@ class HandlerContext:
         destination = self.endpoint.transport.address(address_text)
         return self._sender(destination, self._stamp(outgoing, "Reply"))
 
+    def defer(
+        self,
+        message: Outgoing,
+        *,
+        delay: dt.timedelta | float | None = None,
+        deliver_at: dt.datetime | None = None,
+        destination: str | addressing.QueueAddress | None = None,
+    ) -> str:
+        """Send *message* to *destination* (default: this endpoint) after *delay* or at a time.
+
+        It waits in this endpoint's delayed table (``<endpoint>.Delayed``) with
+        ``NServiceBus.SqlServer.ForwardDestination``, stored as the mode sends (in the
+        receive's transaction where the mode allows), and is moved when due. Not in mode
+        OUTBOX yet (its records hold no delivery time). Return its message id.
+
+        :raises ConfigurationError: neither or both of *delay* and *deliver_at*; a
+            time_to_be_received on the message; mode OUTBOX.
+        """
+        if (delay is None) == (deliver_at is None):
+            raise exceptions.ConfigurationError("defer needs exactly one of delay or deliver_at")
+        if self.endpoint.mode is TransactionMode.OUTBOX:
+            raise exceptions.ConfigurationError(
+                f"endpoint {self.endpoint.name!r}: defer is not supported in mode OUTBOX yet; "
+                "send it from a handler of another mode or after the unit of work"
+            )
+        outgoing = self._stamp(self.endpoint.outgoing(message), "Send")
+        target = self.endpoint.name if destination is None else destination
+        return self._deferring_sender(target, outgoing, delay, deliver_at)
+
+    def _deferring_sender(
+        self,
+        destination: str | addressing.QueueAddress,
+        outgoing: OutgoingMessage,
+        delay: dt.timedelta | float | None,
+        deliver_at: dt.datetime | None,
+    ) -> str:
+        connection = getattr(self._sender, "connection", None)
+        return self.endpoint.transport.send(
+            destination,
+            outgoing,
+            connection=connection,
+            delay=delay,
+            deliver_at=deliver_at,
+            endpoint=self.endpoint.name,
+        )
+
     def _stamp(self, outgoing: OutgoingMessage, intent: str) -> OutgoingMessage:
         stamped = dict(outgoing.headers)
         incoming = self.message.headers
@@ -216,6 +262,7 @@ class Endpoint:
         self._names: dict[type[Any], str] = {}
         self._raw: list[RawHandler] = []
         self._pump: pump.MessagePump | None = None
+        self._mover: mover.DelayedMessageMover | None = None
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -271,8 +318,15 @@ class Endpoint:
         destination: str | addressing.QueueAddress,
         message: Outgoing,
         connection: Connection | None = None,
+        *,
+        delay: dt.timedelta | float | None = None,
+        deliver_at: dt.datetime | None = None,
     ) -> str:
         """Send *message* from this endpoint, outside any handler (a new conversation).
+
+        With *delay* (seconds or a timedelta) or *deliver_at*, it waits in this endpoint's
+        delayed table until due (see ``docs/recoverability.md``); this endpoint's mover then
+        forwards it, so the endpoint must be running (or another instance of it).
 
         It carries ``ReplyToAddress`` (this endpoint's queue, so replies come here),
         ``OriginatingEndpoint``, ``OriginatingMachine``, a new ``ConversationId`` and
@@ -287,6 +341,15 @@ class Endpoint:
         stamped.setdefault(headers.ORIGINATING_MACHINE, self.machine)
         stamped.setdefault(headers.REPLY_TO_ADDRESS, self.address_text)
         stamped_message = dataclasses.replace(outgoing, headers=stamped)
+        if delay is not None or deliver_at is not None:
+            return self.transport.send(
+                destination,
+                stamped_message,
+                connection=connection,
+                delay=delay,
+                deliver_at=deliver_at,
+                endpoint=self.name,
+            )
         return self.transport.send(destination, stamped_message, connection=connection)
 
     def handle_raw(self, handler: RawHandler) -> RawHandler:
@@ -353,6 +416,8 @@ class Endpoint:
             if self.settings.create_queues:
                 self.transport.create_queue(self.name)
                 self.transport.create_queue(self.settings.error_queue)
+                if self.settings.delayed_delivery:
+                    self.transport.create_delayed_table(self.name)
             strategy.prepare()
             if self.settings.purge_expired_at_startup:
                 self.transport.purge_expired(self.name)
@@ -363,6 +428,9 @@ class Endpoint:
                 wakeup.install_trigger(self.transport.engine, self.transport.address(self.name))
             self._pump = pump.MessagePump(self, strategy)
             self._pump.start(notify=notify)
+            if self.settings.delayed_delivery:
+                self._mover = mover.DelayedMessageMover(self)
+                self._mover.start()
         log.info(
             "queue %s: endpoint started (%s, concurrency %d)",
             self.name,
@@ -380,6 +448,9 @@ class Endpoint:
         current = self._pump
         if current is None:
             return True
+        moving, self._mover = self._mover, None
+        if moving is not None:
+            moving.stop()
         limit = self.settings.shutdown_timeout if timeout is None else timeout
         return current.stop(limit)
 
