@@ -190,6 +190,22 @@ class SchemaInspector:
                     found.append(QueueTableInfo(addressing.QueueAddress(name, schema), columns))
         return found
 
+    def find_delayed_tables(
+        self, connection: Connection, schemas: Iterable[str | None] = (None,), suffix: str = ""
+    ) -> list[addressing.QueueAddress]:
+        """Delayed tables (``<endpoint>.<suffix>`` with the delayed signature) in *schemas*."""
+        wanted = set(dialects.for_dialect(connection).delayed_signature)
+        inspector = sa.inspect(connection)
+        found = []
+        for schema in schemas:
+            for name in sorted(inspector.get_table_names(schema=schema)):
+                if suffix and not name.endswith(f".{suffix}"):
+                    continue
+                columns = {str(column["name"]) for column in inspector.get_columns(name, schema)}
+                if wanted <= columns:
+                    found.append(addressing.QueueAddress(name, schema))
+        return found
+
     def look_up(
         self, connection: Connection, address: addressing.QueueAddress, *, indexes: bool = True
     ) -> QueueTableLayout | None:

@@ -245,6 +245,54 @@ class Transport:
             hook(table.address, due_ms / 1000)
         return [item.message_id for item in prepared]
 
+    def browse_delayed(
+        self,
+        endpoint: QueueRef | None = None,
+        schemas: Iterable[str | None] | None = None,
+        max_messages: int = 1_000,
+    ) -> list[DelayedMessage]:
+        """Delayed messages waiting, earliest due first, without taking them.
+
+        :param endpoint: only that endpoint's delayed table; default every delayed table
+            (``*.<suffix>`` with the delayed columns) in *schemas* (default: the default one).
+        """
+        with db.wrap_db_errors(), self.engine.connect() as connection:
+            if endpoint is not None:
+                addresses = [self.delayed_address(endpoint)]
+                where = addresses[0]
+                if not sa.inspect(connection).has_table(where.table, db.schema_argument(where)):
+                    raise exceptions.ConfigurationError(
+                        f"endpoint {str(endpoint)!r} has no delayed table {str(where)!r} (an "
+                        "endpoint creates it when it starts)"
+                    )
+            else:
+                chosen = list(schemas) if schemas is not None else [self.default_schema]
+                addresses = self.inspector.find_delayed_tables(
+                    connection, chosen, self.delayed_table_suffix
+                )
+            found: list[DelayedMessage] = []
+            for address in addresses:
+                table = delayed_model.delayed_table(
+                    address.table, db.schema_argument(address), self.engine.dialect
+                )
+                statement = (
+                    sa.select(
+                        sa.type_coerce(table.c.Due, sa.String()).label("due"),
+                        table.c.Headers,
+                        table.c.Body,
+                    )
+                    .order_by(table.c.Due)
+                    .limit(max_messages)
+                )
+                with db.wrap_db_errors(str(address)):
+                    rows = connection.execute(statement).all()
+                found.extend(
+                    DelayedMessage.from_row(str(address), row.due, row.Headers, row.Body)
+                    for row in rows
+                )
+        found.sort(key=lambda message: message.due)
+        return found[:max_messages]
+
     # -- installing ------------------------------------------------------------------------
     def create_queue(self, queue: QueueRef, *, body_string: bool = False) -> bool:
         """Create the queue table if it does not exist; return whether it was created.
@@ -459,6 +507,39 @@ class Transport:
             return [
                 (str(info.address), self.queue(info.address).peek(connection)) for info in found
             ]
+
+
+@dataclasses.dataclass(frozen=True)
+class DelayedMessage:
+    """A message waiting in a delayed table (see :meth:`Transport.browse_delayed`)."""
+
+    #: The delayed table's address.
+    table: str
+    #: When it is due (UTC).
+    due: dt.datetime
+    #: Where it goes then (``NServiceBus.SqlServer.ForwardDestination``).
+    destination: str | None
+    headers: dict[str, str | None]
+    body: bytes | None
+
+    @property
+    def message_id(self) -> str | None:
+        """``NServiceBus.MessageId``, if it has one."""
+        return self.headers.get(headers.MESSAGE_ID)
+
+    @classmethod
+    def from_row(cls, table: str, due: object, text: object, body: object) -> DelayedMessage:
+        """From a row as the driver returns it (Due as a datetime, or SQLite's UTC text)."""
+        moment = due if isinstance(due, dt.datetime) else dt.datetime.fromisoformat(str(due))
+        moment = moment.replace(tzinfo=dt.UTC) if moment.tzinfo is None else moment
+        parsed, _, _ = headers.decode(text, "utf-8")
+        return cls(
+            table,
+            moment.astimezone(dt.UTC),
+            parsed.get(FORWARD_DESTINATION),
+            parsed,
+            None if body is None else bytes(body),  # type: ignore[call-overload]
+        )
 
 
 def _due_ms(delay: dt.timedelta | float | None, deliver_at: dt.datetime | None) -> int | None:

@@ -7,6 +7,7 @@ Delays are short (a fraction of a second) and every wait polls for its condition
 from __future__ import annotations
 
 import datetime as dt
+import json
 import threading
 import time
 import uuid
@@ -356,3 +357,29 @@ def test_delayed_retries_switched_off(database):
         endpoint.stop(10)
     assert len(tries) == 1
     assert recoverability.RETRIES not in errors[0].headers
+
+
+def test_cli_lists_the_delayed_messages(database):
+    from tests.integration.test_cli import sqlqueue
+
+    transport = database.transport()
+    transport.create_queue("billing")
+    transport.create_delayed_table("sales")
+    transport.create_delayed_table("orders")
+    before = dt.datetime.now(dt.UTC)
+    first = transport.send("billing", OutgoingMessage(b"hi"), delay=60, endpoint="sales")
+    second = transport.send("orders", OutgoingMessage(b"\xff"), delay=30)
+    lines = sqlqueue(database.url, "delayed", "list").stdout.splitlines()
+    assert [line.split("\t")[1:] for line in lines] == [
+        [transport.address_text("orders"), second, str(transport.delayed_address("orders"))],
+        [transport.address_text("billing"), first, str(transport.delayed_address("sales"))],
+    ]
+    output = sqlqueue(database.url, "delayed", "list", "--json", "--endpoint", "sales").stdout
+    [record] = [json.loads(line) for line in output.splitlines()]
+    assert record["message_id"] == first and record["body"] == "hi"
+    assert record["destination"] == transport.address_text("billing")
+    due = dt.datetime.fromisoformat(record["due"])
+    assert 60 - CLOCK_GRAIN <= (due - before).total_seconds() < 65
+    missing = sqlqueue(database.url, "delayed", "list", "--endpoint", "nope", check=False)
+    assert missing.returncode == 2 and "nope" in missing.stderr
+    assert len(missing.stderr.strip().splitlines()) == 1
