@@ -17,7 +17,7 @@ import datetime as dt
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -28,6 +28,8 @@ from sqlqueue_orm import addressing, config, connections, db, dialects, exceptio
 from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage
 from sqlqueue_orm.models import delayed_table as delayed_model
 from sqlqueue_orm.models.queue_table import queue_table
+from sqlqueue_orm.pubsub import publishing
+from sqlqueue_orm.pubsub.subscriptions import SubscriptionSettings, SubscriptionStore
 from sqlqueue_orm.queuing import sql
 from sqlqueue_orm.queuing.delayed_table import FORWARD_DESTINATION, DelayedTable
 from sqlqueue_orm.queuing.table_queue import PURGE_BATCH_SIZE, TableQueue
@@ -50,6 +52,8 @@ class Transport:
         .NET endpoints (see :class:`~sqlqueue_orm.config.QueueSettings`).
     :param delayed_table_suffix: delayed messages of endpoint ``E`` wait in table
         ``E.<suffix>`` (NServiceBus's ``TableSuffix``, default ``Delayed``).
+    :param subscriptions: the subscription table and the subscriber cache of :meth:`publish`
+        (:class:`~sqlqueue_orm.pubsub.subscriptions.SubscriptionSettings`).
     """
 
     def __init__(
@@ -60,6 +64,7 @@ class Transport:
         verify_schema: bool = True,
         sql_server_layout: str = "clustered",
         delayed_table_suffix: str = delayed_model.DEFAULT_SUFFIX,
+        subscriptions: SubscriptionSettings | None = None,
     ) -> None:
         if not isinstance(delayed_table_suffix, str) or not delayed_table_suffix.strip():
             raise exceptions.ConfigurationError(
@@ -102,6 +107,8 @@ class Transport:
         #: there is due (the endpoint's mover registers here to wake up in time).
         self.delayed_hooks: list[Callable[[addressing.QueueAddress, float], object]] = []
         self._delayed: dict[addressing.QueueAddress, DelayedTable] = {}
+        self._subscription_settings = subscriptions
+        self._subscriptions: SubscriptionStore | None = None
 
     def __enter__(self) -> Transport:
         return self
@@ -395,6 +402,87 @@ class Transport:
         destination = self.address(address_text)
         log.debug("queue %s: replying to message %s", destination, to.message_id)
         return self.send(destination, replying, connection)
+
+    # -- publish/subscribe -----------------------------------------------------------------
+    @property
+    def subscriptions(self) -> SubscriptionStore:
+        """The subscription table and its cache (NServiceBus's ``SubscriptionRouting``)."""
+        if self._subscriptions is None:
+            with self._lock:
+                if self._subscriptions is None:
+                    settings = self._subscription_settings or SubscriptionSettings()
+                    if settings.schema is None and self.default_schema is not None:
+                        settings = dataclasses.replace(settings, schema=self.default_schema)
+                    self._subscriptions = SubscriptionStore(
+                        self.engine, settings, own_connections=self._connections
+                    )
+        return self._subscriptions
+
+    def create_subscription_table(self) -> bool:
+        """Create the subscription table if missing (idempotent, safe to race)."""
+        return self.subscriptions.create_table()
+
+    def subscribe(
+        self,
+        endpoint: str,
+        topic: str,
+        queue: QueueRef | None = None,
+        connection: Connection | None = None,
+    ) -> None:
+        """Subscribe *endpoint* to *topic* (an event's full type name), delivered to *queue*.
+
+        *queue* defaults to the queue named like the endpoint; it is stored in the address form
+        of this database's .NET transport, as a .NET subscriber stores its own.
+        """
+        address = self.address_text(endpoint if queue is None else queue)
+        self.subscriptions.subscribe(endpoint, topic, address, connection)
+
+    def unsubscribe(self, endpoint: str, topic: str, connection: Connection | None = None) -> None:
+        """Remove *endpoint*'s subscription to *topic*."""
+        self.subscriptions.unsubscribe(endpoint, topic, connection)
+
+    def publish(
+        self,
+        event: OutgoingMessage | Any,
+        connection: Connection | None = None,
+        *,
+        type_names: Mapping[type[Any], str] | None = None,
+        topics: Sequence[str] | None = None,
+    ) -> str:
+        """Send *event* once to each distinct queue subscribed to its type or a base type.
+
+        Every copy is the same message (one message id) with ``MessageIntent: Publish``. With
+        *connection*, all copies go in its transaction; without, in one of their own. Return
+        the message id (also when nobody subscribed: then nothing is sent).
+
+        :param event: a pydantic model or an :class:`OutgoingMessage` (see
+            :func:`sqlqueue_orm.pubsub.publishing.prepare`).
+        :param type_names: .NET type names of models (the topics .NET subscribers use).
+        :param topics: publish on these topics instead of the event type's.
+        """
+        outgoing, chosen = publishing.prepare(event, type_names, topics)
+        assert outgoing.message_id is not None
+        destinations = list(
+            dict.fromkeys(
+                self.address(text) for text in self.subscriptions.subscribers(chosen, connection)
+            )
+        )
+        if destinations:
+            with self._connection(connection) as conn:
+                for destination in destinations:
+                    self.send(destination, outgoing, conn)
+            if connection is None:
+                for destination in destinations:
+                    for hook in self.sent_hooks:
+                        hook(destination)
+        log.info(
+            "queue %s: published %s (%s) to %d subscriber(s)",
+            ", ".join(str(destination) for destination in destinations) or "-",
+            outgoing.message_id,
+            chosen[0],
+            len(destinations),
+        )
+        return outgoing.message_id
 
     # -- receiving -------------------------------------------------------------------------
     def receive(

@@ -43,7 +43,9 @@ from sqlalchemy.engine import Connection, Engine
 
 from sqlqueue_orm import addressing, dialects, exceptions, headers
 from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage
-from sqlqueue_orm.receiving import mover, pump, strategies, wakeup
+from sqlqueue_orm.pubsub import publishing
+from sqlqueue_orm.pubsub import topics as topic_names
+from sqlqueue_orm.receiving import forwarding, mover, pump, strategies, wakeup
 from sqlqueue_orm.receiving.settings import EndpointSettings, TransactionMode
 from sqlqueue_orm.transport import Transport
 
@@ -58,7 +60,7 @@ log = logging.getLogger(__name__)
 #: ``NServiceBus.RelatedTo``: the id of the message being handled when this one was sent.
 RELATED_TO = "NServiceBus.RelatedTo"
 #: Longest exception message copied into the error queue's headers (as NServiceBus truncates).
-MAX_EXCEPTION_MESSAGE = 16_384
+MAX_EXCEPTION_MESSAGE = forwarding.MAX_EXCEPTION_MESSAGE
 
 ModelT = TypeVar("ModelT", bound="pydantic.BaseModel")
 TypedHandler = Callable[[Any, "HandlerContext"], object]
@@ -196,6 +198,23 @@ class HandlerContext:
             deliver_at=deliver_at,
             endpoint=self.endpoint.name,
         )
+    def publish(self, event: Outgoing) -> str:
+        """Publish *event* to every subscriber of its type and base types, as the mode sends.
+
+        One copy per distinct subscribed queue, each sent as :meth:`send` sends (in the
+        receive's transaction, the outbox, or at once, as the mode dictates), with
+        ``MessageIntent: Publish`` and the headers :meth:`send` sets. Return its message id.
+        """
+        endpoint = self.endpoint
+        outgoing = self._stamp(endpoint.event_message(event), publishing.PUBLISH)
+        outgoing, topics = publishing.prepare(outgoing, endpoint.type_names)
+        assert outgoing.message_id is not None
+        transport = endpoint.transport
+        subscribers = transport.subscriptions.subscribers(topics)
+        addresses = (transport.address(text) for text in subscribers)
+        for destination in dict.fromkeys(addresses):  # one copy per distinct queue
+            self._sender(destination, outgoing)
+        return outgoing.message_id
 
     def _stamp(self, outgoing: OutgoingMessage, intent: str) -> OutgoingMessage:
         stamped = dict(outgoing.headers)
@@ -260,6 +279,7 @@ class Endpoint:
         self.address_text = self.transport.address_text(name)
         self._typed: dict[str, tuple[type[Any], list[TypedHandler]]] = {}
         self._names: dict[type[Any], str] = {}
+        self._events: list[type[Any]] = []
         self._raw: list[RawHandler] = []
         self._pump: pump.MessagePump | None = None
         self._mover: mover.DelayedMessageMover | None = None
@@ -275,13 +295,15 @@ class Endpoint:
         handler: Callable[[ModelT, HandlerContext], object] | None = None,
         *,
         type_name: str | None = None,
+        event: bool = False,
     ) -> Any:
         """Register *handler* for messages of *model* (a pydantic model class).
 
         Usable as a decorator (``@endpoint.handle(PlaceOrder)``). *type_name*: the full .NET
         type name the messages carry (``Sales.Messages.PlaceOrder``); default
         ``module.QualName``, what this library's sends write (a model registered under a .NET
-        name is matched under its Python name too).
+        name is matched under its Python name too). *event*: *model* is an event this endpoint
+        subscribes to at start-up (setting ``auto_subscribe``).
         """
         if not hasattr(model, "model_validate_json"):
             raise exceptions.ConfigurationError(
@@ -307,6 +329,8 @@ class Endpoint:
                     self._typed[each] = entry
                 entry[1].append(function)
                 self._names.setdefault(model, name)
+                if event and model not in self._events:
+                    self._events.append(model)
             return function
 
         if handler is not None:
@@ -357,6 +381,64 @@ class Endpoint:
         with self._lock:
             self._raw.append(handler)
         return handler
+
+    def map_type(self, model: type[Any], type_name: str) -> None:
+        """Send and publish *model* as the .NET type *type_name*, without handling it.
+
+        A publisher maps its events (and their base types) so .NET subscribers, which
+        subscribe to ``Namespace.TypeName``, receive them.
+        """
+        name = full_type_name(type_name) if isinstance(type_name, str) else ""
+        if not name:
+            raise exceptions.ConfigurationError(f"type_name {type_name!r} is empty")
+        with self._lock:
+            self._names[model] = name
+
+    @property
+    def type_names(self) -> dict[type[Any], str]:
+        """The .NET type names of models, as registered (a copy)."""
+        return dict(self._names)
+
+    def topic(self, event_type: type[Any] | str) -> str:
+        """The topic of *event_type*: its registered .NET name, else ``module.QualName``."""
+        if isinstance(event_type, str):
+            return topic_names.check_topic(event_type)
+        return topic_names.topic_of(event_type, self._names)
+
+    def subscribe(self, event_type: type[Any] | str, connection: Connection | None = None) -> None:
+        """Subscribe this endpoint's queue to *event_type* (a model class, or a topic name)."""
+        self.transport.subscriptions.subscribe(
+            self.name, self.topic(event_type), self.address_text, connection
+        )
+
+    def unsubscribe(
+        self, event_type: type[Any] | str, connection: Connection | None = None
+    ) -> None:
+        """Remove this endpoint's subscription to *event_type*."""
+        self.transport.subscriptions.unsubscribe(self.name, self.topic(event_type), connection)
+
+    def publish(self, event: Outgoing, connection: Connection | None = None) -> str:
+        """Publish *event* from this endpoint, outside any handler (see :meth:`Transport.publish`).
+
+        Carries the headers :meth:`send` sets, with ``MessageIntent: Publish``; the topics are
+        the .NET names registered for the event's type and its base types. Return its id.
+        """
+        outgoing = self.event_message(event)
+        stamped = dict(outgoing.headers)
+        stamped.setdefault(headers.MESSAGE_INTENT, publishing.PUBLISH)
+        stamped.setdefault(headers.CONVERSATION_ID, str(uuid.uuid4()))
+        stamped.setdefault(headers.ORIGINATING_ENDPOINT, self.name)
+        stamped.setdefault(headers.ORIGINATING_MACHINE, self.machine)
+        stamped.setdefault(headers.REPLY_TO_ADDRESS, self.address_text)
+        return self.transport.publish(
+            dataclasses.replace(outgoing, headers=stamped), connection, type_names=self._names
+        )
+
+    def event_message(self, event: Outgoing) -> OutgoingMessage:
+        """*event* as an OutgoingMessage whose type headers a publish fills in."""
+        if hasattr(event, "model_dump_json") and not isinstance(event, OutgoingMessage):
+            return OutgoingMessage(event)
+        return self.outgoing(event)
 
     def type_name(self, model: type[Any]) -> str | None:
         """The type name *model* was registered under, if it was."""
@@ -418,7 +500,14 @@ class Endpoint:
                 self.transport.create_queue(self.settings.error_queue)
                 if self.settings.delayed_delivery:
                     self.transport.create_delayed_table(self.name)
+                if self.settings.audit_queue is not None:
+                    self.transport.create_queue(self.settings.audit_queue)
             strategy.prepare()
+            if self.settings.create_queues:
+                self.transport.create_subscription_table()
+            if self.settings.auto_subscribe:
+                for event_type in self._events:
+                    self.subscribe(event_type)
             if self.settings.purge_expired_at_startup:
                 self.transport.purge_expired(self.name)
             notify = (
@@ -510,13 +599,8 @@ class Endpoint:
         """The transaction mode of the settings."""
         return self.settings.transaction_mode
 
-    def failure_headers(self, message: IncomingMessage, error: BaseException) -> dict[str, str]:
+    def failure_headers(
+        self, message: IncomingMessage, error: BaseException
+    ) -> dict[str, str | None]:
         """The headers NServiceBus adds to a message it moves to the error queue."""
-        return {
-            headers.FAILED_QUEUE: self.address_text,
-            headers.EXCEPTION_TYPE: f"{type(error).__module__}.{type(error).__qualname__}",
-            headers.EXCEPTION_MESSAGE: str(error)[:MAX_EXCEPTION_MESSAGE],
-            headers.TIME_OF_FAILURE: headers.format_time(dt.datetime.now(dt.UTC)),
-            headers.PROCESSING_ENDPOINT: self.name,
-            headers.PROCESSING_MACHINE: self.machine,
-        }
+        return forwarding.failure_headers(self.address_text, self.name, self.machine, error)

@@ -76,6 +76,8 @@ class EndpointSettings:
     :param delayed_batch_size: matured delayed messages moved per transaction (NServiceBus:
         100).
     :param error_queue: where messages that fail every retry (and poison rows) go.
+    :param audit_queue: where a copy of every processed message goes, with the processing
+        headers (``None``: no audit, NServiceBus's default).
     :param shutdown_timeout: seconds :meth:`Endpoint.stop` lets in-flight handlers finish; what
         is still running then is rolled back and its message returns to the queue.
     :param critical_error_after: seconds of uninterrupted peek or receive failures before the
@@ -88,6 +90,8 @@ class EndpointSettings:
         (installed at start-up) instead of waiting for the next peek. Off by default: the
         trigger cost 5% to 24% of concurrent send throughput when measured (docs/endpoint.md).
         Sends of this process wake its endpoints on every database regardless.
+    :param auto_subscribe: subscribe at start-up to the event types the endpoint handles
+        (registered with ``handle(..., event=True)``), as NServiceBus does.
     """
 
     concurrency: int = DEFAULT_CONCURRENCY
@@ -100,6 +104,7 @@ class EndpointSettings:
     delayed_delivery: bool = True
     delayed_batch_size: int = 100
     error_queue: str = "error"
+    audit_queue: str | None = None
     shutdown_timeout: float = 30.0
     critical_error_after: float = 30.0
     initial_backoff: float = 0.1
@@ -107,6 +112,7 @@ class EndpointSettings:
     purge_expired_at_startup: bool = False
     create_queues: bool = True
     notify: bool = False
+    auto_subscribe: bool = True
 
     def __post_init__(self) -> None:
         _whole("concurrency", self.concurrency, 1, 1_000)
@@ -152,6 +158,12 @@ class EndpointSettings:
         if not isinstance(self.error_queue, str) or not self.error_queue.strip():
             raise exceptions.ConfigurationError(
                 f"error_queue {self.error_queue!r} must name a queue"
+            )
+        if self.audit_queue is not None and (
+            not isinstance(self.audit_queue, str) or not self.audit_queue.strip()
+        ):
+            raise exceptions.ConfigurationError(
+                f"audit_queue {self.audit_queue!r} must name a queue, or be None for no audit"
             )
         config.seconds("shutdown_timeout", self.shutdown_timeout, minimum=0)
         config.seconds("critical_error_after", self.critical_error_after, minimum=0)

@@ -13,6 +13,10 @@ guarantees are in ``docs/endpoint.md``). What they share:
   receive's transaction. A message no handler accepts, or whose body its model cannot read, is
   moved at once (a retry cannot help). Mode NONE has taken the message already: it goes to
   the error queue at once, in a transaction of its own.
+* a handled message is copied to the audit queue, if the settings name one, in the receive's
+  transaction (mode NONE: after the handlers, in one of its own).
+
+What the error-queue and audit rows hold is in :mod:`sqlqueue_orm.receiving.forwarding`.
 
 SQLite has one writer at a time: a second connection that writes while the receive's
 transaction is open would wait for it forever. So modes that need one are refused there at
@@ -22,6 +26,7 @@ start-up (:func:`for_endpoint`), with the mode to use instead.
 from __future__ import annotations
 
 import collections
+import datetime as dt
 import logging
 import threading
 from collections.abc import Callable
@@ -31,8 +36,8 @@ from sqlalchemy.engine import Connection, RootTransaction
 from sqlalchemy.orm import Session
 
 from sqlqueue_orm import addressing, dialects, exceptions
-from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage, PreparedMessage
-from sqlqueue_orm.receiving import recoverability
+from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage
+from sqlqueue_orm.receiving import forwarding, recoverability
 from sqlqueue_orm.receiving.settings import TransactionMode
 
 if TYPE_CHECKING:
@@ -144,8 +149,6 @@ class ReceiveStrategy:
 
     def _dead_letter(self, connection: Connection, message: IncomingMessage) -> None:
         """Move a poison row, headers as stored, to the error queue (in *connection*'s tx)."""
-        raw = message.raw_headers
-        text = raw if isinstance(raw, str) else raw.decode("utf-8", errors="replace")
         log.error(
             "queue %s: message %s has headers that cannot be read (%s); probable message "
             "metadata corruption, moving it to %s",
@@ -154,15 +157,17 @@ class ReceiveStrategy:
             message.headers_error,
             self.endpoint.settings.error_queue,
         )
-        row = PreparedMessage(message.id, str(message.id), text, message.body, None)
-        self.transport.queue(self.endpoint.settings.error_queue).send(connection, [row])
+        forwarding.forward(
+            self.transport,
+            self.endpoint.settings.error_queue,
+            forwarding.poison_row(message),
+            connection,
+        )
 
     def _to_error_queue(
         self, connection: Connection | None, message: IncomingMessage, error: BaseException
     ) -> None:
         """Send *message* with the failure's headers to the error queue."""
-        failed = message.to_outgoing()
-        failed.headers = {**failed.headers, **self.endpoint.failure_headers(message, error)}
         error_queue = self.endpoint.settings.error_queue
         log.error(
             "queue %s: message %s (%s) failed, moving it to %s: %s: %s",
@@ -173,7 +178,8 @@ class ReceiveStrategy:
             type(error).__name__,
             error,
         )
-        self.transport.send(error_queue, failed, connection=connection)
+        row = forwarding.failed_row(message, self.endpoint.failure_headers(message, error))
+        forwarding.forward(self.transport, error_queue, row, connection)
         self.failures.forget(str(message.id))
 
     def _forward_delayed(
@@ -201,6 +207,21 @@ class ReceiveStrategy:
         if destination is not None:
             for hook in self.transport.sent_hooks:
                 hook(destination)
+    def _audit(
+        self, connection: Connection | None, message: IncomingMessage, started: dt.datetime
+    ) -> None:
+        """Copy the processed *message* to the audit queue, if there is one."""
+        audit_queue = self.endpoint.settings.audit_queue
+        if audit_queue is None:
+            return
+        row = forwarding.audit_row(
+            message,
+            started,
+            dt.datetime.now(dt.UTC),
+            self.endpoint.name,
+            self.endpoint.machine,
+        )
+        forwarding.forward(self.transport, audit_queue, row, connection)
 
     def _discard_expired(self, message: IncomingMessage) -> None:
         log.debug(
@@ -246,6 +267,7 @@ class NoTransaction(ReceiveStrategy):
             self._discard_expired(message)
             slot.outcome("expired")
             return
+        started = dt.datetime.now(dt.UTC)
         user_engine = self.endpoint.user_transport.engine
         context = self._context(
             message,
@@ -265,6 +287,7 @@ class NoTransaction(ReceiveStrategy):
         finally:
             if context.session_used is not None:
                 context.session_used.close()
+        self._audit(None, message, started)
         slot.outcome("handled")
 
 
@@ -299,9 +322,11 @@ class _NativeTransaction(ReceiveStrategy):
                 slot.outcome("handled")
                 return
             message = local
+            started = dt.datetime.now(dt.UTC)
             savepoint = connection.begin_nested()
             try:
                 self._handle(connection, message)
+                self._audit(connection, message, started)  # in the receive's transaction
             except Exception as error:
                 if savepoint.is_active:
                     savepoint.rollback()
