@@ -383,3 +383,32 @@ def test_cli_lists_the_delayed_messages(database):
     missing = sqlqueue(database.url, "delayed", "list", "--endpoint", "nope", check=False)
     assert missing.returncode == 2 and "nope" in missing.stderr
     assert len(missing.stderr.strip().splitlines()) == 1
+
+
+def test_the_mover_raises_the_critical_error_and_recovers(database):
+    critical: list[tuple[str, BaseException]] = []
+    endpoint = Endpoint(
+        "sales",
+        database.transport(),
+        peek_delay=0.1,
+        critical_error_after=0.3,
+        initial_backoff=0.05,
+        max_backoff=0.1,
+        on_critical_error=lambda description, error: critical.append((description, error)),
+    )
+    seen: list[bytes] = []
+    endpoint.handle_raw(lambda body, context: seen.append(body))
+    transport = endpoint.transport
+    table = table_sql(transport, transport.delayed_address("sales"))
+    endpoint.start()
+    try:
+        with database.engine.begin() as connection:
+            connection.exec_driver_sql(f"DROP TABLE {table}")
+        wait_for(lambda: bool(critical))
+        transport.create_delayed_table("sales")
+        endpoint.send("sales", b"after", delay=0.1)
+        wait_for(lambda: seen == [b"after"])
+    finally:
+        endpoint.stop(10)
+    description, _ = critical[0]
+    assert description.startswith("Failed to move matured delayed messages to input queue")
