@@ -25,6 +25,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from sqlqueue_orm import addressing, config, connections, db, dialects, exceptions, headers
+from sqlqueue_orm import instrumentation as _instrumentation
 from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage
 from sqlqueue_orm.models import delayed_table as delayed_model
 from sqlqueue_orm.models.queue_table import queue_table
@@ -52,6 +53,9 @@ class Transport:
         .NET endpoints (see :class:`~sqlqueue_orm.config.QueueSettings`).
     :param delayed_table_suffix: delayed messages of endpoint ``E`` wait in table
         ``E.<suffix>`` (NServiceBus's ``TableSuffix``, default ``Delayed``).
+    :param instrumentation: traces and metrics of this transport's sends, receives and peeks
+        (:mod:`sqlqueue_orm.instrumentation`); default: whatever
+        :func:`~sqlqueue_orm.instrumentation.set_instrumentation` sets, now or later.
     :param subscriptions: the subscription table and the subscriber cache of :meth:`publish`
         (:class:`~sqlqueue_orm.pubsub.subscriptions.SubscriptionSettings`).
     """
@@ -64,6 +68,7 @@ class Transport:
         verify_schema: bool = True,
         sql_server_layout: str = "clustered",
         delayed_table_suffix: str = delayed_model.DEFAULT_SUFFIX,
+        instrumentation: _instrumentation.Instrumentation | None = None,
         subscriptions: SubscriptionSettings | None = None,
     ) -> None:
         if not isinstance(delayed_table_suffix, str) or not delayed_table_suffix.strip():
@@ -107,6 +112,11 @@ class Transport:
         #: there is due (the endpoint's mover registers here to wake up in time).
         self.delayed_hooks: list[Callable[[addressing.QueueAddress, float], object]] = []
         self._delayed: dict[addressing.QueueAddress, DelayedTable] = {}
+        #: The hooks of traces and metrics, or None (then each hook site is this one check).
+        self.instrumentation = _instrumentation.follow(self)
+        if instrumentation is not None:
+            _instrumentation.unfollow(self)
+            self.instrumentation = instrumentation
         self._subscription_settings = subscriptions
         self._subscriptions: SubscriptionStore | None = None
 
@@ -349,6 +359,19 @@ class Transport:
         connection: Connection | None = None,
     ) -> list[str]:
         """Send *messages* in one batch (all or none); return their message ids."""
+        if self.instrumentation is not None:
+            name = self.queue(queue).name
+            return self.instrumentation.send(
+                name, messages, lambda traced: self._send_many(queue, traced, connection)
+            )
+        return self._send_many(queue, messages, connection)
+
+    def _send_many(
+        self,
+        queue: QueueRef,
+        messages: Sequence[OutgoingMessage],
+        connection: Connection | None = None,
+    ) -> list[str]:
         table_queue = self.queue(queue)
         prepared = [message.prepare() for message in messages]
         if connection is not None:
@@ -495,6 +518,16 @@ class Transport:
         or lose them: pass a connection for at-least-once processing). Expired messages come
         back with ``expired=True``; they are gone from the queue all the same.
         """
+        if self.instrumentation is not None:
+            name = self.queue(queue).name
+            return self.instrumentation.receive(
+                name, lambda: self._receive(queue, max_messages, connection)
+            )
+        return self._receive(queue, max_messages, connection)
+
+    def _receive(
+        self, queue: QueueRef, max_messages: int, connection: Connection | None
+    ) -> list[IncomingMessage]:
         table_queue = self.queue(queue)
         if connection is not None:
             self._first_use(connection, table_queue)
@@ -559,7 +592,10 @@ class Transport:
         """Estimated message count (max - min RowVersion): cheap at any queue size."""
         table_queue = self.queue(queue)
         with self._connection(connection) as conn:
-            return table_queue.peek(conn)
+            count = table_queue.peek(conn)
+        if self.instrumentation is not None:
+            self.instrumentation.peeked(table_queue.name, count)
+        return count
 
     def purge_expired(self, queue: QueueRef, batch_size: int = PURGE_BATCH_SIZE) -> int:
         """Delete expired messages, one transaction per batch; return how many were deleted."""

@@ -86,11 +86,21 @@ class DelayedMessageMover:
                 self._condition.notify_all()
 
     def move_once(self) -> tuple[int, float | None]:
-        """One batch in one transaction: return (moved, seconds to the next due message)."""
-        with self.transport.engine.begin() as connection:
-            moved = self.table.move_due(connection, self.batch_size)
-            next_due = self.table.seconds_to_next_due(connection)
-        return moved, next_due
+        """One batch in one transaction: return (moved, seconds to the next due message).
+
+        Traced and counted by the transport's instrumentation, when it has one.
+        """
+        next_due: list[float | None] = [None]
+
+        def proceed() -> int:
+            with self.transport.engine.begin() as connection:
+                moved = self.table.move_due(connection, self.batch_size)
+                next_due[0] = self.table.seconds_to_next_due(connection)
+            return moved
+
+        hooks = self.transport.instrumentation
+        moved = proceed() if hooks is None else hooks.move_delayed(self.queue, proceed)
+        return moved, next_due[0]
 
     def _loop(self) -> None:
         backoff = INITIAL_BACKOFF / 2

@@ -74,9 +74,17 @@ def decide(
 
 
 def retry_later(
-    endpoint: Endpoint, connection: Connection, message: IncomingMessage, decision: Decision
+    endpoint: Endpoint,
+    connection: Connection,
+    message: IncomingMessage,
+    decision: Decision,
+    queue: str | addressing.QueueAddress | None = None,
 ) -> None:
-    """Send *message* back to its endpoint through its delayed table, in *connection*'s tx."""
+    """Send *message* back to *queue* through the endpoint's delayed table, in *connection*'s tx.
+
+    *queue* is where it failed (default: the endpoint's input queue): an instance-specific
+    queue gets its own messages back.
+    """
     done = delayed_retries_done(message) + 1
     retried = {
         **message.headers,
@@ -85,7 +93,7 @@ def retry_later(
     }
     outgoing = OutgoingMessage(message.body, retried, message.message_id)
     endpoint.transport.send(
-        endpoint.name,
+        endpoint.name if queue is None else queue,
         outgoing,
         connection=connection,
         delay=decision.delay,
@@ -101,13 +109,17 @@ def retry_later(
 
 
 def arrived(
-    endpoint: Endpoint, connection: Connection, message: IncomingMessage
+    endpoint: Endpoint,
+    connection: Connection,
+    message: IncomingMessage,
+    queue: str | addressing.QueueAddress | None = None,
 ) -> tuple[IncomingMessage, addressing.QueueAddress | None]:
     """A received message without its ForwardDestination, and where it was forwarded.
 
-    No such header, or one naming this endpoint: ``(message without it, None)``, to handle
-    here. Another destination: the message is sent there in *connection*'s transaction (same
-    native id, headers and body) and ``(message, destination)`` comes back.
+    No such header, or one naming *queue* (where it was received; default the endpoint's
+    input queue): ``(message without it, None)``, to handle here. Another destination: the
+    message is sent there in *connection*'s transaction (same native id, headers and body) and
+    ``(message, destination)`` comes back.
 
     :raises QueueNotFound: the destination does not exist (the caller moves the message to the
         error queue); the send ran inside a SAVEPOINT, so the transaction stays usable.
@@ -129,7 +141,7 @@ def arrived(
             target,
         )
         return stripped, None
-    if destination == transport.address(endpoint.name):
+    if destination == transport.address(endpoint.name if queue is None else queue):
         return stripped, None
     # Headers, body and native id exactly as they are (no TimeSent or MessageId added).
     row = PreparedMessage(

@@ -103,10 +103,13 @@ class ReceiveStrategy:
 
     mode: ClassVar[TransactionMode]
 
-    def __init__(self, endpoint: Endpoint) -> None:
+    def __init__(
+        self, endpoint: Endpoint, queue: str | addressing.QueueAddress | None = None
+    ) -> None:
         self.endpoint = endpoint
         self.transport = endpoint.transport
-        self.queue = endpoint.name
+        #: The queue received from: the endpoint's input queue, or its instance-specific one.
+        self.queue: str | addressing.QueueAddress = endpoint.name if queue is None else queue
         self.failures = FailureCounts()
         self._local = threading.local()
 
@@ -191,7 +194,9 @@ class ReceiveStrategy:
         exist, in *connection*'s transaction.
         """
         try:
-            local, destination = recoverability.arrived(self.endpoint, connection, message)
+            local, destination = recoverability.arrived(
+                self.endpoint, connection, message, self.queue
+            )
         except exceptions.QueueNotFound as error:
             self._to_error_queue(connection, message, error)
             return None
@@ -347,7 +352,9 @@ class _NativeTransaction(ReceiveStrategy):
                     slot.outcome("retried")
                     return
                 if decision.action == recoverability.DELAYED:
-                    recoverability.retry_later(self.endpoint, connection, message, decision)
+                    recoverability.retry_later(
+                        self.endpoint, connection, message, decision, self.queue
+                    )
                     slot.commit(transaction)
                     self.failures.forget(str(message.id))
                     slot.outcome("retried")
@@ -432,8 +439,10 @@ class OutboxStrategy(_NativeTransaction):
 
     mode = TransactionMode.OUTBOX
 
-    def __init__(self, endpoint: Endpoint) -> None:
-        super().__init__(endpoint)
+    def __init__(
+        self, endpoint: Endpoint, queue: str | addressing.QueueAddress | None = None
+    ) -> None:
+        super().__init__(endpoint, queue)
         from sqlqueue_orm.sending.outbox import Outbox
 
         self.outbox = endpoint.outbox or Outbox(endpoint.user_transport)
@@ -492,8 +501,12 @@ def _same_database(endpoint: Endpoint) -> bool:
     return mine is theirs or str(mine.url) == str(theirs.url)
 
 
-def for_endpoint(endpoint: Endpoint) -> ReceiveStrategy:
+def for_endpoint(
+    endpoint: Endpoint, queue: str | addressing.QueueAddress | None = None
+) -> ReceiveStrategy:
     """The strategy of *endpoint*'s mode, after checking the databases can honour it.
+
+    :param queue: the queue it receives from (default the endpoint's input queue).
 
     :raises ConfigurationError: TRANSACTION_SCOPE with user data in another database (use the
         outbox); on SQLite, a mode that would need a second writer while the receive is open.
@@ -519,4 +532,4 @@ def for_endpoint(endpoint: Endpoint) -> ReceiveStrategy:
                 "while the receive holds SQLite's only write lock; use TRANSACTION_SCOPE "
                 "(everything in one transaction) or NONE"
             )
-    return STRATEGIES[mode](endpoint)
+    return STRATEGIES[mode](endpoint, queue)

@@ -412,3 +412,35 @@ def test_the_mover_raises_the_critical_error_and_recovers(database):
         endpoint.stop(10)
     description, _ = critical[0]
     assert description.startswith("Failed to move matured delayed messages to input queue")
+
+
+def test_a_delayed_retry_returns_to_the_instance_queue_it_failed_in(database):
+    endpoint = Endpoint(
+        "sales",
+        database.transport(),
+        peek_delay=0.1,
+        instance_name="blue",
+        immediate_retries=0,
+        delayed_retries=1,
+        delayed_retry_increase=0.2,
+    )
+    tries: list[str] = []
+
+    @endpoint.handle_raw
+    def handler(body: bytes, context: HandlerContext) -> None:
+        tries.append(str(context.message.queue))
+        raise RuntimeError("fails")
+
+    transport = endpoint.transport
+    instance = endpoint.instance_address
+    assert instance is not None
+    endpoint.start()
+    try:
+        transport.send(instance, OutgoingMessage(b"for blue"))
+        errors: list = []
+        wait_for(lambda: errors.extend(transport.receive("error")) or errors)
+    finally:
+        endpoint.stop(10)
+    assert tries == [str(instance), str(instance)]  # the retry came back to blue's queue
+    assert errors[0].headers[recoverability.RETRIES] == "1"
+    assert errors[0].headers[headers.FAILED_QUEUE] == transport.address_text(instance)
