@@ -48,7 +48,10 @@ ENDPOINT_METHODS = {
     ),
     "handle": "(self, model, handler=None, *, type_name=None, event=False)",
     "handle_raw": "(self, handler)",
-    "send": "(self, destination, message, connection=None, *, reply_to_this_instance=False)",
+    "send": (
+        "(self, destination, message, connection=None, *, delay=None, deliver_at=None, "
+        "reply_to_this_instance=False)"
+    ),
     "start": "(self)",
     "stop": "(self, timeout=None)",
     "wait": "(self, timeout=None)",
