@@ -39,6 +39,10 @@ TRANSPORT_METHODS = {
     "purge_expired": "(self, queue, batch_size=10000)",
     "purge_all": "(self, queue)",
     "list_queues": "(self, schemas=None)",
+    "create_subscription_table": "(self)",
+    "subscribe": "(self, endpoint, topic, queue=None, connection=None)",
+    "unsubscribe": "(self, endpoint, topic, connection=None)",
+    "publish": "(self, event, connection=None, *, type_names=None, topics=None)",
 }
 
 ENDPOINT_METHODS = {
@@ -47,6 +51,10 @@ ENDPOINT_METHODS = {
         "on_critical_error=None, instrumentation=None, **overrides)"
     ),
     "handle": "(self, model, handler=None, *, type_name=None, event=False)",
+    "map_type": "(self, model, type_name)",
+    "subscribe": "(self, event_type, connection=None)",
+    "unsubscribe": "(self, event_type, connection=None)",
+    "publish": "(self, event, connection=None)",
     "handle_raw": "(self, handler)",
     "send": (
         "(self, destination, message, connection=None, *, delay=None, deliver_at=None, "
@@ -62,6 +70,7 @@ ENDPOINT_METHODS = {
 HANDLER_CONTEXT_METHODS = {
     "send": "(self, destination, message, *, reply_to_this_instance=False)",
     "reply": "(self, message)",
+    "publish": "(self, event)",
 }
 
 
