@@ -5,9 +5,9 @@ the JSON key on them). Every receive checks that each message arrived exactly on
 that the table holds exactly what was sent. Sides of one scenario run one after another on the
 same empty (or equally filled) queue.
 
-Room for the endpoint issue: add a function to :data:`ENDPOINT_SCENARIOS` (the pump end to end
-per transaction mode, the idle send-to-handler latency by polling, NOTIFY and in-process
-wake-up); it gets the same :class:`Run` and is selected with ``--only pump``.
+The endpoint's scenarios are in :data:`ENDPOINT_SCENARIOS` (from ``bench_endpoint.py``: the
+pump end to end per transaction mode beside a raw receive loop, the idle send-to-handler
+latency by polling, NOTIFY and in-process wake-up); selected with ``--only pump``.
 """
 
 from __future__ import annotations
@@ -477,8 +477,23 @@ def migrate(run: Run) -> None:
                       note="rate = rows/s; includes the CLI's start-up"))
 
 
-#: The endpoint issue adds the pump scenarios here: ``(name, function(run))``.
-ENDPOINT_SCENARIOS: list[tuple[str, Callable[[Run], None]]] = []
+def _pump(run: Run) -> None:
+    from benchmarks import bench_endpoint  # it imports Run from here
+
+    bench_endpoint.pump_scenario(run)
+
+
+def _wakeup(run: Run) -> None:
+    from benchmarks import bench_endpoint
+
+    bench_endpoint.wakeup_scenario(run)
+
+
+#: The endpoint's scenarios (``--only pump``): the pump end to end per transaction mode beside a
+#: raw receive loop, and the idle send-to-handler latency by each wake-up.
+ENDPOINT_SCENARIOS: list[tuple[str, Callable[[Run], None]]] = [
+    ("pump", _pump), ("wake-up", _wakeup),
+]
 
 ALL: list[tuple[str, Callable[[Run], None]]] = [
     ("send", send), ("receive", receive), ("outbox", outbox), ("depth", depth),

@@ -10,8 +10,7 @@ from collections.abc import Callable
 
 import pydantic
 
-from sqlqueue_orm import Transport, cli
-from sqlqueue_orm.receiving import Endpoint, HandlerContext
+from sqlqueue_orm import Endpoint, HandlerContext, Transport, cli
 from sqlqueue_orm.recoverability import ErrorQueue
 
 

@@ -32,6 +32,7 @@ import logging
 import signal
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -119,14 +120,26 @@ class HandlerContext:
         """The session if a handler used it, else None (for the strategies)."""
         return self._session
 
-    def send(self, destination: str | addressing.QueueAddress, message: Outgoing) -> str:
+    def send(
+        self,
+        destination: str | addressing.QueueAddress,
+        message: Outgoing,
+        *,
+        reply_to_this_instance: bool = False,
+    ) -> str:
         """Send *message* (an OutgoingMessage, a pydantic model, bytes or text) to *destination*.
 
         The message carries ``ConversationId``, ``RelatedTo``, ``OriginatingEndpoint``,
         ``OriginatingMachine``, ``ReplyToAddress`` and ``MessageIntent: Send`` as NServiceBus
         sets them, unless it sets them itself. Return its message id.
+
+        :param reply_to_this_instance: ``ReplyToAddress`` is this instance's own queue
+            (``<endpoint>.<instance_name>``), so the reply comes back to this instance.
+        :raises ConfigurationError: *reply_to_this_instance* without an ``instance_name``.
         """
         outgoing = self.endpoint.outgoing(message)
+        if reply_to_this_instance:
+            outgoing = self.endpoint.reply_to_instance(outgoing)
         return self._sender(destination, self._stamp(outgoing, "Send"))
 
     def reply(self, message: Outgoing) -> str:
@@ -241,6 +254,7 @@ class Endpoint:
         self._events: list[type[Any]] = []
         self._raw: list[RawHandler] = []
         self._pump: pump.MessagePump | None = None
+        self._instance_pump: pump.MessagePump | None = None
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -300,15 +314,22 @@ class Endpoint:
         destination: str | addressing.QueueAddress,
         message: Outgoing,
         connection: Connection | None = None,
+        *,
+        reply_to_this_instance: bool = False,
     ) -> str:
         """Send *message* from this endpoint, outside any handler (a new conversation).
 
-        It carries ``ReplyToAddress`` (this endpoint's queue, so replies come here),
-        ``OriginatingEndpoint``, ``OriginatingMachine``, a new ``ConversationId`` and
-        ``MessageIntent: Send``, unless it sets them. With *connection*, it is sent in that
-        connection's transaction. Return its message id.
+        It carries ``ReplyToAddress`` (this endpoint's queue, so replies come here; with
+        *reply_to_this_instance*, this instance's own queue), ``OriginatingEndpoint``,
+        ``OriginatingMachine``, a new ``ConversationId`` and ``MessageIntent: Send``, unless it
+        sets them. With *connection*, it is sent in that connection's transaction. Return its
+        message id.
+
+        :raises ConfigurationError: *reply_to_this_instance* without an ``instance_name``.
         """
         outgoing = self.outgoing(message)
+        if reply_to_this_instance:
+            outgoing = self.reply_to_instance(outgoing)
         stamped = dict(outgoing.headers)
         stamped.setdefault(headers.MESSAGE_INTENT, "Send")
         stamped.setdefault(headers.CONVERSATION_ID, str(uuid.uuid4()))
@@ -317,6 +338,36 @@ class Endpoint:
         stamped.setdefault(headers.REPLY_TO_ADDRESS, self.address_text)
         stamped_message = dataclasses.replace(outgoing, headers=stamped)
         return self.transport.send(destination, stamped_message, connection=connection)
+
+    @property
+    def instance_address(self) -> addressing.QueueAddress | None:
+        """The instance-specific queue, ``<endpoint>.<instance_name>`` (None without a name).
+
+        In the input queue's schema and catalog, named as NServiceBus names it (the table
+        names of the base address and the discriminator joined by ``.``:
+        ``QueueAddressTranslator.cs`` of NServiceBus.SqlServer).
+        """
+        instance = self.settings.instance_name
+        if instance is None:
+            return None
+        shared = self.transport.address(self.name)
+        return addressing.QueueAddress(f"{shared.table}.{instance}", shared.schema, shared.catalog)
+
+    def reply_to_instance(self, outgoing: OutgoingMessage) -> OutgoingMessage:
+        """*outgoing* with ``ReplyToAddress`` set to this instance's own queue.
+
+        :raises ConfigurationError: the settings give no ``instance_name``.
+        """
+        address = self.instance_address
+        if address is None:
+            raise exceptions.ConfigurationError(
+                f"endpoint {self.name!r}: reply_to_this_instance needs an instance-specific "
+                "queue; set instance_name in its settings"
+            )
+        instance_text = self.transport.address_text(address)
+        return dataclasses.replace(
+            outgoing, headers={**outgoing.headers, headers.REPLY_TO_ADDRESS: instance_text}
+        )
 
     def handle_raw(self, handler: RawHandler) -> RawHandler:
         """Register *handler* for every message: it gets the body bytes and the context."""
@@ -433,8 +484,17 @@ class Endpoint:
     # -- running ---------------------------------------------------------------------------
     @property
     def stats(self) -> pump.PumpStats:
-        """Counters of the running (or last) pump: received, handled, failed, in flight."""
+        """Counters of the running (or last) pump of the input queue: received, handled, ..."""
         return self._pump.stats if self._pump is not None else pump.PumpStats()
+
+    @property
+    def instance_stats(self) -> pump.PumpStats:
+        """The same counters for the instance-specific queue (zero without one)."""
+        current = self._instance_pump
+        return current.stats if current is not None else pump.PumpStats()
+
+    def _pumps(self) -> list[pump.MessagePump]:
+        return [each for each in (self._pump, self._instance_pump) if each is not None]
 
     def start(self) -> None:
         """Check the configuration, create the queues if asked, and start the pump threads.
@@ -445,8 +505,13 @@ class Endpoint:
             if self._pump is not None and self._pump.running:
                 raise exceptions.SqlQueueError(f"endpoint {self.name!r} is already running")
             strategy = strategies.for_endpoint(self)
+            instance = self.instance_address
+            queues: list[str | addressing.QueueAddress] = [self.name]
+            if instance is not None:
+                queues.append(instance)
             if self.settings.create_queues:
-                self.transport.create_queue(self.name)
+                for queue in queues:
+                    self.transport.create_queue(queue)
                 self.transport.create_queue(self.settings.error_queue)
                 if self.settings.audit_queue is not None:
                     self.transport.create_queue(self.settings.audit_queue)
@@ -456,21 +521,37 @@ class Endpoint:
             if self.settings.auto_subscribe:
                 for event_type in self._events:
                     self.subscribe(event_type)
-            if self.settings.purge_expired_at_startup:
-                self.transport.purge_expired(self.name)
             notify = (
                 self.settings.notify and dialects.for_dialect(self.transport.engine).listen_notify
             )
-            if notify:
-                wakeup.install_trigger(self.transport.engine, self.transport.address(self.name))
+            for queue in queues:
+                if self.settings.purge_expired_at_startup:
+                    self.transport.purge_expired(queue)
+                if notify:
+                    wakeup.install_trigger(self.transport.engine, self.transport.address(queue))
             self._pump = pump.MessagePump(self, strategy)
-            self._pump.start(notify=notify)
+            self._instance_pump = None
+            if instance is not None:
+                self._instance_pump = pump.MessagePump(
+                    self,
+                    strategies.for_endpoint(self, instance),
+                    concurrency=self.settings.instance_concurrency,
+                )
+            for each in self._pumps():
+                each.start(notify=notify)
         log.info(
             "queue %s: endpoint started (%s, concurrency %d)",
             self.name,
             self.settings.transaction_mode.value,
             self.settings.concurrency,
         )
+        if instance is not None:
+            log.info(
+                "queue %s: instance-specific queue %s started (concurrency %d)",
+                self.name,
+                instance,
+                self.settings.instance_concurrency,
+            )
 
     def stop(self, timeout: float | None = None) -> bool:
         """Stop taking messages and let in-flight handlers finish within *timeout* seconds.
@@ -479,19 +560,30 @@ class Endpoint:
         connection is closed under it), so its message returns to the queue. Return whether
         everything finished in time.
         """
-        current = self._pump
-        if current is None:
-            return True
+        pumps = self._pumps()
         limit = self.settings.shutdown_timeout if timeout is None else timeout
-        return current.stop(limit)
+        for each in pumps:
+            each.stop_taking()  # both queues stop taking before either waits
+        deadline = time.monotonic() + limit
+        finished = True
+        for each in pumps:
+            finished = each.stop(max(0.0, deadline - time.monotonic())) and finished
+        return finished
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Block until the pump has stopped; return whether it has."""
-        current = self._pump
-        return True if current is None else current.wait(timeout)
+        """Block until the pumps have stopped; return whether they have."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for each in self._pumps():
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not each.wait(left):
+                return False
+        return True
 
     def run(self, *, once: bool = False) -> None:
         """Start, then block until SIGTERM, SIGINT or :meth:`stop` (*once*: until drained).
+
+        Drained: a peek and then a receive found nothing with no handler in flight, on the
+        input queue and on the instance-specific queue.
 
         Signal handlers are installed only when called from the main thread; the previous
         ones are restored on return.
@@ -500,7 +592,9 @@ class Endpoint:
             self.start()
             assert self._pump is not None
             if once:
-                self._pump.drained.wait()
+                for each in self._pumps():  # the input queue and the instance-specific one
+                    while not each.drained.wait(0.1) and each.running:
+                        pass  # a signal's stop ends the wait too
                 self.stop()
             self.wait()
 
@@ -549,5 +643,13 @@ class Endpoint:
     def failure_headers(
         self, message: IncomingMessage, error: BaseException
     ) -> dict[str, str | None]:
-        """The headers NServiceBus adds to a message it moves to the error queue."""
-        return forwarding.failure_headers(self.address_text, self.name, self.machine, error)
+        """The headers NServiceBus adds to a message it moves to the error queue.
+
+        ``FailedQ`` is the queue the message was received from: the input queue, or the
+        instance-specific one.
+        """
+        failed_queue = self.address_text
+        instance = self.instance_address
+        if instance is not None and message.queue == str(self.transport.address(instance)):
+            failed_queue = self.transport.address_text(instance)
+        return forwarding.failure_headers(failed_queue, self.name, self.machine, error)

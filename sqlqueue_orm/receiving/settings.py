@@ -74,6 +74,12 @@ class EndpointSettings:
     :param max_backoff: cap of that wait.
     :param purge_expired_at_startup: delete expired messages when the endpoint starts.
     :param create_queues: create the input and error queues at start-up if missing.
+    :param instance_name: this instance's discriminator: the endpoint also receives on the
+        instance-specific queue ``<endpoint>.<instance_name>`` (NServiceBus's uniquely
+        addressable instance), created at start-up with the input queue, so replies to sends
+        made with ``reply_to_this_instance=True`` come back to this instance. ``None``: none.
+    :param instance_concurrency: messages of the instance-specific queue handled at once, by
+        workers of its own (default 1).
     :param notify: PostgreSQL only: wake up on ``NOTIFY`` from a trigger on the queue table
         (installed at start-up) instead of waiting for the next peek. Off by default: the
         trigger cost 5% to 24% of concurrent send throughput when measured (docs/endpoint.md).
@@ -97,6 +103,8 @@ class EndpointSettings:
     create_queues: bool = True
     notify: bool = False
     auto_subscribe: bool = True
+    instance_name: str | None = None
+    instance_concurrency: int = 1
 
     def __post_init__(self) -> None:
         _whole("concurrency", self.concurrency, 1, 1_000)
@@ -134,6 +142,13 @@ class EndpointSettings:
             raise exceptions.ConfigurationError(
                 f"audit_queue {self.audit_queue!r} must name a queue, or be None for no audit"
             )
+        if self.instance_name is not None and (
+            not isinstance(self.instance_name, str) or not self.instance_name.strip()
+        ):
+            raise exceptions.ConfigurationError(
+                f"instance_name {self.instance_name!r} must be a non-blank name (or None)"
+            )
+        _whole("instance_concurrency", self.instance_concurrency, 1, 1_000)
         config.seconds("shutdown_timeout", self.shutdown_timeout, minimum=0)
         config.seconds("critical_error_after", self.critical_error_after, minimum=0)
         config.seconds("initial_backoff", self.initial_backoff, minimum=0, allow_equal=False)

@@ -103,10 +103,13 @@ class ReceiveStrategy:
 
     mode: ClassVar[TransactionMode]
 
-    def __init__(self, endpoint: Endpoint) -> None:
+    def __init__(
+        self, endpoint: Endpoint, queue: str | addressing.QueueAddress | None = None
+    ) -> None:
         self.endpoint = endpoint
         self.transport = endpoint.transport
-        self.queue = endpoint.name
+        #: The queue received from: the endpoint's input queue, or its instance-specific one.
+        self.queue: str | addressing.QueueAddress = endpoint.name if queue is None else queue
         self.failures = FailureCounts()
         self._local = threading.local()
 
@@ -385,8 +388,10 @@ class OutboxStrategy(_NativeTransaction):
 
     mode = TransactionMode.OUTBOX
 
-    def __init__(self, endpoint: Endpoint) -> None:
-        super().__init__(endpoint)
+    def __init__(
+        self, endpoint: Endpoint, queue: str | addressing.QueueAddress | None = None
+    ) -> None:
+        super().__init__(endpoint, queue)
         from sqlqueue_orm.sending.outbox import Outbox
 
         self.outbox = endpoint.outbox or Outbox(endpoint.user_transport)
@@ -445,8 +450,12 @@ def _same_database(endpoint: Endpoint) -> bool:
     return mine is theirs or str(mine.url) == str(theirs.url)
 
 
-def for_endpoint(endpoint: Endpoint) -> ReceiveStrategy:
+def for_endpoint(
+    endpoint: Endpoint, queue: str | addressing.QueueAddress | None = None
+) -> ReceiveStrategy:
     """The strategy of *endpoint*'s mode, after checking the databases can honour it.
+
+    :param queue: the queue it receives from (default the endpoint's input queue).
 
     :raises ConfigurationError: TRANSACTION_SCOPE with user data in another database (use the
         outbox); on SQLite, a mode that would need a second writer while the receive is open.
@@ -472,4 +481,4 @@ def for_endpoint(endpoint: Endpoint) -> ReceiveStrategy:
                 "while the receive holds SQLite's only write lock; use TRANSACTION_SCOPE "
                 "(everything in one transaction) or NONE"
             )
-    return STRATEGIES[mode](endpoint)
+    return STRATEGIES[mode](endpoint, queue)
