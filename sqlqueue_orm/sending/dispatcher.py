@@ -68,7 +68,7 @@ class OutboxDispatcher:
         instrumentation = self.outbox.transport.instrumentation
         if instrumentation is not None:
             report = instrumentation.dispatch(TABLE_NAME, self._dispatch_batch)
-            backlog = self.outbox.backlog()
+            backlog = self.outbox.backlog().pending
             sent = sum(report.messages.values())
             instrumentation.dispatched(TABLE_NAME, report.dispatched, sent, backlog)
             return report

@@ -424,15 +424,6 @@ class Outbox:
         return not exists
 
     # -- records ---------------------------------------------------------------------------
-    def backlog(self) -> int:
-        """Records not dispatched yet, due or not (one COUNT on the small pending index)."""
-        table = outbox_table()
-        statement = (
-            sa.select(sa.func.count()).select_from(table).where(table.c.Dispatched == sa.false())
-        )
-        with outbox_errors(), self.transport.engine.connect() as connection:
-            return int(connection.execute(statement).scalar_one())
-
     def store(
         self,
         connection: Connection,
