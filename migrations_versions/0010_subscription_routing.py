@@ -8,7 +8,7 @@ online and offline: a table a .NET endpoint (or ``Transport.create_subscription_
 made is left alone. Downgrade drops the table.
 
 Revision ID: 0010_subscription_routing
-Revises: 0008_postgresql_nsb_layout
+Revises: 0009_delayed_delivery
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from sqlqueue_orm.migration import shared
 from sqlqueue_orm.models import subscription
 
 revision = "0010_subscription_routing"
-down_revision: str | None = "0008_postgresql_nsb_layout"
+down_revision: str | None = "0009_delayed_delivery"
 branch_labels = None
 depends_on = None
 

@@ -27,10 +27,12 @@ from sqlalchemy.engine import Connection, Engine
 from sqlqueue_orm import addressing, config, connections, db, dialects, exceptions, headers
 from sqlqueue_orm import instrumentation as _instrumentation
 from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage
+from sqlqueue_orm.models import delayed_table as delayed_model
 from sqlqueue_orm.models.queue_table import queue_table
 from sqlqueue_orm.pubsub import publishing
 from sqlqueue_orm.pubsub.subscriptions import SubscriptionSettings, SubscriptionStore
 from sqlqueue_orm.queuing import sql
+from sqlqueue_orm.queuing.delayed_table import FORWARD_DESTINATION, DelayedTable
 from sqlqueue_orm.queuing.table_queue import PURGE_BATCH_SIZE, TableQueue
 from sqlqueue_orm.schema import QueueInstaller, SchemaInspector
 
@@ -49,6 +51,8 @@ class Transport:
     :param sql_server_layout: how :meth:`create_queue` lays out SQL Server tables:
         ``"clustered"`` (default) or ``"heap"``, the NServiceBus 8+ layout for tables shared with
         .NET endpoints (see :class:`~sqlqueue_orm.config.QueueSettings`).
+    :param delayed_table_suffix: delayed messages of endpoint ``E`` wait in table
+        ``E.<suffix>`` (NServiceBus's ``TableSuffix``, default ``Delayed``).
     :param instrumentation: traces and metrics of this transport's sends, receives and peeks
         (:mod:`sqlqueue_orm.instrumentation`); default: whatever
         :func:`~sqlqueue_orm.instrumentation.set_instrumentation` sets, now or later.
@@ -63,9 +67,15 @@ class Transport:
         default_schema: str | None = None,
         verify_schema: bool = True,
         sql_server_layout: str = "clustered",
+        delayed_table_suffix: str = delayed_model.DEFAULT_SUFFIX,
         instrumentation: _instrumentation.Instrumentation | None = None,
         subscriptions: SubscriptionSettings | None = None,
     ) -> None:
+        if not isinstance(delayed_table_suffix, str) or not delayed_table_suffix.strip():
+            raise exceptions.ConfigurationError(
+                f"delayed_table_suffix {delayed_table_suffix!r} must not be empty"
+            )
+        self.delayed_table_suffix = delayed_table_suffix
         settings = config.QueueSettings(sql_server_layout=sql_server_layout)
         if isinstance(url_or_engine, Engine):
             self.engine = url_or_engine
@@ -98,6 +108,10 @@ class Transport:
         #: Called with the queue's address after each send this transport committed itself
         #: (endpoints of this process register here to wake up at once).
         self.sent_hooks: list[Callable[[addressing.QueueAddress], object]] = []
+        #: Called with a delayed table's address and the seconds until a message just stored
+        #: there is due (the endpoint's mover registers here to wake up in time).
+        self.delayed_hooks: list[Callable[[addressing.QueueAddress, float], object]] = []
+        self._delayed: dict[addressing.QueueAddress, DelayedTable] = {}
         #: The hooks of traces and metrics, or None (then each hook site is this one check).
         self.instrumentation = _instrumentation.follow(self)
         if instrumentation is not None:
@@ -189,6 +203,113 @@ class Transport:
         with self.engine.connect() as connection:
             self._first_use(connection, table_queue)
 
+    # -- delayed delivery ------------------------------------------------------------------
+    def delayed_address(self, endpoint: QueueRef) -> addressing.QueueAddress:
+        """The address of *endpoint*'s delayed table: ``<endpoint>.<suffix>``, same schema."""
+        address = self.address(endpoint)
+        name = delayed_model.delayed_table_name(address.table, self.delayed_table_suffix)
+        return addressing.QueueAddress(name, address.schema, address.catalog)
+
+    def delayed_table(self, endpoint: QueueRef) -> DelayedTable:
+        """The :class:`DelayedTable` of *endpoint* (cached), feeding *endpoint*'s queue."""
+        queue_address = self.address(endpoint)
+        address = self.delayed_address(queue_address)
+        with self._lock:
+            table = self._delayed.get(address)
+            if table is None:
+                table = DelayedTable(address, queue_address, self.engine.dialect)
+                self._delayed[address] = table
+        return table
+
+    def create_delayed_table(self, endpoint: QueueRef) -> bool:
+        """Create *endpoint*'s delayed table if missing; return whether it was created."""
+        address = self.delayed_address(endpoint)
+        with db.wrap_db_errors(str(address)), self.engine.begin() as connection:
+            return self.installer.create_delayed(connection, address)
+
+    def _send_delayed(
+        self,
+        queue: QueueRef,
+        messages: Sequence[OutgoingMessage],
+        connection: Connection | None,
+        due_ms: int,
+        endpoint: QueueRef | None,
+    ) -> list[str]:
+        """Store *messages* in the delayed table of *endpoint* (default: of *queue*)."""
+        destination = self.address(queue)
+        table = self.delayed_table(destination if endpoint is None else endpoint)
+        forward = destination.format(self.engine.dialect.name)
+        prepared = []
+        for message in messages:
+            if message.time_to_be_received is not None:
+                raise exceptions.ConfigurationError(
+                    f"message {message.message_id or ''} to {forward}: a delayed message cannot "
+                    "have a time_to_be_received too (NServiceBus refuses the combination)"
+                )
+            carried = {**message.headers, FORWARD_DESTINATION: forward}
+            prepared.append(dataclasses.replace(message, headers=carried).prepare())
+        with db.wrap_db_errors(table.name), self._connection(connection) as conn:
+            for item in prepared:
+                table.store(conn, item, due_ms)
+        log.debug(
+            "queue %s: %d message(s) stored in %s, due in %d ms",
+            forward,
+            len(prepared),
+            table.name,
+            due_ms,
+        )
+        for hook in self.delayed_hooks:
+            hook(table.address, due_ms / 1000)
+        return [item.message_id for item in prepared]
+
+    def browse_delayed(
+        self,
+        endpoint: QueueRef | None = None,
+        schemas: Iterable[str | None] | None = None,
+        max_messages: int = 1_000,
+    ) -> list[DelayedMessage]:
+        """Delayed messages waiting, earliest due first, without taking them.
+
+        :param endpoint: only that endpoint's delayed table; default every delayed table
+            (``*.<suffix>`` with the delayed columns) in *schemas* (default: the default one).
+        """
+        with db.wrap_db_errors(), self.engine.connect() as connection:
+            if endpoint is not None:
+                addresses = [self.delayed_address(endpoint)]
+                where = addresses[0]
+                if not sa.inspect(connection).has_table(where.table, db.schema_argument(where)):
+                    raise exceptions.ConfigurationError(
+                        f"endpoint {str(endpoint)!r} has no delayed table {str(where)!r} (an "
+                        "endpoint creates it when it starts)"
+                    )
+            else:
+                chosen = list(schemas) if schemas is not None else [self.default_schema]
+                addresses = self.inspector.find_delayed_tables(
+                    connection, chosen, self.delayed_table_suffix
+                )
+            found: list[DelayedMessage] = []
+            for address in addresses:
+                table = delayed_model.delayed_table(
+                    address.table, db.schema_argument(address), self.engine.dialect
+                )
+                statement = (
+                    sa.select(
+                        sa.type_coerce(table.c.Due, sa.String()).label("due"),
+                        table.c.Headers,
+                        table.c.Body,
+                    )
+                    .order_by(table.c.Due)
+                    .limit(max_messages)
+                )
+                with db.wrap_db_errors(str(address)):
+                    rows = connection.execute(statement).all()
+                found.extend(
+                    DelayedMessage.from_row(str(address), row.due, row.Headers, row.Body)
+                    for row in rows
+                )
+        found.sort(key=lambda message: message.due)
+        return found[:max_messages]
+
     # -- installing ------------------------------------------------------------------------
     def create_queue(self, queue: QueueRef, *, body_string: bool = False) -> bool:
         """Create the queue table if it does not exist; return whether it was created.
@@ -207,9 +328,28 @@ class Transport:
 
     # -- sending ---------------------------------------------------------------------------
     def send(
-        self, queue: QueueRef, message: OutgoingMessage, connection: Connection | None = None
+        self,
+        queue: QueueRef,
+        message: OutgoingMessage,
+        connection: Connection | None = None,
+        *,
+        delay: dt.timedelta | float | None = None,
+        deliver_at: dt.datetime | None = None,
+        endpoint: QueueRef | None = None,
     ) -> str:
-        """Send *message*; with *connection*, inside its transaction. Return the message id."""
+        """Send *message*; with *connection*, inside its transaction. Return the message id.
+
+        :param delay: deliver it that long (seconds or a timedelta) after the database's now:
+            it waits in a delayed table (see ``docs/recoverability.md``) until then.
+        :param deliver_at: deliver it at that moment (naive means UTC) instead.
+        :param endpoint: whose delayed table holds it (the sender's, as NServiceBus does; its
+            endpoint must be running to move it); default the destination's own.
+        :raises ConfigurationError: both *delay* and *deliver_at*, a negative delay, or a
+            delay on a message with a time_to_be_received.
+        """
+        due_ms = _due_ms(delay, deliver_at)
+        if due_ms is not None:
+            return self._send_delayed(queue, [message], connection, due_ms, endpoint)[0]
         return self.send_many(queue, [message], connection)[0]
 
     def send_many(
@@ -491,6 +631,60 @@ class Transport:
             return [
                 (str(info.address), self.queue(info.address).peek(connection)) for info in found
             ]
+
+
+@dataclasses.dataclass(frozen=True)
+class DelayedMessage:
+    """A message waiting in a delayed table (see :meth:`Transport.browse_delayed`)."""
+
+    #: The delayed table's address.
+    table: str
+    #: When it is due (UTC).
+    due: dt.datetime
+    #: Where it goes then (``NServiceBus.SqlServer.ForwardDestination``).
+    destination: str | None
+    headers: dict[str, str | None]
+    body: bytes | None
+
+    @property
+    def message_id(self) -> str | None:
+        """``NServiceBus.MessageId``, if it has one."""
+        return self.headers.get(headers.MESSAGE_ID)
+
+    @classmethod
+    def from_row(cls, table: str, due: object, text: object, body: object) -> DelayedMessage:
+        """From a row as the driver returns it (Due as a datetime, or SQLite's UTC text)."""
+        moment = due if isinstance(due, dt.datetime) else dt.datetime.fromisoformat(str(due))
+        moment = moment.replace(tzinfo=dt.UTC) if moment.tzinfo is None else moment
+        parsed, _, _ = headers.decode(text, "utf-8")
+        return cls(
+            table,
+            moment.astimezone(dt.UTC),
+            parsed.get(FORWARD_DESTINATION),
+            parsed,
+            None if body is None else bytes(body),  # type: ignore[call-overload]
+        )
+
+
+def _due_ms(delay: dt.timedelta | float | None, deliver_at: dt.datetime | None) -> int | None:
+    """Milliseconds until a delayed message is due (None: not delayed)."""
+    if delay is not None and deliver_at is not None:
+        raise exceptions.ConfigurationError("give delay or deliver_at, not both")
+    if deliver_at is not None:
+        if not isinstance(deliver_at, dt.datetime):
+            raise exceptions.ConfigurationError(f"deliver_at {deliver_at!r} is not a datetime")
+        moment = deliver_at if deliver_at.tzinfo else deliver_at.replace(tzinfo=dt.UTC)
+        return max(0, round((moment - dt.datetime.now(dt.UTC)).total_seconds() * 1000))
+    if delay is None:
+        return None
+    seconds = delay.total_seconds() if isinstance(delay, dt.timedelta) else delay
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds >= 0:
+        raise exceptions.ConfigurationError(
+            f"delay {delay!r} must be a non-negative number of seconds or a timedelta"
+        )
+    if seconds > 100 * 365 * 86400:
+        raise exceptions.ConfigurationError(f"delay {delay!r} is longer than 100 years")
+    return round(seconds * 1000)
 
 
 def _without_password(url: str) -> str:

@@ -33,6 +33,7 @@ EXTENSIONS = (
     "sqlqueue_orm.migration.commands",
     "sqlqueue_orm.sending.commands",
     "sqlqueue_orm.receiving.commands",
+    "sqlqueue_orm.receiving.delayed_commands",
     "sqlqueue_orm.recoverability.commands",
     "sqlqueue_orm.pubsub.commands",
     "sqlqueue_orm.contrib.spark.commands",

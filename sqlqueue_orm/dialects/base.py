@@ -117,6 +117,22 @@ class DialectSupport:
     missing_column_markers: tuple[str, ...] = ()
     transient_markers: tuple[str, ...] = GENERIC_TRANSIENT
 
+    # -- native delayed delivery (NServiceBus DelayedMessageTable) --------------------------
+    # Templates: ``{table}`` the delayed table, ``{queue}`` the input queue it feeds, both quoted
+    # by SQLAlchemy; ``:headers``, ``:body``, ``:due_ms`` (milliseconds from the database's
+    # clock), ``:n`` (the batch), ``:now`` (where the dialect reads the clock in Python).
+    #: The columns that make a table a delayed table, in table order.
+    delayed_signature: tuple[str, ...] = ("Headers", "Body", "Due", "RowVersion")
+    #: Store one delayed message, due ``:due_ms`` after the database's clock.
+    delayed_store: str = ""
+    #: Move up to ``:n`` matured messages into ``{queue}``, in the caller's transaction; the
+    #: row count of the first statement is the number moved.
+    delayed_move: tuple[str, ...] = ()
+    #: Seconds from the database's clock to the next due time (no row: no result).
+    delayed_next_due: str = ""
+    #: Whether :attr:`delayed_move` takes ``:now`` (the database is this process's file).
+    delayed_move_takes_now: bool = False
+
     # -- publish/subscribe (NServiceBus's SubscriptionTable) -------------------------------
     #: Column names of the subscription table: queue address, endpoint, topic (as the .NET
     #: transport of this database creates them; see models/subscription.py).
@@ -130,8 +146,6 @@ class DialectSupport:
     subscribers: str = SUBSCRIBERS
 
     # -- statements to come (issues for the endpoint) -------------------------------------
-    # Delayed delivery (NServiceBus DelayedMessageTable): create the delayed table, store a
-    # delayed message, move due messages to the queue.
     # PostgreSQL NOTIFY / LISTEN on send, to wake idle receivers.
     # Each becomes a field here, filled in by every dialect module.
 

@@ -28,6 +28,7 @@ the same statements; the strategies and the context would keep their shape.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import logging
 import signal
 import socket
@@ -45,7 +46,7 @@ from sqlqueue_orm import addressing, dialects, exceptions, headers
 from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage
 from sqlqueue_orm.pubsub import publishing
 from sqlqueue_orm.pubsub import topics as topic_names
-from sqlqueue_orm.receiving import forwarding, pump, strategies, wakeup
+from sqlqueue_orm.receiving import forwarding, mover, pump, strategies, wakeup
 from sqlqueue_orm.receiving.settings import EndpointSettings, TransactionMode
 from sqlqueue_orm.transport import Transport
 
@@ -166,6 +167,51 @@ class HandlerContext:
         destination = self.endpoint.transport.address(address_text)
         return self._sender(destination, self._stamp(outgoing, "Reply"))
 
+    def defer(
+        self,
+        message: Outgoing,
+        *,
+        delay: dt.timedelta | float | None = None,
+        deliver_at: dt.datetime | None = None,
+        destination: str | addressing.QueueAddress | None = None,
+    ) -> str:
+        """Send *message* to *destination* (default: this endpoint) after *delay* or at a time.
+
+        It waits in this endpoint's delayed table (``<endpoint>.Delayed``) with
+        ``NServiceBus.SqlServer.ForwardDestination``, stored as the mode sends (in the
+        receive's transaction where the mode allows), and is moved when due. Not in mode
+        OUTBOX yet (its records hold no delivery time). Return its message id.
+
+        :raises ConfigurationError: neither or both of *delay* and *deliver_at*; a
+            time_to_be_received on the message; mode OUTBOX.
+        """
+        if (delay is None) == (deliver_at is None):
+            raise exceptions.ConfigurationError("defer needs exactly one of delay or deliver_at")
+        if self.endpoint.mode is TransactionMode.OUTBOX:
+            raise exceptions.ConfigurationError(
+                f"endpoint {self.endpoint.name!r}: defer is not supported in mode OUTBOX yet; "
+                "send it from a handler of another mode or after the unit of work"
+            )
+        outgoing = self._stamp(self.endpoint.outgoing(message), "Send")
+        target = self.endpoint.name if destination is None else destination
+        return self._deferring_sender(target, outgoing, delay, deliver_at)
+
+    def _deferring_sender(
+        self,
+        destination: str | addressing.QueueAddress,
+        outgoing: OutgoingMessage,
+        delay: dt.timedelta | float | None,
+        deliver_at: dt.datetime | None,
+    ) -> str:
+        connection = getattr(self._sender, "connection", None)
+        return self.endpoint.transport.send(
+            destination,
+            outgoing,
+            connection=connection,
+            delay=delay,
+            deliver_at=deliver_at,
+            endpoint=self.endpoint.name,
+        )
     def publish(self, event: Outgoing) -> str:
         """Publish *event* to every subscriber of its type and base types, as the mode sends.
 
@@ -254,6 +300,7 @@ class Endpoint:
         self._events: list[type[Any]] = []
         self._raw: list[RawHandler] = []
         self._pump: pump.MessagePump | None = None
+        self._mover: mover.DelayedMessageMover | None = None
         self._instance_pump: pump.MessagePump | None = None
         self._lock = threading.Lock()
 
@@ -315,6 +362,8 @@ class Endpoint:
         message: Outgoing,
         connection: Connection | None = None,
         *,
+        delay: dt.timedelta | float | None = None,
+        deliver_at: dt.datetime | None = None,
         reply_to_this_instance: bool = False,
     ) -> str:
         """Send *message* from this endpoint, outside any handler (a new conversation).
@@ -322,8 +371,10 @@ class Endpoint:
         It carries ``ReplyToAddress`` (this endpoint's queue, so replies come here; with
         *reply_to_this_instance*, this instance's own queue), ``OriginatingEndpoint``,
         ``OriginatingMachine``, a new ``ConversationId`` and ``MessageIntent: Send``, unless it
-        sets them. With *connection*, it is sent in that connection's transaction. Return its
-        message id.
+        sets them. With *connection*, it is sent in that connection's transaction. With *delay*
+        (seconds or a timedelta) or *deliver_at*, it waits in this endpoint's delayed table
+        until due (see ``docs/recoverability.md``); this endpoint's mover then forwards it, so
+        the endpoint must be running (or another instance of it). Return its message id.
 
         :raises ConfigurationError: *reply_to_this_instance* without an ``instance_name``.
         """
@@ -337,6 +388,15 @@ class Endpoint:
         stamped.setdefault(headers.ORIGINATING_MACHINE, self.machine)
         stamped.setdefault(headers.REPLY_TO_ADDRESS, self.address_text)
         stamped_message = dataclasses.replace(outgoing, headers=stamped)
+        if delay is not None or deliver_at is not None:
+            return self.transport.send(
+                destination,
+                stamped_message,
+                connection=connection,
+                delay=delay,
+                deliver_at=deliver_at,
+                endpoint=self.name,
+            )
         return self.transport.send(destination, stamped_message, connection=connection)
 
     @property
@@ -513,6 +573,8 @@ class Endpoint:
                 for queue in queues:
                     self.transport.create_queue(queue)
                 self.transport.create_queue(self.settings.error_queue)
+                if self.settings.delayed_delivery:
+                    self.transport.create_delayed_table(self.name)
                 if self.settings.audit_queue is not None:
                     self.transport.create_queue(self.settings.audit_queue)
             strategy.prepare()
@@ -539,6 +601,9 @@ class Endpoint:
                 )
             for each in self._pumps():
                 each.start(notify=notify)
+            if self.settings.delayed_delivery:
+                self._mover = mover.DelayedMessageMover(self)
+                self._mover.start()
         log.info(
             "queue %s: endpoint started (%s, concurrency %d)",
             self.name,
@@ -561,6 +626,9 @@ class Endpoint:
         everything finished in time.
         """
         pumps = self._pumps()
+        moving, self._mover = self._mover, None
+        if moving is not None:
+            moving.stop()
         limit = self.settings.shutdown_timeout if timeout is None else timeout
         for each in pumps:
             each.stop_taking()  # both queues stop taking before either waits

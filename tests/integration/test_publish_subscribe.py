@@ -427,7 +427,8 @@ def test_a_handlers_publish_follows_the_transaction_mode(database, tmp_path, mod
         if chosen is TransactionMode.SENDS_ATOMIC_WITH_RECEIVE:
             user = db.create_engine(f"sqlite:///{tmp_path / 'user.db'}")
     settings = EndpointSettings(
-        concurrency=1, peek_delay=0.1, transaction_mode=chosen, immediate_retries=1
+        concurrency=1, peek_delay=0.1, transaction_mode=chosen, immediate_retries=1,
+        delayed_retries=0,
     )
     sales = Endpoint("sales", transport, settings=settings, user_database=user)
     tries = []

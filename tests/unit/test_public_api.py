@@ -30,7 +30,9 @@ EXPECTED_ALL = [
 
 TRANSPORT_METHODS = {
     "create_queue": "(self, queue, *, body_string=False)",
-    "send": "(self, queue, message, connection=None)",
+    "send": (
+        "(self, queue, message, connection=None, *, delay=None, deliver_at=None, endpoint=None)"
+    ),
     "send_many": "(self, queue, messages, connection=None)",
     "receive": "(self, queue, max_messages=1, connection=None)",
     "peek": "(self, queue, connection=None)",
@@ -46,7 +48,10 @@ ENDPOINT_METHODS = {
     ),
     "handle": "(self, model, handler=None, *, type_name=None, event=False)",
     "handle_raw": "(self, handler)",
-    "send": "(self, destination, message, connection=None, *, reply_to_this_instance=False)",
+    "send": (
+        "(self, destination, message, connection=None, *, delay=None, deliver_at=None, "
+        "reply_to_this_instance=False)"
+    ),
     "start": "(self)",
     "stop": "(self, timeout=None)",
     "wait": "(self, timeout=None)",
