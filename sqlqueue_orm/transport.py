@@ -349,6 +349,12 @@ class Transport:
         """
         due_ms = _due_ms(delay, deliver_at)
         if due_ms is not None:
+            if self.instrumentation is not None:  # a send span; the context waits with it
+                return self.instrumentation.send(
+                    self.queue(queue).name,
+                    [message],
+                    lambda traced: self._send_delayed(queue, traced, connection, due_ms, endpoint),
+                )[0]
             return self._send_delayed(queue, [message], connection, due_ms, endpoint)[0]
         return self.send_many(queue, [message], connection)[0]
 

@@ -411,3 +411,25 @@ def test_an_endpoint_of_its_own_instrumentation_traces_handling_only(database, t
     finally:
         assert endpoint.stop(5)
     assert [span.name for span in telemetry.finished()] == ["process solo"]
+
+
+def test_a_delayed_message_keeps_its_trace_through_the_delayed_table(database, telemetry):
+    """send (delayed) -> the mover's ``move`` span -> process, the child of the send span."""
+    transport = database.transport(instrumentation=telemetry.instrumentation)
+    endpoint = Endpoint("later", transport, settings=settings())
+    handled = threading.Event()
+    endpoint.handle(PlaceOrder, lambda order, context: handled.set())
+    endpoint.start()
+    try:
+        message_id = transport.send("later", OutgoingMessage(PlaceOrder(number=9)), delay=0.2)
+        wait_for(handled.is_set, "the delayed message")
+        wait_for(lambda: len(telemetry.finished("process later")) == 1, "its span")
+    finally:
+        assert endpoint.stop(5)
+    [send] = telemetry.finished("send later")
+    [move] = telemetry.finished("move later")
+    [process] = telemetry.finished("process later")
+    assert send.attributes["messaging.message.id"] == message_id
+    assert process.parent.span_id == send.context.span_id
+    assert move.attributes["messaging.batch.message_count"] == 1
+    assert telemetry.total("sqlqueue.delayed.moved", **{"nservicebus.queue": "later"}) == 1
