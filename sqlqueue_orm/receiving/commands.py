@@ -97,7 +97,10 @@ def _totals(endpoint: Endpoint) -> PumpStats:
     from sqlqueue_orm.receiving.pump import PumpStats
 
     parts = (endpoint.stats, endpoint.instance_stats)
-    fields = ("handled", "failed", "retried", "expired", "poison", "in_flight", "max_in_flight")
+    fields = (
+        "handled", "failed", "retried", "delayed", "expired", "poison", "in_flight",
+        "max_in_flight",
+    )
     totals = PumpStats(**{name: sum(getattr(part, name) for part in parts) for name in fields})
     totals.started = endpoint.stats.started
     return totals

@@ -296,6 +296,9 @@ def test_a_handler_that_always_fails_goes_through_delayed_retries_to_the_error_q
         wait_for(lambda: len(handled) == 3)  # not blocked behind the failing one
         errors: list = []
         wait_for(lambda: errors.extend(transport.receive("error")) or errors)
+        stats = endpoint.stats
+        # each attempt counted once: 3 immediate retries, 2 delayed, 1 move to the error queue
+        assert (stats.retried, stats.delayed, stats.failed) == (3, 2, 1)
     finally:
         endpoint.stop(10)
     assert len(tries) == (1 + 1) * (1 + 2)  # first try + 1 immediate, then twice more

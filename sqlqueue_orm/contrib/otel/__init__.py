@@ -29,9 +29,9 @@ Metrics (meter ``sqlqueue_orm``), NServiceBus's names where it has one, tagged
 ``nservicebus.messaging.fetches``, ``.successes``, ``.failures`` (each failed attempt),
 ``.processing_time`` (s, from the receive to the handlers' end), ``.critical_time`` (s, from
 ``TimeSent`` or ``DeliverAt`` to the handlers' end), ``.handler_time`` (s), and
-``nservicebus.recoverability.immediate`` and ``.error``; then ours: ``sqlqueue.queue.depth``
-(the last peek of each queue), ``sqlqueue.outbox.backlog`` (records not dispatched),
-``sqlqueue.outbox.dispatched`` and ``sqlqueue.delayed.moved``.
+``nservicebus.recoverability.immediate``, ``.delayed`` and ``.error``; then ours:
+``sqlqueue.queue.depth`` (the last peek of each queue), ``sqlqueue.outbox.backlog`` (records not
+dispatched), ``sqlqueue.outbox.dispatched`` and ``sqlqueue.delayed.moved``.
 """
 
 from __future__ import annotations
