@@ -67,7 +67,7 @@ class OutgoingMessage:
         out = dict(self.headers)
         body = self.body
         data: bytes | None
-        if body is None or isinstance(body, bytes):
+        if body is None or type(body) is bytes or isinstance(body, bytes):
             data = body
         elif isinstance(body, bytearray | memoryview):
             data = bytes(body)
@@ -87,11 +87,11 @@ class OutgoingMessage:
             raise exceptions.InvalidMessage(f"message id {message_id!r} is empty")
         out[headers.MESSAGE_ID] = message_id
         if headers.TIME_SENT not in out:
-            out[headers.TIME_SENT] = headers.format_time(now or dt.datetime.now(dt.UTC))
-        ttbr_ms = self._ttbr_ms()
+            out[headers.TIME_SENT] = headers.now_text() if now is None else headers.format_time(now)
+        ttbr_ms = None if self.time_to_be_received is None else self._ttbr_ms()
         if ttbr_ms is not None:
             out.setdefault(headers.TIME_TO_BE_RECEIVED, headers.format_timespan(ttbr_ms / 1000))
-        if not isinstance(self.id, uuid.UUID):
+        if type(self.id) is not uuid.UUID and not isinstance(self.id, uuid.UUID):
             raise exceptions.InvalidMessage(f"native id {self.id!r} is not a uuid.UUID")
         return PreparedMessage(self.id, message_id, headers.serialize(out), data, ttbr_ms)
 

@@ -137,6 +137,32 @@ def test_time_format():
         headers.parse_time("2026-01-02T03:04:05Z")
 
 
+def test_now_text_is_the_wire_format_of_now_across_second_boundaries(monkeypatch):
+    """The per-second cache never pairs one second's text with another's microseconds."""
+    base = int(dt.datetime(2026, 12, 31, 23, 59, 58, tzinfo=dt.UTC).timestamp()) * 10**9
+    steps = [0, 999_999_000, 1_000_000_000, 1_000_001_000, 2_500_000_000, 1_000_000_000]
+    for step in steps:  # forwards over two boundaries (a new year), then back (clock set back)
+        monkeypatch.setattr(headers.time, "time_ns", lambda step=step: base + step)
+        expected = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(
+            microseconds=(base + step) // 1000
+        )
+        assert headers.now_text() == headers.format_time(expected)
+    monkeypatch.undo()
+    before = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    text = headers.now_text()
+    after = dt.datetime.now(dt.UTC)
+    assert before <= headers.parse_time(text) <= after
+
+
+def test_a_str_subclass_header_is_accepted_and_an_int_refused():
+    class Name(str):
+        pass
+
+    assert headers.serialize({Name("k"): Name("v")}) == '{"k":"v"}'
+    with pytest.raises(InvalidMessage, match="'k'"):
+        headers.serialize({"k": 1})  # type: ignore[dict-item]
+
+
 @pytest.mark.parametrize(
     ("seconds", "text"),
     [(60, "00:01:00"), (0.001, "00:00:00.0010000"), (90061.5, "1.01:01:01.5000000")],
