@@ -55,8 +55,10 @@ class ThreadConnections:
         """Whether SQLAlchemy cursor events or SQL echo logging would see our statements."""
         dispatch = self._dispatch
         return bool(
-            dispatch.before_cursor_execute
-            or dispatch.after_cursor_execute
+            (
+                self.engine._has_events
+                and (dispatch.before_cursor_execute or dispatch.after_cursor_execute)
+            )
             or self.engine._should_log_info()
         )
 
