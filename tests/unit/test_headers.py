@@ -194,3 +194,35 @@ def test_decode_never_raises_whatever_the_column_holds(raw):
         assert values == {}
         assert kept == (raw if raw is not None else "") or kept == raw.decode("utf-8")
     headers.decode(raw, "utf-16-le")
+
+
+_SENT_KEYS = (headers.MESSAGE_ID, headers.TIME_SENT)
+
+
+@given(
+    st.dictionaries(st.text().filter(lambda key: key not in _SENT_KEYS), st.none() | st.text()),
+    st.text(min_size=1),
+    st.text(),
+)
+def test_serialize_sent_equals_serialize_with_the_two_keys_added(values, message_id, sent):
+    expected = headers.serialize({**values, headers.MESSAGE_ID: message_id,
+                                  headers.TIME_SENT: sent})
+    assert headers.serialize_sent(values, message_id, sent) == expected
+    assert headers.serialize_sent(values, message_id, sent) == expected  # from the cache
+
+
+def test_serialize_sent_checks_values_the_cache_has_not_seen():
+    values: dict[str, object] = {"k": "v", "a/b": "c/d"}
+    first = headers.serialize_sent(values, "id", "now")  # type: ignore[arg-type]
+    assert first == (
+        '{"k":"v","a\\/b":"c\\/d","NServiceBus.MessageId":"id","NServiceBus.TimeSent":"now"}'
+    )
+    values["k"] = 1  # the same dict, changed: its items no longer match the cached ones
+    with pytest.raises(InvalidMessage, match="'k'"):
+        headers.serialize_sent(values, "id", "now")  # type: ignore[arg-type]
+    values["k"] = ["unhashable"]
+    with pytest.raises(InvalidMessage, match="'k'"):
+        headers.serialize_sent(values, "id", "now")  # type: ignore[arg-type]
+    assert headers.serialize_sent({}, "i/d", "t") == (
+        '{"NServiceBus.MessageId":"i\\/d","NServiceBus.TimeSent":"t"}'
+    )
