@@ -186,4 +186,13 @@ class IncomingMessage:
             *headers_encoding*); never raises because of it.
         """
         parsed, kept, error = headers.decode(raw_headers, headers_encoding)
-        return cls(native_id, row_version, parsed, body, expired, kept, error, queue)
+        if cls is not IncomingMessage:  # a subclass may add fields or checks: its __init__
+            return cls(native_id, row_version, parsed, body, expired, kept, error, queue)
+        # Every field set at once: the frozen dataclass __init__ sets them one by one through
+        # object.__setattr__, a third of building a message (test_messages checks they agree).
+        message = object.__new__(cls)
+        object.__setattr__(message, "__dict__", {
+            "id": native_id, "row_version": row_version, "headers": parsed, "body": body,
+            "expired": expired, "raw_headers": kept, "headers_error": error, "queue": queue,
+        })
+        return message

@@ -1,3 +1,4 @@
+import dataclasses
 import datetime as dt
 import math
 import uuid
@@ -90,3 +91,14 @@ def test_prepared_headers_are_the_wire_format_of_what_prepare_adds(given, ttbr, 
             "2026-05-01 12:00:00:000000 Z"
         )
         assert values[headers.TIME_SENT] == expected_sent
+
+
+def test_from_row_builds_what_the_constructor_builds():
+    """from_row sets the fields directly: every field, the same values, still frozen."""
+    native = uuid.uuid4()
+    built = IncomingMessage.from_row(native, 7, '{"a":"b"}', b"body", True, "q")
+    assert built == IncomingMessage(native, 7, {"a": "b"}, b"body", True, '{"a":"b"}', None, "q")
+    assert vars(built).keys() == {field.name for field in dataclasses.fields(IncomingMessage)}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        built.body = b"other"  # type: ignore[misc]
+    assert hash(built.id) == hash(native) and "row_version=7" in repr(built)
