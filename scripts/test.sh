@@ -20,6 +20,9 @@ have_postgres || missing+=(postgresql)
 ldconfig -p 2>/dev/null | grep -q 'libodbc\.so\.2' || missing+=(unixodbc)
 dpkg -s tdsodbc >/dev/null 2>&1 || missing+=(tdsodbc)
 command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
+# The dashboard's browser tests: Debian's headless Chromium and its driver (nothing downloaded).
+[ -x /usr/bin/chromium ] || missing+=(chromium)
+[ -x /usr/bin/chromedriver ] || missing+=(chromium-driver)
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "installing system packages: ${missing[*]}"
   $sudo apt-get update -qq

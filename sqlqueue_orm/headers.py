@@ -39,6 +39,11 @@ TIME_OF_FAILURE = "NServiceBus.TimeOfFailure"
 EXCEPTION_TYPE = "NServiceBus.ExceptionInfo.ExceptionType"
 EXCEPTION_MESSAGE = "NServiceBus.ExceptionInfo.Message"
 EXCEPTION_HELP_LINK = "NServiceBus.ExceptionInfo.HelpLink"
+EXCEPTION_INNER_TYPE = "NServiceBus.ExceptionInfo.InnerExceptionType"
+EXCEPTION_SOURCE = "NServiceBus.ExceptionInfo.Source"
+EXCEPTION_STACK_TRACE = "NServiceBus.ExceptionInfo.StackTrace"
+#: Every exception header starts so (``.Data.*`` entries included).
+EXCEPTION_INFO_PREFIX = "NServiceBus.ExceptionInfo."
 TIME_TO_BE_RECEIVED = "NServiceBus.TimeToBeReceived"
 
 _JSON_TYPES = {

@@ -36,7 +36,8 @@ class PreparedMessage:
 
     id: uuid.UUID
     message_id: str
-    headers: str
+    #: Serialized headers; bytes only for a poison row moved on as it was stored (not text).
+    headers: str | bytes
     body: bytes | None
     ttbr_ms: int | None
 

@@ -17,7 +17,7 @@ import datetime as dt
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -25,8 +25,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from sqlqueue_orm import addressing, config, connections, db, dialects, exceptions, headers
+from sqlqueue_orm import instrumentation as _instrumentation
 from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage
 from sqlqueue_orm.models.queue_table import queue_table
+from sqlqueue_orm.pubsub import publishing
+from sqlqueue_orm.pubsub.subscriptions import SubscriptionSettings, SubscriptionStore
 from sqlqueue_orm.queuing import sql
 from sqlqueue_orm.queuing.table_queue import PURGE_BATCH_SIZE, TableQueue
 from sqlqueue_orm.schema import QueueInstaller, SchemaInspector
@@ -46,6 +49,11 @@ class Transport:
     :param sql_server_layout: how :meth:`create_queue` lays out SQL Server tables:
         ``"clustered"`` (default) or ``"heap"``, the NServiceBus 8+ layout for tables shared with
         .NET endpoints (see :class:`~sqlqueue_orm.config.QueueSettings`).
+    :param instrumentation: traces and metrics of this transport's sends, receives and peeks
+        (:mod:`sqlqueue_orm.instrumentation`); default: whatever
+        :func:`~sqlqueue_orm.instrumentation.set_instrumentation` sets, now or later.
+    :param subscriptions: the subscription table and the subscriber cache of :meth:`publish`
+        (:class:`~sqlqueue_orm.pubsub.subscriptions.SubscriptionSettings`).
     """
 
     def __init__(
@@ -55,6 +63,8 @@ class Transport:
         default_schema: str | None = None,
         verify_schema: bool = True,
         sql_server_layout: str = "clustered",
+        instrumentation: _instrumentation.Instrumentation | None = None,
+        subscriptions: SubscriptionSettings | None = None,
     ) -> None:
         settings = config.QueueSettings(sql_server_layout=sql_server_layout)
         if isinstance(url_or_engine, Engine):
@@ -90,6 +100,13 @@ class Transport:
         #: Called with the queue's address after each send this transport committed itself
         #: (endpoints of this process register here to wake up at once).
         self.sent_hooks: list[Callable[[addressing.QueueAddress], object]] = []
+        #: The hooks of traces and metrics, or None (then each hook site is this one check).
+        self.instrumentation = _instrumentation.follow(self)
+        if instrumentation is not None:
+            _instrumentation.unfollow(self)
+            self.instrumentation = instrumentation
+        self._subscription_settings = subscriptions
+        self._subscriptions: SubscriptionStore | None = None
 
     def __enter__(self) -> Transport:
         return self
@@ -204,6 +221,19 @@ class Transport:
         connection: Connection | None = None,
     ) -> list[str]:
         """Send *messages* in one batch (all or none); return their message ids."""
+        if self.instrumentation is not None:
+            name = self.queue(queue).name
+            return self.instrumentation.send(
+                name, messages, lambda traced: self._send_many(queue, traced, connection)
+            )
+        return self._send_many(queue, messages, connection)
+
+    def _send_many(
+        self,
+        queue: QueueRef,
+        messages: Sequence[OutgoingMessage],
+        connection: Connection | None = None,
+    ) -> list[str]:
         table_queue = self.queue(queue)
         prepared = [message.prepare() for message in messages]
         if connection is not None:
@@ -258,6 +288,87 @@ class Transport:
         log.debug("queue %s: replying to message %s", destination, to.message_id)
         return self.send(destination, replying, connection)
 
+    # -- publish/subscribe -----------------------------------------------------------------
+    @property
+    def subscriptions(self) -> SubscriptionStore:
+        """The subscription table and its cache (NServiceBus's ``SubscriptionRouting``)."""
+        if self._subscriptions is None:
+            with self._lock:
+                if self._subscriptions is None:
+                    settings = self._subscription_settings or SubscriptionSettings()
+                    if settings.schema is None and self.default_schema is not None:
+                        settings = dataclasses.replace(settings, schema=self.default_schema)
+                    self._subscriptions = SubscriptionStore(
+                        self.engine, settings, own_connections=self._connections
+                    )
+        return self._subscriptions
+
+    def create_subscription_table(self) -> bool:
+        """Create the subscription table if missing (idempotent, safe to race)."""
+        return self.subscriptions.create_table()
+
+    def subscribe(
+        self,
+        endpoint: str,
+        topic: str,
+        queue: QueueRef | None = None,
+        connection: Connection | None = None,
+    ) -> None:
+        """Subscribe *endpoint* to *topic* (an event's full type name), delivered to *queue*.
+
+        *queue* defaults to the queue named like the endpoint; it is stored in the address form
+        of this database's .NET transport, as a .NET subscriber stores its own.
+        """
+        address = self.address_text(endpoint if queue is None else queue)
+        self.subscriptions.subscribe(endpoint, topic, address, connection)
+
+    def unsubscribe(self, endpoint: str, topic: str, connection: Connection | None = None) -> None:
+        """Remove *endpoint*'s subscription to *topic*."""
+        self.subscriptions.unsubscribe(endpoint, topic, connection)
+
+    def publish(
+        self,
+        event: OutgoingMessage | Any,
+        connection: Connection | None = None,
+        *,
+        type_names: Mapping[type[Any], str] | None = None,
+        topics: Sequence[str] | None = None,
+    ) -> str:
+        """Send *event* once to each distinct queue subscribed to its type or a base type.
+
+        Every copy is the same message (one message id) with ``MessageIntent: Publish``. With
+        *connection*, all copies go in its transaction; without, in one of their own. Return
+        the message id (also when nobody subscribed: then nothing is sent).
+
+        :param event: a pydantic model or an :class:`OutgoingMessage` (see
+            :func:`sqlqueue_orm.pubsub.publishing.prepare`).
+        :param type_names: .NET type names of models (the topics .NET subscribers use).
+        :param topics: publish on these topics instead of the event type's.
+        """
+        outgoing, chosen = publishing.prepare(event, type_names, topics)
+        assert outgoing.message_id is not None
+        destinations = list(
+            dict.fromkeys(
+                self.address(text) for text in self.subscriptions.subscribers(chosen, connection)
+            )
+        )
+        if destinations:
+            with self._connection(connection) as conn:
+                for destination in destinations:
+                    self.send(destination, outgoing, conn)
+            if connection is None:
+                for destination in destinations:
+                    for hook in self.sent_hooks:
+                        hook(destination)
+        log.info(
+            "queue %s: published %s (%s) to %d subscriber(s)",
+            ", ".join(str(destination) for destination in destinations) or "-",
+            outgoing.message_id,
+            chosen[0],
+            len(destinations),
+        )
+        return outgoing.message_id
+
     # -- receiving -------------------------------------------------------------------------
     def receive(
         self, queue: QueueRef, max_messages: int = 1, connection: Connection | None = None
@@ -269,6 +380,16 @@ class Transport:
         or lose them: pass a connection for at-least-once processing). Expired messages come
         back with ``expired=True``; they are gone from the queue all the same.
         """
+        if self.instrumentation is not None:
+            name = self.queue(queue).name
+            return self.instrumentation.receive(
+                name, lambda: self._receive(queue, max_messages, connection)
+            )
+        return self._receive(queue, max_messages, connection)
+
+    def _receive(
+        self, queue: QueueRef, max_messages: int, connection: Connection | None
+    ) -> list[IncomingMessage]:
         table_queue = self.queue(queue)
         if connection is not None:
             self._first_use(connection, table_queue)
@@ -333,7 +454,10 @@ class Transport:
         """Estimated message count (max - min RowVersion): cheap at any queue size."""
         table_queue = self.queue(queue)
         with self._connection(connection) as conn:
-            return table_queue.peek(conn)
+            count = table_queue.peek(conn)
+        if self.instrumentation is not None:
+            self.instrumentation.peeked(table_queue.name, count)
+        return count
 
     def purge_expired(self, queue: QueueRef, batch_size: int = PURGE_BATCH_SIZE) -> int:
         """Delete expired messages, one transaction per batch; return how many were deleted."""

@@ -35,6 +35,21 @@ GENERIC_TRANSIENT = (
 )
 
 
+#: The subscription table's columns in NServiceBus's SQL Server layout (SQLite has it too).
+SUBSCRIPTION_COLUMNS = ("QueueAddress", "Endpoint", "Topic")
+# NServiceBus's statements (SubscribeText, UnsubscribeText, GetSubscribersText of
+# src/NServiceBus.Transport.PostgreSql/PostgreSqlConstants.cs, Particular/NServiceBus.SqlServer
+# 214c4e8f), with its unquoted column names and :name parameters. SQLite runs the PostgreSQL
+# upsert as it is (ON CONFLICT ... DO UPDATE since 3.24; unquoted names ignore case there).
+SUBSCRIBE_UPSERT = (
+    "INSERT INTO {table} (QueueAddress, Topic, Endpoint) "
+    "VALUES (:queue_address, :topic, :endpoint) "
+    "ON CONFLICT (Endpoint, Topic) DO UPDATE SET QueueAddress = :queue_address"
+)
+UNSUBSCRIBE = "DELETE FROM {table} WHERE Endpoint = :endpoint and Topic = :topic"
+SUBSCRIBERS = "SELECT DISTINCT QueueAddress FROM {table} WHERE Topic IN ({topics})"
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class DialectSupport:
     """Everything one database needs at run time outside the hot path, in one frozen place.
@@ -102,10 +117,21 @@ class DialectSupport:
     missing_column_markers: tuple[str, ...] = ()
     transient_markers: tuple[str, ...] = GENERIC_TRANSIENT
 
+    # -- publish/subscribe (NServiceBus's SubscriptionTable) -------------------------------
+    #: Column names of the subscription table: queue address, endpoint, topic (as the .NET
+    #: transport of this database creates them; see models/subscription.py).
+    subscription_columns: tuple[str, str, str] = SUBSCRIPTION_COLUMNS
+    #: Subscribe (an upsert on Endpoint and Topic): ``{table}``, ``:queue_address``,
+    #: ``:endpoint``, ``:topic``.
+    subscribe: str = SUBSCRIBE_UPSERT
+    #: Unsubscribe: ``{table}``, ``:endpoint``, ``:topic``.
+    unsubscribe: str = UNSUBSCRIBE
+    #: The subscribers of some topics: ``{table}``, ``{topics}`` (a list of parameters).
+    subscribers: str = SUBSCRIBERS
+
     # -- statements to come (issues for the endpoint) -------------------------------------
     # Delayed delivery (NServiceBus DelayedMessageTable): create the delayed table, store a
     # delayed message, move due messages to the queue.
-    # Publish/subscribe (SubscriptionTable): create, subscribe, unsubscribe, get subscribers.
     # PostgreSQL NOTIFY / LISTEN on send, to wake idle receivers.
     # Each becomes a field here, filled in by every dialect module.
 

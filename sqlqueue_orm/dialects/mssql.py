@@ -97,6 +97,20 @@ class MssqlSupport(base.DialectSupport):
         return dialect
 
 
+#: NServiceBus's subscribe on SQL Server (SqlServerConstants.SubscribeText,
+#: src/NServiceBus.Transport.SqlServer/Queuing/SqlServerConstants.cs, 214c4e8f): a MERGE under
+#: HOLDLOCK, TABLOCK, so two subscribers racing on one key never both insert.
+SUBSCRIBE_MERGE = (
+    "MERGE {table} WITH (HOLDLOCK, TABLOCK) AS target "
+    "USING(SELECT :endpoint AS Endpoint, :queue_address AS QueueAddress, :topic AS Topic) "
+    "AS source "
+    "ON target.Endpoint = source.Endpoint AND target.Topic = source.Topic "
+    "WHEN MATCHED AND target.QueueAddress <> source.QueueAddress THEN "
+    "UPDATE SET QueueAddress = :queue_address "
+    "WHEN NOT MATCHED THEN INSERT (QueueAddress, Topic, Endpoint) "
+    "VALUES (:queue_address, :topic, :endpoint);"
+)
+
 SUPPORT = MssqlSupport(
     name="mssql",
     identifier_limit=128,
@@ -120,4 +134,5 @@ SUPPORT = MssqlSupport(
     missing_table_markers=("invalid object name",),
     missing_column_markers=("invalid column name",),
     transient_markers=(*base.GENERIC_TRANSIENT, "1205"),  # 1205: deadlock victim
+    subscribe=SUBSCRIBE_MERGE,
 )

@@ -52,4 +52,6 @@ SUPPORT = PostgresqlSupport(
     missing_table_markers=("42p01", "undefinedtable"),
     missing_column_markers=("42703",),
     transient_markers=(*base.GENERIC_TRANSIENT, "40p01"),  # 40P01: deadlock detected
+    # NServiceBus's CreateSubscriptionTableText writes them unquoted: lower case.
+    subscription_columns=("queueaddress", "endpoint", "topic"),
 )

@@ -55,6 +55,10 @@ class SqlText:
     autocommit: str = "driver"
     # Max rows one receive may ask for (SQL Server: TOP takes a bigint; keep batches sane).
     max_batch: int = 10_000
+    #: Take one row by its native id (``:id``) as the receive takes rows, same columns out:
+    #: locked with the receive's hints and skipped if another transaction holds it, so two
+    #: operators retrying or deleting one error-queue message cannot both take it.
+    receive_by_id: str = ""
 
 
 # Explicit CASTs: the driver may bind NULL without a type, and SQL Server cannot deduce one there.
@@ -101,6 +105,17 @@ MSSQL: Final = SqlText(
         "DELETE FROM message;"
     ),
     purge_all="DELETE FROM {table};",
+    # Id has no index on SQL Server (nor in NServiceBus's layout): the error queue is small,
+    # and READPAST skips a row another retry or delete holds instead of waiting for it.
+    receive_by_id=(
+        "WITH message AS (SELECT TOP(1) * FROM {table} WITH (UPDLOCK, READPAST, ROWLOCK) "
+        "WHERE [Id] = :id) "
+        "DELETE FROM message "
+        "OUTPUT deleted.[Id], deleted.[RowVersion], "
+        "CASE WHEN deleted.[Expires] IS NULL THEN 0 "
+        "WHEN deleted.[Expires] > GETUTCDATE() THEN 0 ELSE 1 END, "
+        "CAST(CAST(deleted.[Headers] AS nvarchar(max)) AS varbinary(max)), deleted.[Body];"
+    ),
     id_to_driver=str,
     headers_encoding="utf-16-le",
     headers_read="CAST(CAST({headers} AS nvarchar(max)) AS varbinary(max))",
@@ -152,6 +167,12 @@ POSTGRESQL: Final = SqlText(
         "ORDER BY seq LIMIT CAST(:n AS bigint) FOR UPDATE SKIP LOCKED))"
     ),
     purge_all="DELETE FROM {table}",
+    # id is the primary key; SKIP LOCKED: a row another retry or delete holds is not taken.
+    receive_by_id=(
+        "DELETE FROM {table} WHERE seq = ANY(ARRAY("
+        "SELECT seq FROM {table} WHERE id = CAST(:id AS uuid) FOR UPDATE SKIP LOCKED)) "
+        f"{_PG_RETURNING}"
+    ),
     receive_without_row_locks=(
         "DELETE FROM {table} WHERE seq = ANY(ARRAY("
         + _PG_ADVISORY.replace("{where}", "")
@@ -205,6 +226,13 @@ SQLITE: Final = SqlText(
         'ORDER BY "RowVersion" LIMIT :n)'
     ),
     purge_all="DELETE FROM {table}",
+    # One writer at a time: nobody else holds the row.
+    receive_by_id=(
+        'DELETE FROM {table} WHERE "Id" = :id '
+        'RETURNING "Id", "RowVersion", '
+        f'("Expires" IS NOT NULL AND "Expires" <= {_SQLITE_NOW}), '
+        'CAST("Headers" AS BLOB), "Body"'
+    ),
     id_to_driver=lambda value: value.hex,
     # One write statement takes the write lock as it starts, as BEGIN IMMEDIATE would.
     autocommit="implicit",

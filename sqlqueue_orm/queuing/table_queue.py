@@ -84,6 +84,7 @@ class TableQueue:
         # _render_receive.
         self._receive_by_limit: dict[tuple[int, bool], tuple[sql.Statement, Any, bool]] = {}
         self._peek = sql.render(self._text.peek, dialect, table)
+        self._receive_by_id: sql.Statement | None = None  # rendered on first use
         self._purge = sql.render(self._text.purge_expired, dialect, table)
         self._purge_all = sql.render(self._text.purge_all, dialect, table)
         self._receive_advisory = self._purge_advisory = None
@@ -122,6 +123,22 @@ class TableQueue:
         self.probe(connection)
         rows = self._on(connection, self._receive_args(max_messages), fetch=True)
         return self._messages(rows)
+
+    def receive_by_id(self, connection: Connection, native_id: uuid.UUID) -> IncomingMessage | None:
+        """Delete and return the row whose native Id is *native_id*, or None.
+
+        None too when another transaction holds that row (it is skipped, not waited for). Like
+        :meth:`receive`, the row is gone only when the caller's transaction commits.
+        """
+        self.probe(connection)
+        statement = self._receive_by_id
+        if statement is None:
+            statement = self._receive_by_id = sql.render(
+                self._text.receive_by_id, self._dialect, self.quoted_table
+            )
+        params = statement.params({"id": self._id_to_driver(native_id)})
+        messages = self._messages(self._on(connection, (statement, params, False), fetch=True))
+        return messages[0] if messages else None
 
     def peek(self, connection: Connection) -> int:
         """Estimated number of messages: max - min of RowVersion (seq), cheap at any size."""

@@ -64,6 +64,8 @@ class EndpointSettings:
     :param immediate_retries: times a failed message is retried at once before it is moved to
         the error queue (NServiceBus: 5). Mode NONE never retries: the message is gone.
     :param error_queue: where messages that fail every retry (and poison rows) go.
+    :param audit_queue: where a copy of every processed message goes, with the processing
+        headers (``None``: no audit, NServiceBus's default).
     :param shutdown_timeout: seconds :meth:`Endpoint.stop` lets in-flight handlers finish; what
         is still running then is rolled back and its message returns to the queue.
     :param critical_error_after: seconds of uninterrupted peek or receive failures before the
@@ -72,10 +74,18 @@ class EndpointSettings:
     :param max_backoff: cap of that wait.
     :param purge_expired_at_startup: delete expired messages when the endpoint starts.
     :param create_queues: create the input and error queues at start-up if missing.
+    :param instance_name: this instance's discriminator: the endpoint also receives on the
+        instance-specific queue ``<endpoint>.<instance_name>`` (NServiceBus's uniquely
+        addressable instance), created at start-up with the input queue, so replies to sends
+        made with ``reply_to_this_instance=True`` come back to this instance. ``None``: none.
+    :param instance_concurrency: messages of the instance-specific queue handled at once, by
+        workers of its own (default 1).
     :param notify: PostgreSQL only: wake up on ``NOTIFY`` from a trigger on the queue table
         (installed at start-up) instead of waiting for the next peek. Off by default: the
         trigger cost 5% to 24% of concurrent send throughput when measured (docs/endpoint.md).
         Sends of this process wake its endpoints on every database regardless.
+    :param auto_subscribe: subscribe at start-up to the event types the endpoint handles
+        (registered with ``handle(..., event=True)``), as NServiceBus does.
     """
 
     concurrency: int = DEFAULT_CONCURRENCY
@@ -84,6 +94,7 @@ class EndpointSettings:
     peek_batch_size: int | None = None
     immediate_retries: int = 5
     error_queue: str = "error"
+    audit_queue: str | None = None
     shutdown_timeout: float = 30.0
     critical_error_after: float = 30.0
     initial_backoff: float = 0.1
@@ -91,6 +102,9 @@ class EndpointSettings:
     purge_expired_at_startup: bool = False
     create_queues: bool = True
     notify: bool = False
+    auto_subscribe: bool = True
+    instance_name: str | None = None
+    instance_concurrency: int = 1
 
     def __post_init__(self) -> None:
         _whole("concurrency", self.concurrency, 1, 1_000)
@@ -122,6 +136,19 @@ class EndpointSettings:
             raise exceptions.ConfigurationError(
                 f"error_queue {self.error_queue!r} must name a queue"
             )
+        if self.audit_queue is not None and (
+            not isinstance(self.audit_queue, str) or not self.audit_queue.strip()
+        ):
+            raise exceptions.ConfigurationError(
+                f"audit_queue {self.audit_queue!r} must name a queue, or be None for no audit"
+            )
+        if self.instance_name is not None and (
+            not isinstance(self.instance_name, str) or not self.instance_name.strip()
+        ):
+            raise exceptions.ConfigurationError(
+                f"instance_name {self.instance_name!r} must be a non-blank name (or None)"
+            )
+        _whole("instance_concurrency", self.instance_concurrency, 1, 1_000)
         config.seconds("shutdown_timeout", self.shutdown_timeout, minimum=0)
         config.seconds("critical_error_after", self.critical_error_after, minimum=0)
         config.seconds("initial_backoff", self.initial_backoff, minimum=0, allow_equal=False)

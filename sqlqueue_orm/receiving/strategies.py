@@ -13,6 +13,10 @@ guarantees are in ``docs/endpoint.md``). What they share:
   receive's transaction. A message no handler accepts, or whose body its model cannot read, is
   moved at once (a retry cannot help). Mode NONE has taken the message already: it goes to
   the error queue at once, in a transaction of its own.
+* a handled message is copied to the audit queue, if the settings name one, in the receive's
+  transaction (mode NONE: after the handlers, in one of its own).
+
+What the error-queue and audit rows hold is in :mod:`sqlqueue_orm.receiving.forwarding`.
 
 SQLite has one writer at a time: a second connection that writes while the receive's
 transaction is open would wait for it forever. So modes that need one are refused there at
@@ -22,6 +26,7 @@ start-up (:func:`for_endpoint`), with the mode to use instead.
 from __future__ import annotations
 
 import collections
+import datetime as dt
 import logging
 import threading
 from collections.abc import Callable
@@ -31,7 +36,8 @@ from sqlalchemy.engine import Connection, RootTransaction
 from sqlalchemy.orm import Session
 
 from sqlqueue_orm import addressing, dialects, exceptions
-from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage, PreparedMessage
+from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage
+from sqlqueue_orm.receiving import forwarding
 from sqlqueue_orm.receiving.settings import TransactionMode
 
 if TYPE_CHECKING:
@@ -97,10 +103,13 @@ class ReceiveStrategy:
 
     mode: ClassVar[TransactionMode]
 
-    def __init__(self, endpoint: Endpoint) -> None:
+    def __init__(
+        self, endpoint: Endpoint, queue: str | addressing.QueueAddress | None = None
+    ) -> None:
         self.endpoint = endpoint
         self.transport = endpoint.transport
-        self.queue = endpoint.name
+        #: The queue received from: the endpoint's input queue, or its instance-specific one.
+        self.queue: str | addressing.QueueAddress = endpoint.name if queue is None else queue
         self.failures = FailureCounts()
         self._local = threading.local()
 
@@ -142,8 +151,6 @@ class ReceiveStrategy:
 
     def _dead_letter(self, connection: Connection, message: IncomingMessage) -> None:
         """Move a poison row, headers as stored, to the error queue (in *connection*'s tx)."""
-        raw = message.raw_headers
-        text = raw if isinstance(raw, str) else raw.decode("utf-8", errors="replace")
         log.error(
             "queue %s: message %s has headers that cannot be read (%s); probable message "
             "metadata corruption, moving it to %s",
@@ -152,15 +159,17 @@ class ReceiveStrategy:
             message.headers_error,
             self.endpoint.settings.error_queue,
         )
-        row = PreparedMessage(message.id, str(message.id), text, message.body, None)
-        self.transport.queue(self.endpoint.settings.error_queue).send(connection, [row])
+        forwarding.forward(
+            self.transport,
+            self.endpoint.settings.error_queue,
+            forwarding.poison_row(message),
+            connection,
+        )
 
     def _to_error_queue(
         self, connection: Connection | None, message: IncomingMessage, error: BaseException
     ) -> None:
         """Send *message* with the failure's headers to the error queue."""
-        failed = message.to_outgoing()
-        failed.headers = {**failed.headers, **self.endpoint.failure_headers(message, error)}
         error_queue = self.endpoint.settings.error_queue
         log.error(
             "queue %s: message %s (%s) failed, moving it to %s: %s: %s",
@@ -171,8 +180,25 @@ class ReceiveStrategy:
             type(error).__name__,
             error,
         )
-        self.transport.send(error_queue, failed, connection=connection)
+        row = forwarding.failed_row(message, self.endpoint.failure_headers(message, error))
+        forwarding.forward(self.transport, error_queue, row, connection)
         self.failures.forget(str(message.id))
+
+    def _audit(
+        self, connection: Connection | None, message: IncomingMessage, started: dt.datetime
+    ) -> None:
+        """Copy the processed *message* to the audit queue, if there is one."""
+        audit_queue = self.endpoint.settings.audit_queue
+        if audit_queue is None:
+            return
+        row = forwarding.audit_row(
+            message,
+            started,
+            dt.datetime.now(dt.UTC),
+            self.endpoint.name,
+            self.endpoint.machine,
+        )
+        forwarding.forward(self.transport, audit_queue, row, connection)
 
     def _discard_expired(self, message: IncomingMessage) -> None:
         log.debug(
@@ -212,6 +238,7 @@ class NoTransaction(ReceiveStrategy):
             self._discard_expired(message)
             slot.outcome("expired")
             return
+        started = dt.datetime.now(dt.UTC)
         user_engine = self.endpoint.user_transport.engine
         context = self._context(
             message,
@@ -231,6 +258,7 @@ class NoTransaction(ReceiveStrategy):
         finally:
             if context.session_used is not None:
                 context.session_used.close()
+        self._audit(None, message, started)
         slot.outcome("handled")
 
 
@@ -258,9 +286,11 @@ class _NativeTransaction(ReceiveStrategy):
                 slot.commit(transaction)
                 slot.outcome("poison")
                 return
+            started = dt.datetime.now(dt.UTC)
             savepoint = connection.begin_nested()
             try:
                 self._handle(connection, message)
+                self._audit(connection, message, started)  # in the receive's transaction
             except Exception as error:
                 if savepoint.is_active:
                     savepoint.rollback()
@@ -358,8 +388,10 @@ class OutboxStrategy(_NativeTransaction):
 
     mode = TransactionMode.OUTBOX
 
-    def __init__(self, endpoint: Endpoint) -> None:
-        super().__init__(endpoint)
+    def __init__(
+        self, endpoint: Endpoint, queue: str | addressing.QueueAddress | None = None
+    ) -> None:
+        super().__init__(endpoint, queue)
         from sqlqueue_orm.sending.outbox import Outbox
 
         self.outbox = endpoint.outbox or Outbox(endpoint.user_transport)
@@ -418,8 +450,12 @@ def _same_database(endpoint: Endpoint) -> bool:
     return mine is theirs or str(mine.url) == str(theirs.url)
 
 
-def for_endpoint(endpoint: Endpoint) -> ReceiveStrategy:
+def for_endpoint(
+    endpoint: Endpoint, queue: str | addressing.QueueAddress | None = None
+) -> ReceiveStrategy:
     """The strategy of *endpoint*'s mode, after checking the databases can honour it.
+
+    :param queue: the queue it receives from (default the endpoint's input queue).
 
     :raises ConfigurationError: TRANSACTION_SCOPE with user data in another database (use the
         outbox); on SQLite, a mode that would need a second writer while the receive is open.
@@ -445,4 +481,4 @@ def for_endpoint(endpoint: Endpoint) -> ReceiveStrategy:
                 "while the receive holds SQLite's only write lock; use TRANSACTION_SCOPE "
                 "(everything in one transaction) or NONE"
             )
-    return STRATEGIES[mode](endpoint)
+    return STRATEGIES[mode](endpoint, queue)

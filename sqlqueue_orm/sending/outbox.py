@@ -220,6 +220,20 @@ class OutboxRecord:
     operations: list[OutboxOperation]
 
 
+@dataclasses.dataclass(frozen=True)
+class OutboxBacklog:
+    """The records of ``OutboxData`` still to dispatch, and the oldest of them.
+
+    ``oldest_due`` is the ``DispatchedAt`` of the oldest undispatched record: when it was stored,
+    or when it may next be tried after a failed dispatch (records NServiceBus wrote leave it NULL
+    until dispatched and are counted but never the oldest).
+    """
+
+    pending: int
+    oldest_message_id: str | None
+    oldest_due: dt.datetime | None
+
+
 @dataclasses.dataclass
 class DispatchReport:
     """What one dispatch did: records claimed, dispatched and deferred, messages per queue.
@@ -410,6 +424,15 @@ class Outbox:
         return not exists
 
     # -- records ---------------------------------------------------------------------------
+    def backlog(self) -> int:
+        """Records not dispatched yet, due or not (one COUNT on the small pending index)."""
+        table = outbox_table()
+        statement = (
+            sa.select(sa.func.count()).select_from(table).where(table.c.Dispatched == sa.false())
+        )
+        with outbox_errors(), self.transport.engine.connect() as connection:
+            return int(connection.execute(statement).scalar_one())
+
     def store(
         self,
         connection: Connection,
@@ -476,6 +499,29 @@ class Outbox:
         dispatched = bool(row[0])
         operations = [] if dispatched else self._parse(message_id, row[2])
         return OutboxRecord(message_id, dispatched, row[1], operations)
+
+    def backlog(self, connection: Connection | None = None) -> OutboxBacklog:
+        """How many records wait for dispatch, and the oldest (reads only, locks nothing).
+
+        :raises SchemaOutdated: the database has no ``OutboxData`` table.
+        """
+        table = outbox_table()
+        pending = table.c.Dispatched == sa.false()
+        count = sa.select(sa.func.count()).select_from(table).where(pending)
+        oldest = (
+            sa.select(table.c.MessageId, table.c.DispatchedAt)
+            .where(pending, table.c.DispatchedAt.is_not(None))
+            .order_by(table.c.DispatchedAt)
+            .limit(1)
+        )
+        with outbox_errors(), contextlib.ExitStack() as stack:
+            if connection is None:
+                connection = stack.enter_context(self.transport.engine.connect())
+            total = int(connection.scalar(count) or 0)
+            row = connection.execute(oldest).first()
+        if row is None:
+            return OutboxBacklog(total, None, None)
+        return OutboxBacklog(total, str(row[0]), row[1])
 
     # -- dispatching ------------------------------------------------------------------------
     def dispatch(self, message_id: str) -> int | None:

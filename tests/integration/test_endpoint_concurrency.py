@@ -9,6 +9,7 @@ import time
 import pytest
 import sqlalchemy as sa
 
+from sqlqueue_orm import dialects
 from sqlqueue_orm.receiving import Endpoint, EndpointSettings, HandlerContext, TransactionMode
 from tests.endpoint_app import Handled, Job, Meter, UserBase, handled_ids, send_jobs
 from tests.integration.test_endpoint_transaction_modes import run_until
@@ -97,5 +98,12 @@ def test_two_endpoint_processes_handle_each_message_exactly_once(database):
     assert transport.peek("shared") == 0
     with watcher.connect() as connection:
         workers = set(connection.execute(sa.select(Handled.worker)).scalars())
-    assert len(workers) == 2  # both processes took a share
+    if not dialects.for_dialect(watcher).single_writer:
+        # Row locks with READPAST / SKIP LOCKED let both processes receive at once, so both
+        # take a share. SQLite has one write lock and its busy handler is not fair: the process
+        # that just committed usually takes the lock again before the waiting one polls, so one
+        # process may handle everything (docs/endpoint.md says so). Exactly-once is the claim there.
+        assert len(workers) == 2  # both processes took a share
+    else:
+        assert workers <= {process.pid for process in processes}
     watcher.dispose()

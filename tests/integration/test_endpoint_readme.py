@@ -19,7 +19,12 @@ def _first_block(language: str) -> str:
 def test_the_readme_endpoint_example_runs_as_written(database, tmp_path):
     code, expected = _first_block("python"), _first_block("text")
     assert code == (REPO / "examples" / "endpoint_example.py").read_text()
-    assert expected == "order 42 placed\n"
+    assert expected == (
+        "order 42 placed\n"
+        "order 7 failed: the item of order 7 is out of stock\n"
+        "1 message(s) sent back from error\n"
+        "order 7 placed\n"
+    )
     script = tmp_path / "example.py"
     script.write_text(code)
     args = [] if database.dialect == "sqlite" else [database.url]

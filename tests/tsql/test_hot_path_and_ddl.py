@@ -63,6 +63,15 @@ GOLDEN = {
         ("n",),
     ),
     "purge_all": (f"DELETE FROM {TABLE};", ()),
+    # One error-queue row by Id (retry, delete), locked and skipped as the receive does.
+    "receive_by_id": (
+        f"WITH message AS (SELECT TOP(1) * FROM {TABLE} WITH (UPDLOCK, READPAST, ROWLOCK) "
+        "WHERE [Id] = ?) DELETE FROM message OUTPUT deleted.[Id], deleted.[RowVersion], "
+        "CASE WHEN deleted.[Expires] IS NULL THEN 0 WHEN deleted.[Expires] > GETUTCDATE() THEN 0 "
+        "ELSE 1 END, CAST(CAST(deleted.[Headers] AS nvarchar(max)) AS varbinary(max)), "
+        "deleted.[Body];",
+        ("id",),
+    ),
 }
 
 

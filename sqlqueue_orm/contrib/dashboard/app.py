@@ -1,0 +1,500 @@
+"""The dashboard's ASGI application: queues, the error queue, the outbox, delayed messages.
+
+::
+
+    from sqlqueue_orm.contrib.dashboard import create_app
+
+    app = create_app("postgresql+psycopg://app@db/shop")            # read-only
+    # or mounted in your own Starlette/FastAPI application, with retry and delete allowed:
+    main_app.mount("/queues", create_app(transport, allow_changes=True))
+
+Pages only read, through the library's API (see :mod:`.sources`). Retry and delete exist only
+with ``allow_changes=True``; each asks for confirmation on a page of its own, is a POST checked
+by :mod:`.security` (CSRF token and Origin), and is logged with the queue name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+import pathlib
+import threading
+import time
+import urllib.parse
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, TypeVar
+
+import jinja2
+from sqlalchemy.engine import Engine
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from sqlqueue_orm import exceptions
+from sqlqueue_orm.contrib.dashboard import rendering, sampling, security, sources
+from sqlqueue_orm.transport import Transport
+
+log = logging.getLogger("sqlqueue_orm.contrib.dashboard")
+
+T = TypeVar("T")
+
+#: Most messages a page lists.
+PAGE_SIZE = 100
+#: Most messages one retry or delete takes.
+MAX_CHOSEN = 1000
+_ACTIONS = {"retry": "Retry", "delete": "Delete", "retry_all": "Retry all"}
+_TEMPLATES = pathlib.Path(__file__).with_name("templates")
+
+
+class Dashboard:
+    """The state of one dashboard application: its transport, sampler and CSRF guard.
+
+    :param transport: the transport whose database the dashboard shows.
+    :param allow_changes: allow retry and delete (read-only otherwise).
+    :param error_queue: the name of the error queue.
+    :param schemas: the schemas whose queues are listed (default: the default schema).
+    :param sample_interval: seconds between depth readings (see :mod:`.sampling`).
+    :param secret: the CSRF secret (random per process when not given).
+    """
+
+    def __init__(
+        self,
+        transport: Transport,
+        *,
+        allow_changes: bool,
+        error_queue: str,
+        schemas: Sequence[str | None] | None,
+        sample_interval: float,
+        secret: bytes | None,
+        owns_transport: bool,
+    ) -> None:
+        self.transport = transport
+        self.allow_changes = allow_changes
+        self.error_queue_name = error_queue
+        self.schemas = list(schemas) if schemas is not None else None
+        self.guard = security.CsrfGuard(secret)
+        self.sampler = sampling.DepthSampler(self.read_depths, sample_interval)
+        self._owns_transport = owns_transport
+        self._started = False
+        self._lock = threading.Lock()
+
+    def read_depths(self) -> list[tuple[str, int]]:
+        """Every listed queue with its estimated depth (peek)."""
+        return self.transport.list_queues(self.schemas)
+
+    def ensure_started(self) -> None:
+        """Start sampling on first use (a mounted app may never see its lifespan)."""
+        if not self._started:
+            with self._lock:
+                if not self._started:
+                    self.sampler.start()
+                    self._started = True
+
+    def close(self) -> None:
+        """Stop sampling; close the transport if the dashboard made it."""
+        self.sampler.stop()
+        self._started = False
+        if self._owns_transport:
+            self.transport.close()
+
+    def error_queue(self) -> sources.ErrorQueue:
+        """The library's error queue of this dashboard."""
+        return sources.error_queue(self.transport, self.error_queue_name)
+
+
+def create_app(
+    transport_or_url: Transport | str | Engine,
+    *,
+    allow_changes: bool = False,
+    error_queue: str = "error",
+    schemas: Sequence[str | None] | None = None,
+    sample_interval: float = 10.0,
+    secret: bytes | None = None,
+) -> Starlette:
+    """The dashboard as an ASGI application (Starlette) you can serve or mount.
+
+    :param transport_or_url: a :class:`Transport`, or a URL or Engine to make one from.
+    :param allow_changes: offer retry and delete of error messages (read-only by default).
+    :param error_queue: the error queue's name.
+    :param schemas: schemas whose queues are listed (default: the default schema).
+    :param sample_interval: seconds between the readings of queue depths for the chart.
+    :param secret: key of the CSRF tokens; random per process when not given.
+    """
+    if isinstance(transport_or_url, Transport):
+        transport, owns = transport_or_url, False
+    else:
+        transport, owns = Transport(transport_or_url), True
+    if not sample_interval > 0:
+        raise exceptions.ConfigurationError(
+            f"sample_interval {sample_interval!r} must be more than 0 seconds"
+        )
+    dashboard = Dashboard(
+        transport,
+        allow_changes=allow_changes,
+        error_queue=error_queue,
+        schemas=schemas,
+        sample_interval=sample_interval,
+        secret=secret,
+        owns_transport=owns,
+    )
+    pages = _Pages(dashboard)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        dashboard.ensure_started()
+        try:
+            yield
+        finally:
+            dashboard.close()
+
+    routes = [
+        Route("/", pages.queues, name="queues"),
+        Route("/queue", pages.queue, name="queue"),
+        Route("/queue/message", pages.queue_message, name="queue_message"),
+        Route("/errors", pages.errors, name="errors"),
+        Route("/errors/message", pages.error_message, name="error_message"),
+        Route("/errors/confirm", pages.confirm, name="confirm"),
+        Route("/errors/retry", pages.retry, methods=["POST"], name="retry"),
+        Route("/errors/retry-all", pages.retry_all, methods=["POST"], name="retry_all"),
+        Route("/errors/delete", pages.delete, methods=["POST"], name="delete"),
+        Route("/outbox", pages.outbox, name="outbox"),
+        Route("/delayed", pages.delayed, name="delayed"),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.dashboard = dashboard
+    return app
+
+
+class BadInput(Exception):
+    """A query or form value the page cannot use; the message names it."""
+
+
+def _utc_time(name: str, text: str | None) -> dt.datetime | None:
+    if not text:
+        return None
+    try:
+        value = dt.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise BadInput(f"{name} {text!r} is not a date and time (YYYY-MM-DDTHH:MM)") from None
+    return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+
+
+def _limit(text: str | None) -> int:
+    if not text:
+        return PAGE_SIZE
+    try:
+        value = int(text)
+    except ValueError:
+        raise BadInput(f"limit {text!r} is not a whole number") from None
+    if not 1 <= value <= MAX_CHOSEN:
+        raise BadInput(f"limit {text!r} must be from 1 to {MAX_CHOSEN}")
+    return value
+
+
+class _Pages:
+    """The request handlers; database work runs on Starlette's thread pool."""
+
+    def __init__(self, dashboard: Dashboard) -> None:
+        self.dashboard = dashboard
+        self.env = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(_TEMPLATES),
+            autoescape=True,
+            undefined=jinja2.StrictUndefined,
+        )
+
+    # -- helpers ---------------------------------------------------------------------------
+    def render(
+        self, request: Request, template: str, status: int = 200, **values: Any
+    ) -> HTMLResponse:
+        """Render *template* with the links, the CSRF token and the read-only flag."""
+        self.dashboard.ensure_started()
+        cookie = request.cookies.get(security.COOKIE)
+        new_cookie = cookie is None
+        if cookie is None:
+            cookie = self.dashboard.guard.new_cookie()
+        prefix = str(request.scope.get("root_path", ""))
+
+        def link(path: str, **params: object) -> str:
+            query = urllib.parse.urlencode(
+                [(key, value) for key, value in params.items() if value not in (None, "")],
+                doseq=True,
+            )
+            return prefix + path + ("?" + query if query else "")
+
+        body = self.env.get_template(template).render(
+            link=link,
+            csrf_field=security.FIELD,
+            csrf_token=self.dashboard.guard.token(cookie),
+            allow_changes=self.dashboard.allow_changes,
+            error_queue=self.dashboard.error_queue_name,
+            page=template.removesuffix(".html"),
+            notice=request.query_params.get("done"),
+            **values,
+        )
+        response = HTMLResponse(body, status_code=status)
+        response.headers["X-Frame-Options"] = "DENY"  # no clickjacking of the confirm buttons
+        response.headers["Content-Security-Policy"] = "frame-ancestors 'none'"
+        if new_cookie:
+            response.set_cookie(
+                security.COOKIE, cookie, httponly=True, samesite="strict", path=prefix or "/"
+            )
+        return response
+
+    async def call(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run blocking library code on the thread pool."""
+        return await run_in_threadpool(function, *args, **kwargs)
+
+    def problem(self, request: Request, status: int, text: str) -> HTMLResponse:
+        """A page that says what went wrong, in one line."""
+        return self.render(request, "problem.html", status=status, problem=text)
+
+    # -- queues ----------------------------------------------------------------------------
+    async def queues(self, request: Request) -> Response:
+        """Every queue: depth (peek), net rate and chart over the last hour."""
+        try:
+            depths = await self.call(self.dashboard.read_depths)
+        except exceptions.SqlQueueError as error:
+            return self.problem(request, 503, str(error))
+        sampler = self.dashboard.sampler
+        sampler.record(depths)
+        now = time.time()
+        rows = [
+            {
+                "name": name,
+                "depth": depth,
+                "rate": sampler.rate(name),
+                "chart": rendering.depth_chart(sampler.series(name), now),
+            }
+            for name, depth in depths
+        ]
+        return self.render(request, "queues.html", queues=rows,
+                           interval=sampler.interval)
+
+    async def queue(self, request: Request) -> Response:
+        """The oldest messages of one queue (browse: takes nothing)."""
+        name = request.query_params.get("name", "")
+        try:
+            messages = await self.call(self.dashboard.transport.browse, name, PAGE_SIZE)
+        except exceptions.SqlQueueError as error:
+            return self.problem(request, 404 if _missing(error) else 503, str(error))
+        return self.render(request, "queue.html", name=name, messages=messages)
+
+    async def queue_message(self, request: Request) -> Response:
+        """One message of a queue: headers and body (text or hex)."""
+        name = request.query_params.get("name", "")
+        try:
+            row_version = int(request.query_params.get("rv", ""))
+        except ValueError:
+            return self.problem(request, 400, "rv must be the message's RowVersion (a number)")
+        try:
+            found = await self.call(
+                self.dashboard.transport.browse, name, 1, after=row_version - 1
+            )
+        except exceptions.SqlQueueError as error:
+            return self.problem(request, 404 if _missing(error) else 503, str(error))
+        if not found or found[0].row_version != row_version:
+            return self.problem(request, 404, f"queue {name!r} has no message {row_version}")
+        message = found[0]
+        return self.render(
+            request, "message.html",
+            title=f"{name}: message {message.message_id}",
+            headers=message.headers if message.headers_error is None else {},
+            raw_headers=message.raw_headers if message.headers_error is not None else None,
+            headers_error=message.headers_error,
+            **_body_values(message.body or b"", request),
+            failure=None, message_id=message.message_id, id=None,
+            back=("queue", {"name": name}),
+        )
+
+    # -- the error queue -------------------------------------------------------------------
+    async def errors(self, request: Request) -> Response:
+        """The error queue, filtered by exception type, endpoint and time of failure."""
+        params = request.query_params
+        filters = {
+            "exception_type": params.get("exception_type") or None,
+            "endpoint": params.get("endpoint") or None,
+        }
+        try:
+            since = _utc_time("since", params.get("since"))
+            until = _utc_time("until", params.get("until"))
+            limit = _limit(params.get("limit"))
+        except BadInput as error:
+            return self.problem(request, 400, str(error))
+
+        def read() -> tuple[int, Sequence[sources.FailedMessage], list[str], list[str]]:
+            queue = self.dashboard.error_queue()
+            listed = queue.list(limit=limit, since=since, until=until, **filters)
+            everything = queue.list(limit=MAX_CHOSEN)  # the choices of the filters
+            types = sorted({m.exception_type for m in everything if m.exception_type})
+            endpoints = sorted({m.processing_endpoint for m in everything
+                                if m.processing_endpoint})
+            return queue.count(), listed, types, endpoints
+
+        try:
+            total, listed, types, endpoints = await self.call(read)
+        except exceptions.SqlQueueError as error:
+            return self.problem(request, 404 if _missing(error) else 503, str(error))
+        return self.render(
+            request, "errors.html", total=total, messages=listed, types=types,
+            endpoints=endpoints, limit=limit, filters={
+                **filters, "since": params.get("since") or "", "until": params.get("until") or "",
+            },
+        )
+
+    async def error_message(self, request: Request) -> Response:
+        """One failed message: why it failed, its headers and body (text or hex)."""
+        identity = request.query_params.get("id", "")
+        try:
+            failed = await self.call(lambda: self.dashboard.error_queue().get(identity))
+        except exceptions.SqlQueueError as error:
+            return self.problem(request, 404 if _missing(error) else 400, str(error))
+        if failed is None:
+            return self.problem(
+                request, 404, f"the error queue has no message {identity!r} (retried or deleted?)"
+            )
+        raw = failed.raw_headers
+        return self.render(
+            request, "message.html",
+            title=f"{self.dashboard.error_queue_name}: message {failed.message_id}",
+            headers=failed.headers,
+            raw_headers=None if failed.headers else raw,
+            headers_error=None,
+            **_body_values(failed.body, request),
+            failure=failed, message_id=failed.message_id, id=failed.id,
+            back=("errors", {}),
+        )
+
+    async def confirm(self, request: Request) -> Response:
+        """Ask before a retry or delete: what will be done to which messages."""
+        if not self.dashboard.allow_changes:
+            return self.problem(request, 403, _READ_ONLY)
+        action = request.query_params.get("action", "")
+        if action not in _ACTIONS:
+            return self.problem(request, 400, f"action {action!r} must be retry or delete")
+        ids = request.query_params.getlist("id")[: MAX_CHOSEN + 1]
+        if action != "retry_all" and not ids:
+            return self.problem(request, 400, "no message chosen: tick at least one")
+        if len(ids) > MAX_CHOSEN:
+            return self.problem(request, 400, f"at most {MAX_CHOSEN} messages at a time")
+
+        def read() -> tuple[list[sources.FailedMessage], int]:
+            queue = self.dashboard.error_queue()
+            return [m for m in (queue.get(i) for i in ids) if m is not None], queue.count()
+
+        try:
+            chosen, total = await self.call(read)
+        except exceptions.SqlQueueError as error:
+            return self.problem(request, 400, str(error))
+        if action != "retry_all" and not chosen:
+            return self.problem(request, 404, "none of the chosen messages is in the error "
+                                "queue any more")
+        target = {"retry": "/errors/retry", "delete": "/errors/delete",
+                  "retry_all": "/errors/retry-all"}[action]
+        return self.render(request, "confirm.html", action=action, verb=_ACTIONS[action],
+                           chosen=chosen, total=total, target=target)
+
+    async def _checked_form(self, request: Request) -> tuple[list[str], Response | None]:
+        """The chosen ids of a changing POST, or the response that refuses it."""
+        if not self.dashboard.allow_changes:
+            return [], self.problem(request, 403, _READ_ONLY)
+        form = await request.form()
+        token = form.get(security.FIELD)
+        own = f"{request.url.scheme}://{request.url.netloc}"
+        refusal = self.dashboard.guard.refusal(
+            request.cookies.get(security.COOKIE),
+            token if isinstance(token, str) else None,
+            request.headers.get("origin"),
+            request.headers.get("referer"),
+            own,
+        )
+        if refusal is not None:
+            log.warning("queue %s: dashboard refused a %s from %s: %s",
+                        self.dashboard.error_queue_name, request.url.path, _client(request),
+                        refusal)
+            return [], self.problem(request, 403, f"refused: {refusal}")
+        if form.get("confirmed") != "yes":
+            return [], self.problem(request, 400, "not confirmed: use the confirmation page")
+        ids = [value for value in form.getlist("id") if isinstance(value, str)]
+        if len(ids) > MAX_CHOSEN:
+            return [], self.problem(request, 400, f"at most {MAX_CHOSEN} messages at a time")
+        return ids, None
+
+    def _done(self, request: Request, text: str) -> Response:
+        prefix = str(request.scope.get("root_path", ""))
+        query = urllib.parse.urlencode({"done": text})
+        return RedirectResponse(f"{prefix}/errors?{query}", status_code=303)
+
+    async def _change(
+        self, request: Request, verb: str, change: Callable[[sources.ErrorQueue, list[str]], int]
+    ) -> Response:
+        ids, refused = await self._checked_form(request)
+        if refused is not None:
+            return refused
+        if not ids and verb != "retried all":
+            return self.problem(request, 400, "no message chosen")
+        try:
+            count = await self.call(lambda: change(self.dashboard.error_queue(), ids))
+        except exceptions.SqlQueueError as error:
+            log.error("queue %s: dashboard could not %s message(s) %s: %s",
+                      self.dashboard.error_queue_name, verb, ", ".join(ids), error)
+            return self.problem(request, 400, str(error))
+        log.info("queue %s: dashboard %s %d message(s)%s for %s",
+                 self.dashboard.error_queue_name, verb, count,
+                 f" ({', '.join(ids)})" if ids else "", _client(request))
+        return self._done(request, f"{verb} {count} message(s)")
+
+    async def retry(self, request: Request) -> Response:
+        """Send the chosen messages back to the queues they failed in."""
+        return await self._change(request, "retried", lambda queue, ids: queue.retry(ids))
+
+    async def retry_all(self, request: Request) -> Response:
+        """Send every message of the error queue back to the queue it failed in."""
+        return await self._change(request, "retried all", lambda queue, _ids: queue.retry_all())
+
+    async def delete(self, request: Request) -> Response:
+        """Delete the chosen messages from the error queue."""
+        return await self._change(request, "deleted", lambda queue, ids: queue.delete(ids))
+
+    # -- outbox and delayed ----------------------------------------------------------------
+    async def outbox(self, request: Request) -> Response:
+        """The outbox backlog and its oldest record."""
+        try:
+            backlog = await self.call(sources.outbox_backlog, self.dashboard.transport)
+        except exceptions.SchemaOutdated as error:
+            return self.render(request, "outbox.html", backlog=None, missing=str(error))
+        except exceptions.SqlQueueError as error:
+            return self.problem(request, 503, str(error))
+        return self.render(request, "outbox.html", backlog=backlog, missing=None)
+
+    async def delayed(self, request: Request) -> Response:
+        """Delayed messages by due time (a placeholder until the library can list them)."""
+        return self.render(request, "delayed.html")
+
+
+_READ_ONLY = ("the dashboard is read-only: start it with --allow-changes "
+              "(create_app(..., allow_changes=True)) to retry or delete")
+
+
+def _missing(error: exceptions.SqlQueueError) -> bool:
+    return isinstance(error, exceptions.QueueNotFound)
+
+
+def _client(request: Request) -> str:
+    client = request.client
+    return f"{client.host}:{client.port}" if client else "an unknown client"
+
+
+def _body_values(body: bytes, request: Request) -> dict[str, Any]:
+    text = rendering.utf8_text(body)
+    as_hex = request.query_params.get("view") == "hex" or text is None
+    return {
+        "size": len(body),
+        "is_text": text is not None,
+        "as_hex": as_hex,
+        "body_text": rendering.hex_view(body) if as_hex else text,
+        "hex_link": str(request.url.include_query_params(view="hex")),
+        "text_link": str(request.url.remove_query_params("view")),
+    }

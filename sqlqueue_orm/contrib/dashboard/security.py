@@ -1,0 +1,66 @@
+"""Cross-site request protection of the dashboard's changing requests.
+
+Every request that changes data is a POST (the routes accept no other method) and must pass two
+checks, either of which alone stops a form or script on another site:
+
+* **CSRF token.** Each browser gets a random cookie (``SameSite=Strict``, ``HttpOnly``); every
+  form carries ``HMAC-SHA256(secret, cookie)`` with the dashboard's secret (random per process
+  unless given). Another site can neither read the cookie nor compute the token.
+* **Origin.** The ``Origin`` header (else the origin of ``Referer``) must be the dashboard's
+  own: scheme, host and port of the request. A request that carries neither is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import urllib.parse
+
+#: The cookie that ties a browser to its CSRF token.
+COOKIE = "sqlqueue_dashboard_csrf"
+#: The form field of the token.
+FIELD = "csrf_token"
+
+
+class CsrfGuard:
+    """Issues and checks the CSRF tokens of one dashboard.
+
+    :param secret: the HMAC key; random when not given (tokens then last as long as the
+        process; give one to keep them across restarts or several processes).
+    """
+
+    def __init__(self, secret: bytes | None = None) -> None:
+        self.secret = secret or secrets.token_bytes(32)
+
+    @staticmethod
+    def new_cookie() -> str:
+        """A fresh random cookie value for a browser that has none."""
+        return secrets.token_urlsafe(32)
+
+    def token(self, cookie: str) -> str:
+        """The token that forms carry for a browser whose cookie is *cookie*."""
+        return hmac.new(self.secret, cookie.encode("utf-8"), hashlib.sha256).hexdigest()
+
+    def refusal(
+        self, cookie: str | None, token: str | None, origin: str | None, referer: str | None,
+        own_origin: str,
+    ) -> str | None:
+        """Why a POST must be refused, or ``None`` when it passes both checks."""
+        sent_from = origin if origin else _origin_of(referer) if referer else None
+        if not sent_from or sent_from == "null":
+            return "the request names no origin (no Origin or Referer header)"
+        if sent_from.rstrip("/").lower() != own_origin.lower():
+            return f"the request comes from another origin ({sent_from})"
+        if not cookie:
+            return "the CSRF cookie is missing (reload the page)"
+        if not token or not hmac.compare_digest(token, self.token(cookie)):
+            return "the CSRF token is missing or wrong (reload the page)"
+        return None
+
+
+def _origin_of(url: str) -> str | None:
+    parts = urllib.parse.urlsplit(url)
+    if not parts.scheme or not parts.netloc:
+        return None
+    return f"{parts.scheme}://{parts.netloc}"

@@ -1,0 +1,182 @@
+"""``sqlqueue errors``: list, show, retry and delete the messages of an error queue.
+
+::
+
+    sqlqueue errors list [--json] [--queue ERRORQ] [--exception-type T] [--endpoint E]
+    sqlqueue errors show ID
+    sqlqueue errors retry ID... | --all [--failed-queue Q]
+    sqlqueue errors delete ID...
+
+``ID`` is the row id the list prints (the native ``Id``, a GUID). ``--queue`` names the error
+queue on every sub-command (default ``error``). ``retry`` sends each message back to its
+``NServiceBus.FailedQ`` with the failure headers removed, one transaction per message
+(:class:`~sqlqueue_orm.recoverability.error_queue.ErrorQueue`); ``--all --failed-queue Q``
+retries only the messages that failed in ``Q``. An id that is not a GUID, or not in the queue,
+is bad input: one line naming it, exit status 2, and nothing is changed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import logging
+import sys
+from typing import Any
+
+from sqlqueue_orm import exceptions, headers
+from sqlqueue_orm.cli import arguments
+from sqlqueue_orm.recoverability.error_queue import ErrorQueue, FailedMessage, parse_id
+
+log = logging.getLogger(__name__)
+
+
+def _error_queue(args: argparse.Namespace) -> ErrorQueue:
+    return ErrorQueue(args.context.transport, args.queue)
+
+
+def _text(value: bytes) -> str | None:
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def record(failed: FailedMessage) -> dict[str, Any]:
+    """The JSON object of *failed*: every field; bodies and raw headers kept losslessly.
+
+    ``body`` when the body is UTF-8 text, else ``body_base64``; ``headers`` is null and
+    ``raw_headers`` (or ``raw_headers_base64`` when they are not text) holds what is stored
+    when the headers cannot be read.
+    """
+    result: dict[str, Any] = {
+        "id": failed.id,
+        "message_id": failed.message_id,
+        "failed_queue": failed.failed_queue,
+        "exception_type": failed.exception_type,
+        "exception_message": failed.exception_message,
+        "time_of_failure": (
+            None if failed.time_of_failure is None
+            else headers.format_time(failed.time_of_failure)
+        ),
+        "processing_endpoint": failed.processing_endpoint,
+        "headers": failed.headers or None,
+    }
+    if not failed.headers:
+        raw = failed.raw_headers
+        if isinstance(raw, bytes):
+            result["raw_headers_base64"] = base64.b64encode(raw).decode("ascii")
+        else:
+            result["raw_headers"] = raw
+    text = _text(failed.body)
+    if text is None:
+        result["body_base64"] = base64.b64encode(failed.body).decode("ascii")
+    else:
+        result["body"] = text
+    return result
+
+
+def _line(failed: FailedMessage) -> str:
+    when = "-" if failed.time_of_failure is None else headers.format_time(failed.time_of_failure)
+    reason = " ".join((failed.exception_message or "").split())[:120]
+    kind = failed.exception_type or ("(headers cannot be read)" if not failed.headers else "-")
+    line = f"{failed.id}  {when}  {failed.failed_queue or '-'}  {kind}"
+    return f"{line}: {reason}" if reason else line
+
+
+def list_command(args: argparse.Namespace) -> int:
+    """``errors list``: one line (or JSON object) per failed message, oldest first."""
+    errors = _error_queue(args)
+    found = errors.list(
+        limit=args.limit, exception_type=args.exception_type, endpoint=args.endpoint
+    )
+    for failed in found:
+        print(json.dumps(record(failed), ensure_ascii=False) if args.json else _line(failed))
+    return 0
+
+
+def _known(errors: ErrorQueue, ids: list[str]) -> None:
+    """Refuse (bad input) an id that is not a GUID or not in the queue, before any change."""
+    for each in ids:
+        parse_id(each)
+        if errors.get(each) is None:
+            raise exceptions.ConfigurationError(
+                f"no message {each!r} in error queue {errors.name!r} "
+                "(see: sqlqueue errors list)"
+            )
+
+
+def show_command(args: argparse.Namespace) -> int:
+    """``errors show ID``: the whole message as one indented JSON object."""
+    errors = _error_queue(args)
+    _known(errors, [args.id])
+    failed = errors.get(args.id)
+    assert failed is not None
+    print(json.dumps(record(failed), ensure_ascii=False, indent=2))
+    return 0
+
+
+def retry_command(args: argparse.Namespace) -> int:
+    """``errors retry``: send messages back to the queue they failed in."""
+    errors = _error_queue(args)
+    if args.all == bool(args.ids):
+        raise exceptions.ConfigurationError("give message ids or --all (not both)")
+    if args.failed_queue is not None and not args.all:
+        raise exceptions.ConfigurationError("--failed-queue goes with --all")
+    if args.all:
+        count = errors.retry_all(args.failed_queue)
+        print(f"{count} message(s) sent back from {errors.name}")
+        return 0
+    _known(errors, args.ids)
+    count = errors.retry(args.ids)
+    print(f"{count} message(s) sent back from {errors.name}")
+    if count < len(args.ids):
+        print(f"sqlqueue: error: {len(args.ids) - count} message(s) were not sent back "
+              "(no FailedQ header, no such queue, or taken by someone else; see the log)",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def delete_command(args: argparse.Namespace) -> int:
+    """``errors delete ID...``: delete messages for good."""
+    errors = _error_queue(args)
+    _known(errors, args.ids)
+    count = errors.delete(args.ids)
+    print(f"{count} message(s) deleted from {errors.name}")
+    return 0 if count == len(args.ids) else 1
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``errors`` and its sub-commands."""
+    parser = subparsers.add_parser(
+        "errors", help="list, show, retry or delete the messages of an error queue"
+    )
+    commands = parser.add_subparsers(dest="errors_command", required=True, metavar="COMMAND")
+
+    def add(name: str, help_text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_text)
+        sub.add_argument("--queue", default="error", help="the error queue (default: error)")
+        return sub
+
+    sub = add("list", "failed messages, oldest first")
+    sub.add_argument("--json", action="store_true", help="one JSON object per line")
+    sub.add_argument("--exception-type", help="full type name, or its last part (ValueError)")
+    sub.add_argument("--endpoint", help="the endpoint that failed it (ProcessingEndpoint)")
+    sub.add_argument("--limit", type=arguments.positive_int, default=100,
+                     help="most messages shown (default 100)")
+    sub.set_defaults(func=list_command)
+
+    sub = add("show", "one failed message: headers, exception, body")
+    sub.add_argument("id", metavar="ID", help="the id printed by errors list")
+    sub.set_defaults(func=show_command)
+
+    sub = add("retry", "send messages back to the queue they failed in")
+    sub.add_argument("ids", nargs="*", metavar="ID", help="ids printed by errors list")
+    sub.add_argument("--all", action="store_true", help="every message of the error queue")
+    sub.add_argument("--failed-queue", help="with --all: only those that failed in this queue")
+    sub.set_defaults(func=retry_command)
+
+    sub = add("delete", "delete messages for good")
+    sub.add_argument("ids", nargs="+", metavar="ID", help="ids printed by errors list")
+    sub.set_defaults(func=delete_command)
