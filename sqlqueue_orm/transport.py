@@ -98,7 +98,9 @@ class Transport:
         self.inspector = SchemaInspector()
         self._queues: dict[addressing.QueueAddress, TableQueue] = {}
         self._by_reference: dict[QueueRef, TableQueue] = {}
-        self._verified: set[addressing.QueueAddress] = set()
+        # Queues whose schema was verified (one TableQueue per address; hashed by identity,
+        # cheaper per call than hashing the address).
+        self._verified_queues: set[TableQueue] = set()
         self._lock = threading.Lock()
         # SQLite: take the write lock up front (see db.create_engine); others begin implicitly.
         begin = dialects.for_dialect(self.engine).begin
@@ -184,20 +186,20 @@ class Transport:
         connection first uses it. Nothing is looked up once both are done.
         """
         address = table_queue.address
-        verify = self.verify_schema and address not in self._verified
+        verify = self.verify_schema and table_queue not in self._verified_queues
         if not verify and table_queue.probed:
             return
         with db.wrap_db_errors(table_queue.name):
             layout = self.inspector.look_up(connection, address, indexes=verify)
             if verify:
-                self._verified.add(address)
+                self._verified_queues.add(table_queue)
                 self.inspector.warn_about(address, layout, connection.dialect.name)
             table_queue.probe(connection, () if layout is None else layout.columns)
 
     def _ready(self, table_queue: TableQueue) -> None:
         """:meth:`_first_use` on a connection of our own, when it has not run yet."""
         if table_queue.probed and (
-            not self.verify_schema or table_queue.address in self._verified
+            table_queue in self._verified_queues or not self.verify_schema
         ):
             return
         with self.engine.connect() as connection:

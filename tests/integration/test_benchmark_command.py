@@ -47,3 +47,15 @@ def test_a_bad_scenario_name_is_named_and_exits_2():
     assert completed.returncode == 2
     assert "recieve" in completed.stderr
     assert "Traceback" not in completed.stderr
+
+
+def test_the_cpu_cost_command_prints_every_path_beside_raw():
+    completed = subprocess.run(
+        [sys.executable, "-m", "benchmarks.cpu_cost", "--databases", "sqlite", "--messages",
+         "20", "--rounds", "1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    for path in ("send ours", "recv ours", "recv in tx ours", "send in tx ours", "prepare only"):
+        assert path in completed.stdout, completed.stdout
+    assert completed.stdout.count("ours - raw") == 4
