@@ -43,6 +43,16 @@ DELAYED_NEXT_DUE = (
     f"SELECT EXTRACT(EPOCH FROM (due - {_PG_DELAYED_NOW})) FROM {{table}} ORDER BY due LIMIT 1"
 )
 
+#: Indexes of ``:table`` (a regclass): the predicate as ``pg_get_expr`` prints ``indpred``; the
+#: INCLUDE columns are the key positions from ``indnkeyatts`` on (``indkey`` counts from 0).
+INDEX_CATALOG = (
+    "SELECT c.relname, pg_get_expr(i.indpred, i.indrelid), 0, a.attname "
+    "FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid "
+    "LEFT JOIN pg_attribute AS a ON a.attrelid = i.indrelid "
+    "AND a.attnum = ANY ((CAST(i.indkey AS int2[]))[i.indnkeyatts:]) "
+    "WHERE i.indrelid = CAST(:table AS regclass)"
+)
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PostgresqlSupport(base.DialectSupport):
@@ -59,6 +69,7 @@ SUPPORT = PostgresqlSupport(
     delayed_move=(DELAYED_MOVE,),
     delayed_next_due=DELAYED_NEXT_DUE,
     name="postgresql",
+    index_catalog=INDEX_CATALOG,
     listen_notify=True,
     identifier_limit=IDENTIFIER_LIMIT,
     identifier_unit="bytes",
