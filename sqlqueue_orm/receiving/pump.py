@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 
 #: Errors of the database (rather than of a handler) that the circuit breakers count.
 DATABASE_ERRORS: tuple[type[BaseException], ...] = (exceptions.DatabaseError, exc.DBAPIError)
-_OUTCOMES = ("handled", "failed", "retried", "expired", "poison")
+_OUTCOMES = ("handled", "failed", "retried", "delayed", "expired", "poison")
 #: Most receive tasks started after one peek (a peek of a huge queue is re-done after them).
 _MAX_TICKETS = 10_000
 
@@ -56,6 +56,8 @@ class PumpStats:
     handled: int = 0
     failed: int = 0
     retried: int = 0
+    #: Sent back through a delayed retry (after failing its immediate retries).
+    delayed: int = 0
     expired: int = 0
     poison: int = 0
     in_flight: int = 0
@@ -65,7 +67,7 @@ class PumpStats:
     @property
     def received(self) -> int:
         """Messages taken off the queue, whatever became of them."""
-        return self.handled + self.failed + self.retried + self.expired + self.poison
+        return self.handled + self.failed + self.retried + self.delayed + self.expired + self.poison
 
     def rate(self) -> float:
         """Messages received per second since the start."""

@@ -357,7 +357,7 @@ class _NativeTransaction(ReceiveStrategy):
                     )
                     slot.commit(transaction)
                     self.failures.forget(str(message.id))
-                    slot.outcome("retried")
+                    slot.outcome("delayed")
                     return
                 self._to_error_queue(connection, message, error)
                 slot.commit(transaction)

@@ -107,6 +107,7 @@ def settings(**changes: Any) -> EndpointSettings:
         transaction_mode=TransactionMode.TRANSACTION_SCOPE,
         peek_delay=0.1,
         immediate_retries=1,
+        delayed_retries=0,
         shutdown_timeout=5,
     )
     return base.replace(**changes)

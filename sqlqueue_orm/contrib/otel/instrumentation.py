@@ -131,6 +131,11 @@ class OpenTelemetryInstrumentation(core.NoInstrumentation):
             unit="{message}",
             description="Immediate retries.",
         )
+        self.delayed_retries = meter.create_counter(
+            "nservicebus.recoverability.delayed",
+            unit="{message}",
+            description="Delayed retries.",
+        )
         self.moved_to_error = meter.create_counter(
             "nservicebus.recoverability.error",
             unit="{message}",
@@ -309,12 +314,14 @@ class OpenTelemetryInstrumentation(core.NoInstrumentation):
                 raise
 
     def outcome(self, queue: str, outcome: str) -> None:
-        """Count successes (after the commit), immediate retries and moves to the error queue."""
+        """Count successes (after the commit), immediate and delayed retries, error-queue moves."""
         tags: dict[str, AttributeValue] = {QUEUE_TAG: queue}
         if outcome == "handled":
             self.successes.add(1, tags)
         elif outcome == "retried":
             self.immediate_retries.add(1, tags)
+        elif outcome == "delayed":
+            self.delayed_retries.add(1, tags)
         elif outcome in ("failed", "poison"):
             self.moved_to_error.add(1, tags)
 
