@@ -2,14 +2,17 @@
 
 * trigger cost: THREADS threads each send N messages, one per transaction, to a PostgreSQL
   queue table with and without the wake-up trigger, in alternating rounds; messages/second.
-* the pump end to end per mode (1 and 4 concurrency) against a raw receive loop on as many
-  threads with the same transaction structure (receive, SAVEPOINT, commit), empty handler;
+* the pump end to end per mode (1 and 4 concurrency; SQLite: the two modes it runs) against a
+  raw receive loop on as many threads with the same transaction structure (receive,
+  SAVEPOINT, commit; OUTBOX: with its unit of work), empty handler;
 * idle wake-up latency: an idle endpoint (peek delay 1 s); one message at a time is sent and
   the time to its handler measured (p50, p99), with polling only, NOTIFY (another writer), and
   in-process (the endpoint's own transport) on SQLite and PostgreSQL.
 
 Usage: ``python benchmarks/bench_endpoint.py [--n 1000] [--threads 4] [--rounds 3]
-[--samples 40]``. Uses a throwaway PostgreSQL cluster or $SQLQUEUE_BENCH_POSTGRES_URL.
+[--samples 40] [--only pump|trigger|latency]``. Uses a throwaway PostgreSQL cluster or
+$SQLQUEUE_BENCH_POSTGRES_URL. The pump cells and the latencies are also scenarios of
+``python -m benchmarks`` (``--only pump``: :func:`pump_scenario`, :func:`wakeup_scenario`).
 """
 
 from __future__ import annotations
@@ -22,13 +25,20 @@ import tempfile
 import threading
 import time
 import uuid
+from typing import TYPE_CHECKING
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import sqlalchemy as sa
 
-from sqlqueue_orm import OutgoingMessage, Transport, db
+from benchmarks import workers, workload
+from benchmarks.workload import Result
+from sqlqueue_orm import OutgoingMessage, Transport, UnitOfWork, db
 from sqlqueue_orm.receiving import Endpoint, HandlerContext, TransactionMode, wakeup
+from sqlqueue_orm.sending.outbox import Outbox
+
+if TYPE_CHECKING:
+    from benchmarks.scenarios import Run
 
 
 def postgres_url() -> str:
@@ -84,7 +94,8 @@ def trigger_cost(url: str, threads: int, n: int, rounds: int) -> None:
     transport.close()
 
 
-def latency(label: str, url: str, samples: int, *, notify: bool, own_transport: bool) -> None:
+def idle_latencies(url: str, samples: int, *, notify: bool, own_transport: bool) -> list[float]:
+    """Send-to-handler seconds of *samples* messages sent one at a time to an idle endpoint."""
     transport = Transport(url)
     handled = threading.Event()
     endpoint = Endpoint("idle", transport, peek_delay=1.0, notify=notify)
@@ -96,26 +107,69 @@ def latency(label: str, url: str, samples: int, *, notify: bool, own_transport: 
     endpoint.start()
     sender = transport if own_transport else Transport(db.create_engine(url))
     times: list[float] = []
-    for _ in range(samples):
-        time.sleep(0.05 + (0.3 * (len(times) % 3)) / 3)  # land anywhere in the peek delay
-        handled.clear()
-        began = time.perf_counter()
-        sender.send("idle", OutgoingMessage(b"ping"))
-        handled.wait(5)
-        times.append((time.perf_counter() - began) * 1000)
-    endpoint.stop()
-    times.sort()
-    p50 = times[len(times) // 2]
-    p99 = times[min(len(times) - 1, int(len(times) * 0.99))]
+    try:
+        for _ in range(samples):
+            time.sleep(0.05 + (0.3 * (len(times) % 3)) / 3)  # land anywhere in the peek delay
+            handled.clear()
+            began = time.perf_counter()
+            sender.send("idle", OutgoingMessage(b"ping"))
+            if not handled.wait(5):
+                raise AssertionError("an idle endpoint took over 5 s to handle a message")
+            times.append(time.perf_counter() - began)
+    finally:
+        endpoint.stop()
+        if sender is not transport:
+            sender.close()
+        transport.close()
+    return times
+
+
+def percentiles(seconds: list[float]) -> tuple[float, float]:
+    """(p50, p99) in milliseconds."""
+    ordered = sorted(seconds)
+    return (
+        statistics.median(ordered) * 1000,
+        ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000,
+    )
+
+
+def latency(label: str, url: str, samples: int, *, notify: bool, own_transport: bool) -> None:
+    p50, p99 = percentiles(
+        idle_latencies(url, samples, notify=notify, own_transport=own_transport)
+    )
     print(f"{label:<34} idle wake-up p50 {p50:7.1f} ms  p99 {p99:7.1f} ms")
-    if sender is not transport:
-        sender.close()
-    transport.close()
+
+
+#: The wake-ups measured per database: (label, notify, the endpoint's own transport sends).
+WAKE_UPS = {
+    "postgresql": [
+        ("polling (peek delay 1 s)", False, False),
+        ("NOTIFY (another writer)", True, False),
+        ("in-process (same transport)", False, True),
+    ],
+    "sqlite": [
+        ("polling (peek delay 1 s)", False, False),
+        ("in-process (same transport)", False, True),
+    ],
+}
+
+
+def modes_for(url: str) -> list[TransactionMode]:
+    """Every mode the database can run with the endpoint's data in the same database."""
+    if url.startswith("sqlite"):  # one writer: the others are refused (docs/endpoint.md)
+        return [TransactionMode.NONE, TransactionMode.TRANSACTION_SCOPE]
+    return list(TransactionMode)
 
 
 def raw_loop(transport: Transport, queue: str, mode: TransactionMode, threads: int) -> int:
-    """Receive until empty with the pump's transaction structure, no pump: messages taken."""
+    """Receive until empty with the pump's transaction structure, no pump: messages taken.
+
+    NONE: receive and commit. The others: receive, a SAVEPOINT around the (empty) handlers,
+    commit; OUTBOX also opens and commits the unit of work with its outbox record in between,
+    as the strategy does.
+    """
     taken = [0] * threads
+    outbox = Outbox(transport) if mode is TransactionMode.OUTBOX else None
 
     def work(index: int) -> None:
         while True:
@@ -129,6 +183,10 @@ def raw_loop(transport: Transport, queue: str, mode: TransactionMode, threads: i
                     transaction.commit()
                 else:
                     savepoint = connection.begin_nested()  # around the handlers, as the pump
+                    if outbox is not None:
+                        with UnitOfWork(transport, mode="outbox", outbox=outbox,
+                                        incoming_message_id=messages[0].message_id):
+                            pass
                     savepoint.commit()
                     transaction.commit()
             taken[index] += 1
@@ -141,37 +199,84 @@ def raw_loop(transport: Transport, queue: str, mode: TransactionMode, threads: i
     return sum(taken)
 
 
+def pump_and_raw(
+    transport: Transport, queue: str, mode: TransactionMode, threads: int, n: int
+) -> tuple[float, float]:
+    """(pump seconds, raw loop seconds) to drain *n* messages, empty handler, *threads* wide."""
+    transport.purge_all(queue)
+    transport.send_many(queue, [OutgoingMessage(b"x") for _ in range(n)])
+    began = time.perf_counter()
+    taken = raw_loop(transport, queue, mode, threads)
+    raw = time.perf_counter() - began
+    if taken != n:
+        raise AssertionError(f"raw loop {mode.name}: took {taken} of {n}")
+    transport.send_many(queue, [OutgoingMessage(b"x") for _ in range(n)])
+    endpoint = Endpoint(queue, transport, transaction_mode=mode, concurrency=threads,
+                        peek_delay=0.1, create_queues=False)
+    endpoint.handle_raw(lambda body, context: None)
+    began = time.perf_counter()
+    endpoint.start()
+    try:
+        deadline = began + 600
+        while endpoint.stats.handled < n:
+            if time.perf_counter() > deadline or endpoint.stats.failed:
+                raise AssertionError(f"pump {mode.name}: {endpoint.stats}")
+            time.sleep(0.001)
+        pumped = time.perf_counter() - began
+    finally:
+        endpoint.stop()
+    return pumped, raw
+
+
+def prepare_pump(transport: Transport, queue: str) -> None:
+    """The queues and the outbox table the pump cells use."""
+    transport.create_queue(queue)
+    transport.create_queue("error")
+    Outbox(transport).create_table()
+
+
 def pump_vs_raw(label: str, url: str, n: int, rounds: int) -> None:
     transport = Transport(url)
-    transport.create_queue("pumped")
-    transport.create_queue("error")
-    modes = [TransactionMode.NONE, TransactionMode.TRANSACTION_SCOPE]
-    if not url.startswith("sqlite"):
-        modes.insert(1, TransactionMode.RECEIVE_ONLY)
-    for mode in modes:
+    prepare_pump(transport, "pumped")
+    for mode in modes_for(url):
         for threads in (1, 4):
             pumped: list[float] = []
             raw: list[float] = []
             for _ in range(rounds):
-                transport.purge_all("pumped")
-                transport.send_many("pumped", [OutgoingMessage(b"x") for _ in range(n)])
-                began = time.perf_counter()
-                assert raw_loop(transport, "pumped", mode, threads) == n
-                raw.append(n / (time.perf_counter() - began))
-                transport.send_many("pumped", [OutgoingMessage(b"x") for _ in range(n)])
-                endpoint = Endpoint("pumped", transport, transaction_mode=mode,
-                                    concurrency=threads, peek_delay=0.1, create_queues=False)
-                endpoint.handle_raw(lambda body, context: None)
-                began = time.perf_counter()
-                endpoint.start()
-                while endpoint.stats.handled < n:
-                    time.sleep(0.001)
-                pumped.append(n / (time.perf_counter() - began))
-                endpoint.stop()
+                ours, theirs = pump_and_raw(transport, "pumped", mode, threads, n)
+                pumped.append(n / ours)
+                raw.append(n / theirs)
             ours, theirs = statistics.median(pumped), statistics.median(raw)
-            print(f"{label:<10} {mode.name:<18} x{threads}: pump {ours:6,.0f} msg/s, raw loop "
+            print(f"{label:<10} {mode.name:<25} x{threads}: pump {ours:6,.0f} msg/s, raw loop "
                   f"{theirs:6,.0f} msg/s ({ours / theirs:.2f}x)")
     transport.close()
+
+
+# -- as scenarios of ``python -m benchmarks`` (``--only pump``) ---------------------------------
+def pump_scenario(run: Run) -> None:
+    """The pump end to end per mode, concurrency 1 and 4, beside the raw receive loop."""
+    n = run.settings.messages
+    queue = run.new_queue("pump")
+    prepare_pump(run.transport, queue)
+    for mode in modes_for(run.database.url):
+        for threads in (1, 4):
+            scenario = f"endpoint {mode.name}, concurrency {threads}"
+            ours, theirs = pump_and_raw(run.transport, queue, mode, threads, n)
+            run.add(Result.of(run.database.name, scenario, workers.PUMP,
+                              workload.Timing(n, ours, []), note="empty handler"))
+            run.add(Result.of(run.database.name, scenario, workers.RAW_LOOP,
+                              workload.Timing(n, theirs, []),
+                              note="the pump's transactions on as many threads, no pump"))
+
+
+def wakeup_scenario(run: Run) -> None:
+    """Idle send-to-handler latency (p50, p99) by polling, NOTIFY and in-process wake-up."""
+    samples = max(5, min(30, run.settings.messages // 100))
+    for side, notify, own in WAKE_UPS.get(run.database.name, []):
+        seconds = idle_latencies(run.database.url, samples, notify=notify, own_transport=own)
+        run.add(Result.of(run.database.name, "idle send-to-handler", f"{workers.OURS} {side}",
+                          workload.Timing(len(seconds), sum(seconds), seconds),
+                          note=f"{samples} messages sent one at a time; see p50/p99"))
 
 
 def main() -> None:
@@ -191,14 +296,12 @@ def main() -> None:
         return
     trigger_cost(fresh_database(admin), args.threads, args.n, args.rounds)
     pg = fresh_database(admin)
-    latency("postgresql polling (1 s)", pg, args.samples, notify=False, own_transport=False)
-    latency("postgresql NOTIFY (another writer)", pg, args.samples, notify=True,
-            own_transport=False)
-    latency("postgresql in-process", pg, args.samples, notify=False, own_transport=True)
+    for side, notify, own in WAKE_UPS["postgresql"]:
+        latency(f"postgresql {side}", pg, args.samples, notify=notify, own_transport=own)
     with tempfile.TemporaryDirectory() as directory:
         lite = f"sqlite:///{directory}/bench.db"
-        latency("sqlite polling (1 s)", lite, args.samples, notify=False, own_transport=False)
-        latency("sqlite in-process", lite, args.samples, notify=False, own_transport=True)
+        for side, notify, own in WAKE_UPS["sqlite"]:
+            latency(f"sqlite {side}", lite, args.samples, notify=notify, own_transport=own)
 
 
 if __name__ == "__main__":

@@ -126,6 +126,12 @@ def derived_figures(results: list[Result]) -> Iterable[tuple[str, str, str]]:
         if units[0] and units[1]:
             yield (database, "unit of work with outbox ÷ direct",
                    f"{units[0].rate / units[1].rate:.2f}")
+        for result in results:
+            if result.database == database and result.side == workers.PUMP:
+                raw = by_cell.get((database, result.scenario, workers.RAW_LOOP))
+                if raw and raw.rate > 0:
+                    yield (database, f"{result.scenario}: pump ÷ raw receive loop",
+                           f"{result.rate / raw.rate:.2f}")
 
 
 def write(results: list[Result], info: dict[str, Any], table: str) -> tuple[str, str | None]:

@@ -5,9 +5,9 @@ the JSON key on them). Every receive checks that each message arrived exactly on
 that the table holds exactly what was sent. Sides of one scenario run one after another on the
 same empty (or equally filled) queue.
 
-Room for the endpoint issue: add a function to :data:`ENDPOINT_SCENARIOS` (the pump end to end
-per transaction mode, the idle send-to-handler latency by polling, NOTIFY and in-process
-wake-up); it gets the same :class:`Run` and is selected with ``--only pump``.
+The endpoint's scenarios are in :data:`ENDPOINT_SCENARIOS` (from ``bench_endpoint.py``: the
+pump end to end per transaction mode beside a raw receive loop, the idle send-to-handler
+latency by polling, NOTIFY and in-process wake-up); selected with ``--only pump``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from benchmarks import baselines, peers, workers, workload
+from benchmarks import baselines, instrumentation, peers, workers, workload
 from benchmarks.servers import Database
 from benchmarks.workload import Result
 from sqlqueue_orm import OutboxDispatcher, Transport, UnitOfWork
@@ -33,7 +33,7 @@ from sqlqueue_orm.config import DispatcherSettings
 from sqlqueue_orm.sending.outbox import OutboxOperation
 
 #: What ``--only`` can name.
-NAMES = ("send", "receive", "outbox", "depth", "migrate", "pump")
+NAMES = ("send", "receive", "outbox", "depth", "migrate", "pump", "instrumentation")
 
 _FILL_CHUNK = 5_000
 # fork: a consumer starts in milliseconds, where spawn re-imports SQLAlchemy (seconds on a busy
@@ -477,12 +477,27 @@ def migrate(run: Run) -> None:
                       note="rate = rows/s; includes the CLI's start-up"))
 
 
-#: The endpoint issue adds the pump scenarios here: ``(name, function(run))``.
-ENDPOINT_SCENARIOS: list[tuple[str, Callable[[Run], None]]] = []
+def _pump(run: Run) -> None:
+    from benchmarks import bench_endpoint  # it imports Run from here
+
+    bench_endpoint.pump_scenario(run)
+
+
+def _wakeup(run: Run) -> None:
+    from benchmarks import bench_endpoint
+
+    bench_endpoint.wakeup_scenario(run)
+
+
+#: The endpoint's scenarios (``--only pump``): the pump end to end per transaction mode beside a
+#: raw receive loop, and the idle send-to-handler latency by each wake-up.
+ENDPOINT_SCENARIOS: list[tuple[str, Callable[[Run], None]]] = [
+    ("pump", _pump), ("wake-up", _wakeup),
+]
 
 ALL: list[tuple[str, Callable[[Run], None]]] = [
     ("send", send), ("receive", receive), ("outbox", outbox), ("depth", depth),
-    ("migrate", migrate),
+    ("migrate", migrate), ("instrumentation", instrumentation.instrumentation_cost),
 ]
 
 

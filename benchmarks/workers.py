@@ -18,6 +18,9 @@ OURS_TX = "sqlqueue_orm in caller's tx"
 KOMBU = "kombu (SQLAlchemy)"
 PGQUEUER_ASYNCPG = "PGQueuer (asyncpg)"
 PGQUEUER_PSYCOPG = "PGQueuer (psycopg)"
+#: The endpoint's cells (bench_endpoint.py): our pump, and the loop it is measured against.
+PUMP = "sqlqueue_orm Endpoint pump"
+RAW_LOOP = "raw receive loop (same transactions)"
 
 
 def consume(side: str, database: Database, queue: str, per_transaction: int, barrier: Any,

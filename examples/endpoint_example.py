@@ -1,7 +1,7 @@
 """Two endpoints in a request/reply conversation: sales replies to the client's order.
 
-One order fails until its item is restocked: it is retried at once, then moved to the error
-queue; ``sqlqueue errors retry`` sends it back, and it is placed.
+One order fails until its item is restocked: it is retried at once, then later (delayed
+retries), then moved to the error queue; ``sqlqueue errors retry`` sends it back, and it is placed.
 """
 
 import sys
@@ -10,8 +10,7 @@ from collections.abc import Callable
 
 import pydantic
 
-from sqlqueue_orm import Transport, cli
-from sqlqueue_orm.receiving import Endpoint, HandlerContext
+from sqlqueue_orm import Endpoint, HandlerContext, Transport, cli
 from sqlqueue_orm.recoverability import ErrorQueue
 
 
@@ -29,7 +28,8 @@ class OrderPlaced(pydantic.BaseModel):
 
 url = sys.argv[1] if len(sys.argv) > 1 else "sqlite:///shop.db"
 transport = Transport(url)
-sales = Endpoint("sales", transport, peek_delay=0.1)
+# Delayed retries after 0.5, 1 and 1.5 s here (NServiceBus's default: 10, 20, 30 s).
+sales = Endpoint("sales", transport, peek_delay=0.1, delayed_retry_increase=0.5)
 client = Endpoint("client", transport, peek_delay=0.1)
 placed: list[int] = []
 in_stock = {42}
@@ -62,7 +62,7 @@ def wait_for(condition: Callable[[], bool]) -> None:
 sales.start()  # creates the queues (sales, client, error) if missing
 client.start()
 client.send("sales", PlaceOrder(order_id=42))  # ReplyToAddress: client
-client.send("sales", PlaceOrder(order_id=7))  # fails 6 times (5 immediate retries): to "error"
+client.send("sales", PlaceOrder(order_id=7))  # 5 immediate retries x 4: then to "error"
 errors = ErrorQueue(transport)
 wait_for(lambda: placed == [42] and errors.count() == 1)
 print(f"order {placed[0]} placed")

@@ -55,8 +55,10 @@ class ThreadConnections:
         """Whether SQLAlchemy cursor events or SQL echo logging would see our statements."""
         dispatch = self._dispatch
         return bool(
-            dispatch.before_cursor_execute
-            or dispatch.after_cursor_execute
+            (
+                self.engine._has_events
+                and (dispatch.before_cursor_execute or dispatch.after_cursor_execute)
+            )
             or self.engine._should_log_info()
         )
 
@@ -82,27 +84,44 @@ class ThreadConnections:
             held.close()
         self._local = threading.local()
 
-    # -- used by OwnTransaction and _HeldConnection --------------------------------------------
+    # -- used by OwnTransaction, OwnStatement and _HeldConnection ------------------------------
     def checkout(self) -> tuple[Any, bool]:
         """A pooled DBAPI connection for this thread, and whether it stays with the thread."""
+        held = self.held()
+        if held is not None:
+            return held.fairy, True
+        return self.engine.raw_connection(), False
+
+    def held(self) -> _HeldConnection | None:
+        """The connection this thread keeps (taken from the pool now if there is room), or None.
+
+        None when the threads already hold :attr:`_held_limit` connections: the caller then
+        takes one from the pool for this transaction only.
+        """
         held: _HeldConnection | None = getattr(self._local, "held", None)
         if held is not None:
             if held.pid == os.getpid():
-                return held.fairy, True
+                return held
             # A forked child inherited the parent's socket: never use it, never close it.
             self._local.held = None
             held.abandon()
-        fairy = self.engine.raw_connection()
         with self._lock:
             keep = self._held_count < self._held_limit
             if keep:
                 self._held_count += 1
-        if keep:
-            held = _HeldConnection(fairy)
-            self._held_all.add(held)
-            held.on_release = self._release
-            self._local.held = held
-        return fairy, keep
+        if not keep:
+            return None
+        try:
+            fairy = self.engine.raw_connection()
+        except BaseException:
+            with self._lock:
+                self._held_count -= 1
+            raise
+        held = _HeldConnection(fairy)
+        self._held_all.add(held)
+        held.on_release = self._release
+        self._local.held = held
+        return held
 
     def _release(self, held: _HeldConnection) -> None:
         with self._lock:
@@ -128,13 +147,18 @@ class ThreadConnections:
     ) -> None:
         """Finish a transaction: commit, or roll back on *error*; drop a dead connection.
 
+        A connection the thread keeps (*kept*) keeps its cursor too, for the next statement,
+        unless something failed.
+
         :param committed: the statement ran in autocommit: there is nothing to commit.
         """
+        close_cursor = not kept
         try:
             if error is None:
                 if not committed:
                     fairy.commit()
                 return
+            close_cursor = True
             original = error.__cause__ or error
             dead = isinstance(original, Exception) and self.engine.dialect.is_disconnect(
                 original,  # type: ignore[arg-type]
@@ -148,15 +172,25 @@ class ThreadConnections:
                     dead = True
             if dead:
                 held = getattr(self._local, "held", None)
-                if held is not None:
+                if held is not None and held.fairy is fairy:
                     self._local.held = None
-                    held.close()
+                    held.close(dead=True)
                 else:
                     fairy.invalidate()
                     fairy.close()
                 kept = True  # already given back
+        except BaseException:
+            close_cursor = True  # the commit failed: start the next one on a fresh cursor
+            raise
         finally:
-            cursor.close()
+            if close_cursor:
+                held = getattr(self._local, "held", None)
+                if held is not None and held.cursor is cursor:
+                    held.cursor = None
+                try:
+                    cursor.close()
+                except Exception:  # noqa: S110  (a dead connection's cursor: nothing to free)
+                    pass
             if not kept:
                 fairy.close()
 
@@ -171,8 +205,15 @@ class OwnTransaction:
 
     def __enter__(self) -> Any:
         connections = self._connections
-        self._fairy, self._kept = connections.checkout()
-        self._cursor = cursor = self._fairy.cursor()
+        held = connections.held()
+        if held is not None:
+            self._fairy, self._kept = held.fairy, True
+            if held.autocommit_set:  # left on by OwnStatement: a transaction needs it off
+                held.set_autocommit(False)
+            self._cursor = cursor = held.cursor or held.new_cursor()
+        else:
+            self._fairy, self._kept = connections.engine.raw_connection(), False
+            self._cursor = cursor = self._fairy.cursor()
         connections.begin(self._fairy, cursor, self._kept)
         return cursor
 
@@ -184,7 +225,9 @@ class OwnStatement:
     """The context manager of :meth:`ThreadConnections.statement`: one statement in autocommit.
 
     ``"driver"``: the driver connection's ``autocommit`` flag (psycopg, pyodbc) is set for the
-    statement and put back after it, so the connection goes back to the pool as it came.
+    statement (no round trip: both drivers set it locally). A connection the thread keeps stays
+    in autocommit between statements and is put back as it came when the thread gives it back
+    (or before an :class:`OwnTransaction` on it); any other goes back to the pool as it came.
     ``"implicit"``: the driver already runs a statement outside BEGIN in a transaction of its
     own (sqlite3 with ``isolation_level=None``, as :func:`sqlqueue_orm.db.create_engine` sets
     it). A driver in any other state gets the transaction :class:`OwnTransaction` would open.
@@ -198,23 +241,33 @@ class OwnStatement:
 
     def __enter__(self) -> Any:
         connections = self._connections
-        self._fairy, self._kept = connections.checkout()
-        self._cursor = cursor = self._fairy.cursor()
-        self._driver = driver = self._fairy.driver_connection
+        held = connections.held()
         self._restore = False
+        if held is not None:
+            self._fairy, self._kept = fairy, _kept = held.fairy, True
+            self._cursor = cursor = held.cursor or held.new_cursor()
+            driver = held.driver
+        else:
+            self._fairy, self._kept = fairy, _kept = connections.engine.raw_connection(), False
+            self._cursor = cursor = fairy.cursor()
+            driver = fairy.driver_connection
+        self._driver = driver
         if connections.autocommit == "driver":
             flag = getattr(driver, "autocommit", None)
             if flag is False:
-                driver.autocommit = True  # no round trip: psycopg and pyodbc set it locally
-                self._restore = True
-            self._autocommit = self._restore or flag is True
+                driver.autocommit = True
+                if held is not None:
+                    held.autocommit_set = True  # left on: put back when the thread lets go
+                else:
+                    self._restore = True
+            self._autocommit = flag is not None
         else:  # "implicit": sqlite3 outside its legacy transaction handling
             self._autocommit = (
                 getattr(driver, "isolation_level", "") is None
                 and getattr(driver, "autocommit", -1) is not False
             )
         if not self._autocommit:
-            connections.begin(self._fairy, cursor, self._kept)
+            connections.begin(fairy, cursor, _kept)
         return cursor
 
     def __exit__(self, kind: object, error: BaseException | None, trace: object) -> None:
@@ -229,18 +282,48 @@ class OwnStatement:
 
 
 class _HeldConnection:
-    """A pooled connection a thread keeps between short transactions; returned when dropped."""
+    """A pooled connection a thread keeps between short transactions; returned when dropped.
+
+    It keeps one cursor for its statements (a new one after any failure) and may be left in
+    the driver's autocommit by :class:`OwnStatement` (:attr:`autocommit_set`); both are undone
+    before the connection goes back to the pool.
+    """
 
     def __init__(self, fairy: Any) -> None:
         self.fairy = fairy
+        self.driver = fairy.driver_connection
         self.pid = os.getpid()
         self.on_release: Callable[[_HeldConnection], None] | None = None
+        self.cursor: Any | None = None
+        self.autocommit_set = False
         self._closed = False
 
-    def close(self) -> None:
-        if not self._closed:
-            self.abandon()
-            self.fairy.close()
+    def new_cursor(self) -> Any:
+        """A new cursor, kept for the statements that follow."""
+        self.cursor = cursor = self.fairy.cursor()
+        return cursor
+
+    def set_autocommit(self, value: bool) -> None:
+        """Set the driver's autocommit flag; remember whether we left it on."""
+        self.driver.autocommit = value
+        self.autocommit_set = value
+
+    def close(self, dead: bool = False) -> None:
+        """Give the connection back to the pool as it came (*dead*: invalidated instead)."""
+        if self._closed:
+            return
+        self.abandon()
+        cursor, self.cursor = self.cursor, None
+        try:
+            if cursor is not None:
+                cursor.close()
+            if self.autocommit_set and not dead:
+                self.set_autocommit(False)
+        except Exception:  # the connection is unusable: never pool it again
+            dead = True
+        if dead:
+            self.fairy.invalidate()
+        self.fairy.close()
 
     def abandon(self) -> None:
         """Forget the connection without touching it (it belongs to another process)."""

@@ -66,9 +66,12 @@ class OutgoingMessage:
         :raises InvalidMessage: naming the bad body, header or TTBR.
         """
         out = dict(self.headers)
+        # The usual send: prepare adds only MessageId and TimeSent, after the caller's headers,
+        # whose JSON is then cached (see headers.serialize_sent).
+        cached_form = headers.MESSAGE_ID not in out and headers.TIME_SENT not in out
         body = self.body
         data: bytes | None
-        if body is None or isinstance(body, bytes):
+        if body is None or type(body) is bytes or isinstance(body, bytes):
             data = body
         elif isinstance(body, bytearray | memoryview):
             data = bytes(body)
@@ -76,6 +79,7 @@ class OutgoingMessage:
             data = body.encode("utf-8")
         elif hasattr(body, "model_dump_json"):
             data = body.model_dump_json().encode("utf-8")
+            cached_form = False
             out.setdefault(headers.CONTENT_TYPE, "application/json")
             out.setdefault(headers.ENCLOSED_MESSAGE_TYPES, _message_type_name(type(body)))
         else:
@@ -87,14 +91,21 @@ class OutgoingMessage:
         if not isinstance(message_id, str) or not message_id.strip():
             raise exceptions.InvalidMessage(f"message id {message_id!r} is empty")
         out[headers.MESSAGE_ID] = message_id
-        if headers.TIME_SENT not in out:
-            out[headers.TIME_SENT] = headers.format_time(now or dt.datetime.now(dt.UTC))
-        ttbr_ms = self._ttbr_ms()
-        if ttbr_ms is not None:
-            out.setdefault(headers.TIME_TO_BE_RECEIVED, headers.format_timespan(ttbr_ms / 1000))
-        if not isinstance(self.id, uuid.UUID):
+        time_sent = ""
+        if headers.TIME_SENT not in out:  # (a caller's None is kept: it is sent as null)
+            time_sent = headers.now_text() if now is None else headers.format_time(now)
+            out[headers.TIME_SENT] = time_sent
+        ttbr_ms = None if self.time_to_be_received is None else self._ttbr_ms()
+        if ttbr_ms is not None and headers.TIME_TO_BE_RECEIVED not in out:
+            out[headers.TIME_TO_BE_RECEIVED] = headers.format_timespan(ttbr_ms / 1000)
+            cached_form = False
+        if type(self.id) is not uuid.UUID and not isinstance(self.id, uuid.UUID):
             raise exceptions.InvalidMessage(f"native id {self.id!r} is not a uuid.UUID")
-        return PreparedMessage(self.id, message_id, headers.serialize(out), data, ttbr_ms)
+        if cached_form:
+            text = headers.serialize_sent(self.headers, message_id, time_sent)
+        else:
+            text = headers.serialize(out)
+        return PreparedMessage(self.id, message_id, text, data, ttbr_ms)
 
     def _ttbr_ms(self) -> int | None:
         value = self.time_to_be_received
@@ -176,4 +187,13 @@ class IncomingMessage:
             *headers_encoding*); never raises because of it.
         """
         parsed, kept, error = headers.decode(raw_headers, headers_encoding)
-        return cls(native_id, row_version, parsed, body, expired, kept, error, queue)
+        if cls is not IncomingMessage:  # a subclass may add fields or checks: its __init__
+            return cls(native_id, row_version, parsed, body, expired, kept, error, queue)
+        # Every field set at once: the frozen dataclass __init__ sets them one by one through
+        # object.__setattr__, a third of building a message (test_messages checks they agree).
+        message = object.__new__(cls)
+        object.__setattr__(message, "__dict__", {
+            "id": native_id, "row_version": row_version, "headers": parsed, "body": body,
+            "expired": expired, "raw_headers": kept, "headers_error": error, "queue": queue,
+        })
+        return message

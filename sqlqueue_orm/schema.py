@@ -121,6 +121,19 @@ class QueueInstaller:
             log.info("queue %s: added computed column BodyString", address)
         return created
 
+    def create_delayed(self, connection: Connection, address: addressing.QueueAddress) -> bool:
+        """Create the delayed table *address* and its Due index if missing (see :meth:`create`)."""
+        from sqlqueue_orm.models.delayed_table import delayed_table
+
+        address.check_for(connection.dialect.name)
+        schema = db.schema_argument(address)
+        dialects.for_dialect(connection).take_install_lock(connection, address)
+        if sa.inspect(connection).has_table(address.table, schema=schema):
+            return False
+        delayed_table(address.table, schema, connection.dialect).create(connection)
+        log.info("queue %s: created delayed table", address)
+        return True
+
     def ddl(
         self,
         address: addressing.QueueAddress,
@@ -175,6 +188,22 @@ class SchemaInspector:
                 )
                 if is_queue_table(columns):
                     found.append(QueueTableInfo(addressing.QueueAddress(name, schema), columns))
+        return found
+
+    def find_delayed_tables(
+        self, connection: Connection, schemas: Iterable[str | None] = (None,), suffix: str = ""
+    ) -> list[addressing.QueueAddress]:
+        """Delayed tables (``<endpoint>.<suffix>`` with the delayed signature) in *schemas*."""
+        wanted = set(dialects.for_dialect(connection).delayed_signature)
+        inspector = sa.inspect(connection)
+        found = []
+        for schema in schemas:
+            for name in sorted(inspector.get_table_names(schema=schema)):
+                if suffix and not name.endswith(f".{suffix}"):
+                    continue
+                columns = {str(column["name"]) for column in inspector.get_columns(name, schema)}
+                if wanted <= columns:
+                    found.append(addressing.QueueAddress(name, schema))
         return found
 
     def look_up(

@@ -208,12 +208,20 @@ class UnitOfWork:
         name = str(address)
         if chosen == "direct":
             ids = self.transport.send_many(address, messages, connection=connection)
+        elif self.transport.instrumentation is not None:  # a send span around the storing
+            ids = self.transport.instrumentation.send(
+                name, messages, lambda traced: self._store(name, traced)
+            )
         else:
-            prepared = [message.prepare() for message in messages]
-            self._operations.extend(OutboxOperation.from_prepared(name, item) for item in prepared)
-            ids = [item.message_id for item in prepared]
+            ids = self._store(name, messages)
         self.sent[name] += len(ids)
         return ids
+
+    def _store(self, name: str, messages: Sequence[OutgoingMessage]) -> list[str]:
+        """Keep *messages* for *name* as outbox operations, stored at the commit."""
+        prepared = [message.prepare() for message in messages]
+        self._operations.extend(OutboxOperation.from_prepared(name, item) for item in prepared)
+        return [item.message_id for item in prepared]
 
     # -- context manager -------------------------------------------------------------------
     def __enter__(self) -> UnitOfWork:

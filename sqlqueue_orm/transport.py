@@ -17,7 +17,7 @@ import datetime as dt
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -25,9 +25,14 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from sqlqueue_orm import addressing, config, connections, db, dialects, exceptions, headers
+from sqlqueue_orm import instrumentation as _instrumentation
 from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage
+from sqlqueue_orm.models import delayed_table as delayed_model
 from sqlqueue_orm.models.queue_table import queue_table
+from sqlqueue_orm.pubsub import publishing
+from sqlqueue_orm.pubsub.subscriptions import SubscriptionSettings, SubscriptionStore
 from sqlqueue_orm.queuing import sql
+from sqlqueue_orm.queuing.delayed_table import FORWARD_DESTINATION, DelayedTable
 from sqlqueue_orm.queuing.table_queue import PURGE_BATCH_SIZE, TableQueue
 from sqlqueue_orm.schema import QueueInstaller, SchemaInspector
 
@@ -46,6 +51,13 @@ class Transport:
     :param sql_server_layout: how :meth:`create_queue` lays out SQL Server tables:
         ``"clustered"`` (default) or ``"heap"``, the NServiceBus 8+ layout for tables shared with
         .NET endpoints (see :class:`~sqlqueue_orm.config.QueueSettings`).
+    :param delayed_table_suffix: delayed messages of endpoint ``E`` wait in table
+        ``E.<suffix>`` (NServiceBus's ``TableSuffix``, default ``Delayed``).
+    :param instrumentation: traces and metrics of this transport's sends, receives and peeks
+        (:mod:`sqlqueue_orm.instrumentation`); default: whatever
+        :func:`~sqlqueue_orm.instrumentation.set_instrumentation` sets, now or later.
+    :param subscriptions: the subscription table and the subscriber cache of :meth:`publish`
+        (:class:`~sqlqueue_orm.pubsub.subscriptions.SubscriptionSettings`).
     """
 
     def __init__(
@@ -55,7 +67,15 @@ class Transport:
         default_schema: str | None = None,
         verify_schema: bool = True,
         sql_server_layout: str = "clustered",
+        delayed_table_suffix: str = delayed_model.DEFAULT_SUFFIX,
+        instrumentation: _instrumentation.Instrumentation | None = None,
+        subscriptions: SubscriptionSettings | None = None,
     ) -> None:
+        if not isinstance(delayed_table_suffix, str) or not delayed_table_suffix.strip():
+            raise exceptions.ConfigurationError(
+                f"delayed_table_suffix {delayed_table_suffix!r} must not be empty"
+            )
+        self.delayed_table_suffix = delayed_table_suffix
         settings = config.QueueSettings(sql_server_layout=sql_server_layout)
         if isinstance(url_or_engine, Engine):
             self.engine = url_or_engine
@@ -78,7 +98,9 @@ class Transport:
         self.inspector = SchemaInspector()
         self._queues: dict[addressing.QueueAddress, TableQueue] = {}
         self._by_reference: dict[QueueRef, TableQueue] = {}
-        self._verified: set[addressing.QueueAddress] = set()
+        # Queues whose schema was verified (one TableQueue per address; hashed by identity,
+        # cheaper per call than hashing the address).
+        self._verified_queues: set[TableQueue] = set()
         self._lock = threading.Lock()
         # SQLite: take the write lock up front (see db.create_engine); others begin implicitly.
         begin = dialects.for_dialect(self.engine).begin
@@ -88,6 +110,17 @@ class Transport:
         #: Called with the queue's address after each send this transport committed itself
         #: (endpoints of this process register here to wake up at once).
         self.sent_hooks: list[Callable[[addressing.QueueAddress], object]] = []
+        #: Called with a delayed table's address and the seconds until a message just stored
+        #: there is due (the endpoint's mover registers here to wake up in time).
+        self.delayed_hooks: list[Callable[[addressing.QueueAddress, float], object]] = []
+        self._delayed: dict[addressing.QueueAddress, DelayedTable] = {}
+        #: The hooks of traces and metrics, or None (then each hook site is this one check).
+        self.instrumentation = _instrumentation.follow(self)
+        if instrumentation is not None:
+            _instrumentation.unfollow(self)
+            self.instrumentation = instrumentation
+        self._subscription_settings = subscriptions
+        self._subscriptions: SubscriptionStore | None = None
 
     def __enter__(self) -> Transport:
         return self
@@ -153,24 +186,131 @@ class Transport:
         connection first uses it. Nothing is looked up once both are done.
         """
         address = table_queue.address
-        verify = self.verify_schema and address not in self._verified
+        verify = self.verify_schema and table_queue not in self._verified_queues
         if not verify and table_queue.probed:
             return
         with db.wrap_db_errors(table_queue.name):
             layout = self.inspector.look_up(connection, address, indexes=verify)
             if verify:
-                self._verified.add(address)
+                self._verified_queues.add(table_queue)
                 self.inspector.warn_about(address, layout, connection.dialect.name)
             table_queue.probe(connection, () if layout is None else layout.columns)
 
     def _ready(self, table_queue: TableQueue) -> None:
         """:meth:`_first_use` on a connection of our own, when it has not run yet."""
         if table_queue.probed and (
-            not self.verify_schema or table_queue.address in self._verified
+            table_queue in self._verified_queues or not self.verify_schema
         ):
             return
         with self.engine.connect() as connection:
             self._first_use(connection, table_queue)
+
+    # -- delayed delivery ------------------------------------------------------------------
+    def delayed_address(self, endpoint: QueueRef) -> addressing.QueueAddress:
+        """The address of *endpoint*'s delayed table: ``<endpoint>.<suffix>``, same schema."""
+        address = self.address(endpoint)
+        name = delayed_model.delayed_table_name(address.table, self.delayed_table_suffix)
+        return addressing.QueueAddress(name, address.schema, address.catalog)
+
+    def delayed_table(self, endpoint: QueueRef) -> DelayedTable:
+        """The :class:`DelayedTable` of *endpoint* (cached), feeding *endpoint*'s queue."""
+        queue_address = self.address(endpoint)
+        address = self.delayed_address(queue_address)
+        with self._lock:
+            table = self._delayed.get(address)
+            if table is None:
+                table = DelayedTable(address, queue_address, self.engine.dialect)
+                self._delayed[address] = table
+        return table
+
+    def create_delayed_table(self, endpoint: QueueRef) -> bool:
+        """Create *endpoint*'s delayed table if missing; return whether it was created."""
+        address = self.delayed_address(endpoint)
+        with db.wrap_db_errors(str(address)), self.engine.begin() as connection:
+            return self.installer.create_delayed(connection, address)
+
+    def _send_delayed(
+        self,
+        queue: QueueRef,
+        messages: Sequence[OutgoingMessage],
+        connection: Connection | None,
+        due_ms: int,
+        endpoint: QueueRef | None,
+    ) -> list[str]:
+        """Store *messages* in the delayed table of *endpoint* (default: of *queue*)."""
+        destination = self.address(queue)
+        table = self.delayed_table(destination if endpoint is None else endpoint)
+        forward = destination.format(self.engine.dialect.name)
+        prepared = []
+        for message in messages:
+            if message.time_to_be_received is not None:
+                raise exceptions.ConfigurationError(
+                    f"message {message.message_id or ''} to {forward}: a delayed message cannot "
+                    "have a time_to_be_received too (NServiceBus refuses the combination)"
+                )
+            carried = {**message.headers, FORWARD_DESTINATION: forward}
+            prepared.append(dataclasses.replace(message, headers=carried).prepare())
+        with db.wrap_db_errors(table.name), self._connection(connection) as conn:
+            for item in prepared:
+                table.store(conn, item, due_ms)
+        log.debug(
+            "queue %s: %d message(s) stored in %s, due in %d ms",
+            forward,
+            len(prepared),
+            table.name,
+            due_ms,
+        )
+        for hook in self.delayed_hooks:
+            hook(table.address, due_ms / 1000)
+        return [item.message_id for item in prepared]
+
+    def browse_delayed(
+        self,
+        endpoint: QueueRef | None = None,
+        schemas: Iterable[str | None] | None = None,
+        max_messages: int = 1_000,
+    ) -> list[DelayedMessage]:
+        """Delayed messages waiting, earliest due first, without taking them.
+
+        :param endpoint: only that endpoint's delayed table; default every delayed table
+            (``*.<suffix>`` with the delayed columns) in *schemas* (default: the default one).
+        """
+        with db.wrap_db_errors(), self.engine.connect() as connection:
+            if endpoint is not None:
+                addresses = [self.delayed_address(endpoint)]
+                where = addresses[0]
+                if not sa.inspect(connection).has_table(where.table, db.schema_argument(where)):
+                    raise exceptions.ConfigurationError(
+                        f"endpoint {str(endpoint)!r} has no delayed table {str(where)!r} (an "
+                        "endpoint creates it when it starts)"
+                    )
+            else:
+                chosen = list(schemas) if schemas is not None else [self.default_schema]
+                addresses = self.inspector.find_delayed_tables(
+                    connection, chosen, self.delayed_table_suffix
+                )
+            found: list[DelayedMessage] = []
+            for address in addresses:
+                table = delayed_model.delayed_table(
+                    address.table, db.schema_argument(address), self.engine.dialect
+                )
+                statement = (
+                    sa.select(
+                        sa.type_coerce(table.c.Due, sa.String()).label("due"),
+                        table.c.Headers,
+                        table.c.Body,
+                    )
+                    .order_by(table.c.Due)
+                    .limit(max_messages)
+                )
+                with db.wrap_db_errors(str(address)):
+                    rows = connection.execute(statement).all()
+                found.extend(
+                    DelayedMessage.from_row(str(address), row.due, row.Headers, row.Body)
+                    for row in rows
+                )
+        found.sort(key=lambda message: message.due)
+        return found[:max_messages]
 
     # -- installing ------------------------------------------------------------------------
     def create_queue(self, queue: QueueRef, *, body_string: bool = False) -> bool:
@@ -190,9 +330,34 @@ class Transport:
 
     # -- sending ---------------------------------------------------------------------------
     def send(
-        self, queue: QueueRef, message: OutgoingMessage, connection: Connection | None = None
+        self,
+        queue: QueueRef,
+        message: OutgoingMessage,
+        connection: Connection | None = None,
+        *,
+        delay: dt.timedelta | float | None = None,
+        deliver_at: dt.datetime | None = None,
+        endpoint: QueueRef | None = None,
     ) -> str:
-        """Send *message*; with *connection*, inside its transaction. Return the message id."""
+        """Send *message*; with *connection*, inside its transaction. Return the message id.
+
+        :param delay: deliver it that long (seconds or a timedelta) after the database's now:
+            it waits in a delayed table (see ``docs/recoverability.md``) until then.
+        :param deliver_at: deliver it at that moment (naive means UTC) instead.
+        :param endpoint: whose delayed table holds it (the sender's, as NServiceBus does; its
+            endpoint must be running to move it); default the destination's own.
+        :raises ConfigurationError: both *delay* and *deliver_at*, a negative delay, or a
+            delay on a message with a time_to_be_received.
+        """
+        due_ms = _due_ms(delay, deliver_at)
+        if due_ms is not None:
+            if self.instrumentation is not None:  # a send span; the context waits with it
+                return self.instrumentation.send(
+                    self.queue(queue).name,
+                    [message],
+                    lambda traced: self._send_delayed(queue, traced, connection, due_ms, endpoint),
+                )[0]
+            return self._send_delayed(queue, [message], connection, due_ms, endpoint)[0]
         return self.send_many(queue, [message], connection)[0]
 
     def send_many(
@@ -202,6 +367,19 @@ class Transport:
         connection: Connection | None = None,
     ) -> list[str]:
         """Send *messages* in one batch (all or none); return their message ids."""
+        if self.instrumentation is not None:
+            name = self.queue(queue).name
+            return self.instrumentation.send(
+                name, messages, lambda traced: self._send_many(queue, traced, connection)
+            )
+        return self._send_many(queue, messages, connection)
+
+    def _send_many(
+        self,
+        queue: QueueRef,
+        messages: Sequence[OutgoingMessage],
+        connection: Connection | None = None,
+    ) -> list[str]:
         table_queue = self.queue(queue)
         prepared = [message.prepare() for message in messages]
         if connection is not None:
@@ -256,6 +434,87 @@ class Transport:
         log.debug("queue %s: replying to message %s", destination, to.message_id)
         return self.send(destination, replying, connection)
 
+    # -- publish/subscribe -----------------------------------------------------------------
+    @property
+    def subscriptions(self) -> SubscriptionStore:
+        """The subscription table and its cache (NServiceBus's ``SubscriptionRouting``)."""
+        if self._subscriptions is None:
+            with self._lock:
+                if self._subscriptions is None:
+                    settings = self._subscription_settings or SubscriptionSettings()
+                    if settings.schema is None and self.default_schema is not None:
+                        settings = dataclasses.replace(settings, schema=self.default_schema)
+                    self._subscriptions = SubscriptionStore(
+                        self.engine, settings, own_connections=self._connections
+                    )
+        return self._subscriptions
+
+    def create_subscription_table(self) -> bool:
+        """Create the subscription table if missing (idempotent, safe to race)."""
+        return self.subscriptions.create_table()
+
+    def subscribe(
+        self,
+        endpoint: str,
+        topic: str,
+        queue: QueueRef | None = None,
+        connection: Connection | None = None,
+    ) -> None:
+        """Subscribe *endpoint* to *topic* (an event's full type name), delivered to *queue*.
+
+        *queue* defaults to the queue named like the endpoint; it is stored in the address form
+        of this database's .NET transport, as a .NET subscriber stores its own.
+        """
+        address = self.address_text(endpoint if queue is None else queue)
+        self.subscriptions.subscribe(endpoint, topic, address, connection)
+
+    def unsubscribe(self, endpoint: str, topic: str, connection: Connection | None = None) -> None:
+        """Remove *endpoint*'s subscription to *topic*."""
+        self.subscriptions.unsubscribe(endpoint, topic, connection)
+
+    def publish(
+        self,
+        event: OutgoingMessage | Any,
+        connection: Connection | None = None,
+        *,
+        type_names: Mapping[type[Any], str] | None = None,
+        topics: Sequence[str] | None = None,
+    ) -> str:
+        """Send *event* once to each distinct queue subscribed to its type or a base type.
+
+        Every copy is the same message (one message id) with ``MessageIntent: Publish``. With
+        *connection*, all copies go in its transaction; without, in one of their own. Return
+        the message id (also when nobody subscribed: then nothing is sent).
+
+        :param event: a pydantic model or an :class:`OutgoingMessage` (see
+            :func:`sqlqueue_orm.pubsub.publishing.prepare`).
+        :param type_names: .NET type names of models (the topics .NET subscribers use).
+        :param topics: publish on these topics instead of the event type's.
+        """
+        outgoing, chosen = publishing.prepare(event, type_names, topics)
+        assert outgoing.message_id is not None
+        destinations = list(
+            dict.fromkeys(
+                self.address(text) for text in self.subscriptions.subscribers(chosen, connection)
+            )
+        )
+        if destinations:
+            with self._connection(connection) as conn:
+                for destination in destinations:
+                    self.send(destination, outgoing, conn)
+            if connection is None:
+                for destination in destinations:
+                    for hook in self.sent_hooks:
+                        hook(destination)
+        log.info(
+            "queue %s: published %s (%s) to %d subscriber(s)",
+            ", ".join(str(destination) for destination in destinations) or "-",
+            outgoing.message_id,
+            chosen[0],
+            len(destinations),
+        )
+        return outgoing.message_id
+
     # -- receiving -------------------------------------------------------------------------
     def receive(
         self, queue: QueueRef, max_messages: int = 1, connection: Connection | None = None
@@ -267,6 +526,16 @@ class Transport:
         or lose them: pass a connection for at-least-once processing). Expired messages come
         back with ``expired=True``; they are gone from the queue all the same.
         """
+        if self.instrumentation is not None:
+            name = self.queue(queue).name
+            return self.instrumentation.receive(
+                name, lambda: self._receive(queue, max_messages, connection)
+            )
+        return self._receive(queue, max_messages, connection)
+
+    def _receive(
+        self, queue: QueueRef, max_messages: int, connection: Connection | None
+    ) -> list[IncomingMessage]:
         table_queue = self.queue(queue)
         if connection is not None:
             self._first_use(connection, table_queue)
@@ -331,7 +600,10 @@ class Transport:
         """Estimated message count (max - min RowVersion): cheap at any queue size."""
         table_queue = self.queue(queue)
         with self._connection(connection) as conn:
-            return table_queue.peek(conn)
+            count = table_queue.peek(conn)
+        if self.instrumentation is not None:
+            self.instrumentation.peeked(table_queue.name, count)
+        return count
 
     def purge_expired(self, queue: QueueRef, batch_size: int = PURGE_BATCH_SIZE) -> int:
         """Delete expired messages, one transaction per batch; return how many were deleted."""
@@ -367,6 +639,60 @@ class Transport:
             return [
                 (str(info.address), self.queue(info.address).peek(connection)) for info in found
             ]
+
+
+@dataclasses.dataclass(frozen=True)
+class DelayedMessage:
+    """A message waiting in a delayed table (see :meth:`Transport.browse_delayed`)."""
+
+    #: The delayed table's address.
+    table: str
+    #: When it is due (UTC).
+    due: dt.datetime
+    #: Where it goes then (``NServiceBus.SqlServer.ForwardDestination``).
+    destination: str | None
+    headers: dict[str, str | None]
+    body: bytes | None
+
+    @property
+    def message_id(self) -> str | None:
+        """``NServiceBus.MessageId``, if it has one."""
+        return self.headers.get(headers.MESSAGE_ID)
+
+    @classmethod
+    def from_row(cls, table: str, due: object, text: object, body: object) -> DelayedMessage:
+        """From a row as the driver returns it (Due as a datetime, or SQLite's UTC text)."""
+        moment = due if isinstance(due, dt.datetime) else dt.datetime.fromisoformat(str(due))
+        moment = moment.replace(tzinfo=dt.UTC) if moment.tzinfo is None else moment
+        parsed, _, _ = headers.decode(text, "utf-8")
+        return cls(
+            table,
+            moment.astimezone(dt.UTC),
+            parsed.get(FORWARD_DESTINATION),
+            parsed,
+            None if body is None else bytes(body),  # type: ignore[call-overload]
+        )
+
+
+def _due_ms(delay: dt.timedelta | float | None, deliver_at: dt.datetime | None) -> int | None:
+    """Milliseconds until a delayed message is due (None: not delayed)."""
+    if delay is not None and deliver_at is not None:
+        raise exceptions.ConfigurationError("give delay or deliver_at, not both")
+    if deliver_at is not None:
+        if not isinstance(deliver_at, dt.datetime):
+            raise exceptions.ConfigurationError(f"deliver_at {deliver_at!r} is not a datetime")
+        moment = deliver_at if deliver_at.tzinfo else deliver_at.replace(tzinfo=dt.UTC)
+        return max(0, round((moment - dt.datetime.now(dt.UTC)).total_seconds() * 1000))
+    if delay is None:
+        return None
+    seconds = delay.total_seconds() if isinstance(delay, dt.timedelta) else delay
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds >= 0:
+        raise exceptions.ConfigurationError(
+            f"delay {delay!r} must be a non-negative number of seconds or a timedelta"
+        )
+    if seconds > 100 * 365 * 86400:
+        raise exceptions.ConfigurationError(f"delay {delay!r} is longer than 100 years")
+    return round(seconds * 1000)
 
 
 def _without_password(url: str) -> str:

@@ -10,7 +10,8 @@ every sub-command gets, with one Transport made on first use. Where things are:
 * ``queues``: create-queue, send, receive, browse, peek, purge-expired, purge-all, list-queues;
 * ``ddl``: the DDL of queue tables for a DBA;
 * feature areas add their own sub-commands with a ``register(subparsers)`` function
-  (``migrate``, ``outbox``, ``run``, ``errors``, ``spark``, ``dashboard``) and import only
+  (``migrate``, ``outbox``, ``run``, ``errors``, ``subscriptions``, ``spark``, ``dashboard``)
+  and import only
   ``sqlqueue_orm.cli.arguments``.
 """
 
@@ -32,7 +33,9 @@ EXTENSIONS = (
     "sqlqueue_orm.migration.commands",
     "sqlqueue_orm.sending.commands",
     "sqlqueue_orm.receiving.commands",
+    "sqlqueue_orm.receiving.delayed_commands",
     "sqlqueue_orm.recoverability.commands",
+    "sqlqueue_orm.pubsub.commands",
     "sqlqueue_orm.contrib.spark.commands",
     "sqlqueue_orm.contrib.dashboard.commands",
 )

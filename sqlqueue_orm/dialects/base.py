@@ -35,6 +35,21 @@ GENERIC_TRANSIENT = (
 )
 
 
+#: The subscription table's columns in NServiceBus's SQL Server layout (SQLite has it too).
+SUBSCRIPTION_COLUMNS = ("QueueAddress", "Endpoint", "Topic")
+# NServiceBus's statements (SubscribeText, UnsubscribeText, GetSubscribersText of
+# src/NServiceBus.Transport.PostgreSql/PostgreSqlConstants.cs, Particular/NServiceBus.SqlServer
+# 214c4e8f), with its unquoted column names and :name parameters. SQLite runs the PostgreSQL
+# upsert as it is (ON CONFLICT ... DO UPDATE since 3.24; unquoted names ignore case there).
+SUBSCRIBE_UPSERT = (
+    "INSERT INTO {table} (QueueAddress, Topic, Endpoint) "
+    "VALUES (:queue_address, :topic, :endpoint) "
+    "ON CONFLICT (Endpoint, Topic) DO UPDATE SET QueueAddress = :queue_address"
+)
+UNSUBSCRIBE = "DELETE FROM {table} WHERE Endpoint = :endpoint and Topic = :topic"
+SUBSCRIBERS = "SELECT DISTINCT QueueAddress FROM {table} WHERE Topic IN ({topics})"
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class DialectSupport:
     """Everything one database needs at run time outside the hot path, in one frozen place.
@@ -102,10 +117,35 @@ class DialectSupport:
     missing_column_markers: tuple[str, ...] = ()
     transient_markers: tuple[str, ...] = GENERIC_TRANSIENT
 
+    # -- native delayed delivery (NServiceBus DelayedMessageTable) --------------------------
+    # Templates: ``{table}`` the delayed table, ``{queue}`` the input queue it feeds, both quoted
+    # by SQLAlchemy; ``:headers``, ``:body``, ``:due_ms`` (milliseconds from the database's
+    # clock), ``:n`` (the batch), ``:now`` (where the dialect reads the clock in Python).
+    #: The columns that make a table a delayed table, in table order.
+    delayed_signature: tuple[str, ...] = ("Headers", "Body", "Due", "RowVersion")
+    #: Store one delayed message, due ``:due_ms`` after the database's clock.
+    delayed_store: str = ""
+    #: Move up to ``:n`` matured messages into ``{queue}``, in the caller's transaction; the
+    #: row count of the first statement is the number moved.
+    delayed_move: tuple[str, ...] = ()
+    #: Seconds from the database's clock to the next due time (no row: no result).
+    delayed_next_due: str = ""
+    #: Whether :attr:`delayed_move` takes ``:now`` (the database is this process's file).
+    delayed_move_takes_now: bool = False
+
+    # -- publish/subscribe (NServiceBus's SubscriptionTable) -------------------------------
+    #: Column names of the subscription table: queue address, endpoint, topic (as the .NET
+    #: transport of this database creates them; see models/subscription.py).
+    subscription_columns: tuple[str, str, str] = SUBSCRIPTION_COLUMNS
+    #: Subscribe (an upsert on Endpoint and Topic): ``{table}``, ``:queue_address``,
+    #: ``:endpoint``, ``:topic``.
+    subscribe: str = SUBSCRIBE_UPSERT
+    #: Unsubscribe: ``{table}``, ``:endpoint``, ``:topic``.
+    unsubscribe: str = UNSUBSCRIBE
+    #: The subscribers of some topics: ``{table}``, ``{topics}`` (a list of parameters).
+    subscribers: str = SUBSCRIBERS
+
     # -- statements to come (issues for the endpoint) -------------------------------------
-    # Delayed delivery (NServiceBus DelayedMessageTable): create the delayed table, store a
-    # delayed message, move due messages to the queue.
-    # Publish/subscribe (SubscriptionTable): create, subscribe, unsubscribe, get subscribers.
     # PostgreSQL NOTIFY / LISTEN on send, to wake idle receivers.
     # Each becomes a field here, filled in by every dialect module.
 

@@ -31,6 +31,29 @@ INSTALL_LOCK = (
 #: What NServiceBus's default catalog and schema are on this connection.
 CATALOG_AND_SCHEMA = "SELECT DB_NAME(), SCHEMA_NAME()"
 
+#: Delayed delivery, after NServiceBus's SqlServerConstants (StoreDelayedMessageText,
+#: MoveDueDelayedMessageText), Particular/NServiceBus.SqlServer: the due time is the database's
+#: clock plus the delay (days and milliseconds apart: DATEADD(ms, ...) alone overflows past 24.8
+#: days); matured rows move with one DELETE ... OUTPUT INTO the input queue, skipping rows
+#: another mover holds (UPDLOCK, READPAST, ROWLOCK), oldest due first.
+DELAYED_STORE = (
+    "INSERT INTO {table} ([Headers], [Body], [Due]) VALUES (:headers, :body, "
+    "DATEADD(ms, CAST(:due_ms AS bigint) % 86400000, "
+    "DATEADD(day, CAST(:due_ms AS bigint) / 86400000, GETUTCDATE())))"
+)
+DELAYED_MOVE = (
+    "WITH message AS (SELECT TOP(:n) * FROM {table} WITH (UPDLOCK, READPAST, ROWLOCK) "
+    "WHERE [Due] < GETUTCDATE() ORDER BY [Due]) "
+    "DELETE FROM message "
+    "OUTPUT NEWID(), NULL, NULL, 1, NULL, deleted.[Headers], deleted.[Body] "
+    "INTO {queue} ([Id], [CorrelationId], [ReplyToAddress], [Recoverable], [Expires], "
+    "[Headers], [Body]);"
+)
+DELAYED_NEXT_DUE = (
+    "SELECT TOP 1 DATEDIFF_BIG(ms, GETUTCDATE(), [Due]) / 1000.0 "
+    "FROM {table} WITH (READPAST) ORDER BY [Due]"
+)
+
 
 def _bracket(name: str) -> str:
     return "[" + name.replace("]", "]]") + "]"
@@ -97,7 +120,24 @@ class MssqlSupport(base.DialectSupport):
         return dialect
 
 
+#: NServiceBus's subscribe on SQL Server (SqlServerConstants.SubscribeText,
+#: src/NServiceBus.Transport.SqlServer/Queuing/SqlServerConstants.cs, 214c4e8f): a MERGE under
+#: HOLDLOCK, TABLOCK, so two subscribers racing on one key never both insert.
+SUBSCRIBE_MERGE = (
+    "MERGE {table} WITH (HOLDLOCK, TABLOCK) AS target "
+    "USING(SELECT :endpoint AS Endpoint, :queue_address AS QueueAddress, :topic AS Topic) "
+    "AS source "
+    "ON target.Endpoint = source.Endpoint AND target.Topic = source.Topic "
+    "WHEN MATCHED AND target.QueueAddress <> source.QueueAddress THEN "
+    "UPDATE SET QueueAddress = :queue_address "
+    "WHEN NOT MATCHED THEN INSERT (QueueAddress, Topic, Endpoint) "
+    "VALUES (:queue_address, :topic, :endpoint);"
+)
+
 SUPPORT = MssqlSupport(
+    delayed_store=DELAYED_STORE,
+    delayed_move=(DELAYED_MOVE,),
+    delayed_next_due=DELAYED_NEXT_DUE,
     name="mssql",
     identifier_limit=128,
     cross_catalog=True,
@@ -120,4 +160,5 @@ SUPPORT = MssqlSupport(
     missing_table_markers=("invalid object name",),
     missing_column_markers=("invalid column name",),
     transient_markers=(*base.GENERIC_TRANSIENT, "1205"),  # 1205: deadlock victim
+    subscribe=SUBSCRIBE_MERGE,
 )

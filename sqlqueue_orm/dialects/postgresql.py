@@ -19,6 +19,30 @@ IDENTIFIER_LIMIT = 63
 #: case; ``seq`` the order), in table order.
 QUEUE_SIGNATURE = ("id", "expires", "headers", "body", "seq")
 
+#: NServiceBus's PostgreSQL delayed table columns (unquoted, so lower case).
+DELAYED_SIGNATURE = ("id", "headers", "body", "due")
+# Delayed delivery after NServiceBus's PostgreSqlConstants (StoreDelayedMessageText,
+# MoveDueDelayedMessageText): ``due`` is ``timestamptz(now() AT TIME ZONE 'UTC') + delay`` and
+# matures when ``due < now() AT TIME ZONE 'UTC'``; the same expressions here (clock_timestamp:
+# the time of the statement, not of a long transaction's start), so .NET's rows and ours mature
+# alike whatever the session's TimeZone. The move skips rows another mover holds (.NET's waits
+# for them) and gives each row its delayed id as its queue id, as .NET does.
+_PG_DELAYED_NOW = "CAST(clock_timestamp() AT TIME ZONE 'UTC' AS timestamptz)"
+DELAYED_STORE = (
+    "INSERT INTO {table} (headers, body, due) VALUES (:headers, :body, "
+    f"{_PG_DELAYED_NOW} + CAST(:due_ms AS bigint) * interval '1 millisecond')"
+)
+DELAYED_MOVE = (
+    "WITH message AS (DELETE FROM {table} WHERE id IN (SELECT id FROM {table} "
+    f"WHERE due < {_PG_DELAYED_NOW} ORDER BY due LIMIT CAST(:n AS bigint) "
+    "FOR UPDATE SKIP LOCKED) RETURNING id, headers, body, due) "
+    "INSERT INTO {queue} (id, expires, headers, body) "
+    "SELECT id, NULL, headers, body FROM message ORDER BY due"
+)
+DELAYED_NEXT_DUE = (
+    f"SELECT EXTRACT(EPOCH FROM (due - {_PG_DELAYED_NOW})) FROM {{table}} ORDER BY due LIMIT 1"
+)
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PostgresqlSupport(base.DialectSupport):
@@ -30,6 +54,10 @@ class PostgresqlSupport(base.DialectSupport):
 
 
 SUPPORT = PostgresqlSupport(
+    delayed_signature=DELAYED_SIGNATURE,
+    delayed_store=DELAYED_STORE,
+    delayed_move=(DELAYED_MOVE,),
+    delayed_next_due=DELAYED_NEXT_DUE,
     name="postgresql",
     listen_notify=True,
     identifier_limit=IDENTIFIER_LIMIT,
@@ -52,4 +80,6 @@ SUPPORT = PostgresqlSupport(
     missing_table_markers=("42p01", "undefinedtable"),
     missing_column_markers=("42703",),
     transient_markers=(*base.GENERIC_TRANSIENT, "40p01"),  # 40P01: deadlock detected
+    # NServiceBus's CreateSubscriptionTableText writes them unquoted: lower case.
+    subscription_columns=("queueaddress", "endpoint", "topic"),
 )

@@ -20,6 +20,29 @@ BUSY_TIMEOUT_S = 30
 #: instead of failing with "database is locked" when a reader upgrades.
 BEGIN = "BEGIN IMMEDIATE"
 
+# Delayed delivery: Due is UTC text 'YYYY-MM-DD HH:MM:SS.SSS' (as Expires), which sorts as it
+# compares. SQLite has no INSERT from a DELETE, so the move is two statements in the caller's
+# transaction, which holds the only write lock: both pick the same rows, those due before one
+# ``:now`` (this process's clock is the database's), in (Due, RowVersion) order.
+_SQLITE_MATURED = (
+    'SELECT "RowVersion" FROM {table} WHERE "Due" < :now '
+    'ORDER BY "Due", "RowVersion" LIMIT :n'
+)
+DELAYED_STORE = (
+    'INSERT INTO {table} ("Headers", "Body", "Due") VALUES (:headers, :body, '
+    "strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || (:due_ms / 1000.0) || ' seconds'))"
+)
+DELAYED_MOVE = (
+    'INSERT INTO {queue} ("Id", "Recoverable", "Expires", "Headers", "Body") '
+    'SELECT lower(hex(randomblob(16))), 1, NULL, "Headers", "Body" FROM {table} '
+    f'WHERE "RowVersion" IN ({_SQLITE_MATURED}) ORDER BY "Due", "RowVersion"',
+    f'DELETE FROM {{table}} WHERE "RowVersion" IN ({_SQLITE_MATURED})',
+)
+DELAYED_NEXT_DUE = (
+    """SELECT (julianday("Due") - julianday('now')) * 86400.0 FROM {table} """
+    'ORDER BY "Due" LIMIT 1'
+)
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SqliteSupport(base.DialectSupport):
@@ -67,6 +90,10 @@ def _setup(engine: Engine, in_memory: bool, synchronous: str) -> None:
 
 
 SUPPORT = SqliteSupport(
+    delayed_store=DELAYED_STORE,
+    delayed_move=DELAYED_MOVE,
+    delayed_next_due=DELAYED_NEXT_DUE,
+    delayed_move_takes_now=True,
     name="sqlite",
     identifier_limit=1024,
     begin=BEGIN,

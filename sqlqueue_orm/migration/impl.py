@@ -173,6 +173,13 @@ class QueueTableImpl(metaclass=ImplMeta):
         """
         return None
 
+    def delayed_index_loop(self, schemas: Sequence[str | None]) -> str | None:
+        """Offline: a batch creating the missing Due index of the delayed tables of *schemas*.
+
+        Revision ``0009_delayed_delivery``; ``None``: the dialect is not migrated offline.
+        """
+        return None
+
     # -- the catalog ---------------------------------------------------------------------------
     def layout(self, connection: Connection, address: addressing.QueueAddress) -> Layout:
         """What a step can change in a queue table: its columns and indexes, from the catalog.

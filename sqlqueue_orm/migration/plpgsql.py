@@ -678,6 +678,55 @@ def loop_statement(revision: str, direction: str, schemas: Sequence[str | None])
     return header + "\n" + _do(["tbl regclass;", *_VARIABLES], loop)
 
 
+def delayed_index_statement(schemas: Sequence[str | None]) -> str:
+    """One ``DO`` block creating the missing index on due of the delayed tables of *schemas*.
+
+    Named ``"<table>_Due"`` (NServiceBus's CreateDelayedMessageStoreText; past 63 bytes as
+    :func:`~sqlqueue_orm.models.queue_table.index_name` names it).
+
+    A delayed table: ``id, headers, body, due`` and no ``expires``. Safe to run twice.
+    """
+    target = _Target(dialect(), None)
+    named = [schema for schema in schemas if schema is not None]
+    conditions = []
+    if named:
+        conditions.append(f"n.nspname = ANY ({target.array(named)})")
+    if None in schemas or not named:
+        conditions.append("n.nspname = current_schema()")
+    signature = dialects.postgresql.DELAYED_SIGNATURE
+    loop = [
+        "FOR tbl IN",
+        "    SELECT c.oid::regclass",
+        "      FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace",
+        "     WHERE c.relkind = 'r' AND NOT c.relispartition",
+        f"       AND ({' OR '.join(conditions)})",
+        f"       AND {_signature_count(target, 'c.oid', signature)} = {len(signature)}",
+        f"       AND {_signature_count(target, 'c.oid', ('expires',))} = 0",
+        "       AND NOT EXISTS (SELECT 1 FROM pg_index AS i JOIN pg_attribute AS a",
+        "           ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]",
+        "           WHERE i.indrelid = c.oid AND a.attname = 'due')",
+        "     ORDER BY n.nspname, c.relname",
+        "LOOP",
+        *_block(
+            [
+                "SELECT n.nspname, c.relname INTO nsp, rel",
+                "  FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace",
+                " WHERE c.oid = tbl;",
+                "RAISE NOTICE 'delayed table %: 0009_delayed_delivery upgrade', tbl;",
+                *_name(target, "ix", "Due"),
+                "EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON %s (due)', ix, tbl);",
+            ]
+        ),
+        "END LOOP;",
+    ]
+    described = ", ".join(
+        "current_schema()" if schema is None else target.quote(schema) for schema in schemas
+    )
+    header = f"-- every delayed table in {comment(described)}: create its index on due"
+    return header + "\n" + _do(["tbl regclass;", "nsp text;", "rel text;", "head text;",
+                                 "ix text;"], loop)
+
+
 class PostgresqlImpl(impl.QueueTableImpl):
     """PostgreSQL: a ``DO`` block per table and step, then the index ``CONCURRENTLY``."""
 
@@ -695,6 +744,10 @@ class PostgresqlImpl(impl.QueueTableImpl):
     downgrade_rowversion_layout = staticmethod(_row_version_down)
     upgrade_postgresql_nsb_layout = staticmethod(_nsb_up)
     downgrade_postgresql_nsb_layout = staticmethod(_nsb_down)
+
+    def delayed_index_loop(self, schemas: Sequence[str | None]) -> str | None:
+        """One ``DO`` block: :func:`delayed_index_statement`."""
+        return delayed_index_statement(schemas)
 
     # -- the interface -------------------------------------------------------------------------
     def index_options(self, options: Any, variant: impl.IndexVariant) -> dict[str, Any]:

@@ -17,16 +17,19 @@ from alembic import op
 from sqlqueue_orm.migration import impl
 
 
-def create_table_if_missing(name: str, *elements: sa.schema.SchemaItem) -> None:
-    """Create table *name* with *elements* (columns, constraints) unless it exists."""
+def create_table_if_missing(name: str, *elements: sa.schema.SchemaItem, **kwargs: Any) -> None:
+    """Create table *name* with *elements* (columns, constraints) unless it exists.
+
+    :param kwargs: dialect options of the table (``postgresql_with=...``).
+    """
     context = op.get_context()
     if not context.as_sql:
         if not sa.inspect(op.get_bind()).has_table(name):
-            op.create_table(name, *elements)
+            op.create_table(name, *elements, **kwargs)
         return
     guarded = impl.impl_for(context.dialect).guarded_create_table(context.dialect, name, elements)
     if guarded is None:
-        op.create_table(name, *elements, if_not_exists=True)
+        op.create_table(name, *elements, if_not_exists=True, **kwargs)
     else:
         op.execute(guarded)
 

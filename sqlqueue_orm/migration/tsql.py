@@ -552,6 +552,59 @@ def _n_literal(text: str) -> str:
     return "N'" + text.replace("'", "''") + "'"
 
 
+def delayed_index_batch(schemas: Sequence[str | None]) -> str:
+    """The batch creating the missing index on Due of the delayed tables of *schemas*.
+
+    ``Index_Due`` (NServiceBus's CreateDelayedMessageStoreText: NONCLUSTERED on [Due]).
+
+    A delayed table: ``Headers, Body, Due, RowVersion`` and no ``Expires``. Safe to run twice.
+    """
+    target = _Target(dialect(), None)
+    named = [schema for schema in schemas if schema is not None]
+    conditions = []
+    if named:
+        conditions.append(f"s.name IN {_in_list(target, named)}")
+    if None in schemas or not named:
+        conditions.append("s.name = SCHEMA_NAME()")
+    signature = ("Headers", "Body", "Due", "RowVersion")
+    described = ", ".join(
+        "the default schema" if schema is None else target.quote(schema) for schema in schemas
+    )
+    fetch = "FETCH NEXT FROM delayed_tables INTO @table;"
+    lines = [
+        f"-- every delayed table in {comment(described)}: create its index on Due",
+        "DECLARE @table nvarchar(517), @sql nvarchar(max);",
+        "DECLARE delayed_tables CURSOR LOCAL STATIC READ_ONLY FOR",
+        "    SELECT QUOTENAME(s.name) + N'.' + QUOTENAME(t.name)",
+        "    FROM sys.tables AS t JOIN sys.schemas AS s ON s.schema_id = t.schema_id",
+        f"    WHERE t.is_ms_shipped = 0 AND ({' OR '.join(conditions)})",
+        "        AND (SELECT COUNT(*) FROM sys.columns AS c WHERE c.object_id = t.object_id "
+        f"AND c.name IN {_in_list(target, signature)}) = {len(signature)}",
+        "        AND NOT EXISTS (SELECT 1 FROM sys.columns AS c WHERE c.object_id = t.object_id "
+        "AND c.name = N'Expires')",
+        "        AND NOT EXISTS (SELECT 1 FROM sys.index_columns AS ic JOIN sys.columns AS c "
+        "ON c.object_id = ic.object_id AND c.column_id = ic.column_id "
+        "WHERE ic.object_id = t.object_id AND ic.key_ordinal = 1 AND c.name = N'Due')",
+        "    ORDER BY s.name, t.name;",
+        "OPEN delayed_tables;",
+        fetch,
+        "WHILE @@FETCH_STATUS = 0",
+        "BEGIN",
+        *_block(
+            [
+                "PRINT N'delayed table ' + @table + N': 0009_delayed_delivery upgrade';",
+                "SET @sql = N'CREATE NONCLUSTERED INDEX [Index_Due] ON ' + @table + N' ([Due])';",
+                "EXEC sp_executesql @sql;",
+                fetch,
+            ]
+        ),
+        "END",
+        "CLOSE delayed_tables;",
+        "DEALLOCATE delayed_tables",
+    ]
+    return "\n".join(lines)
+
+
 class MssqlImpl(impl.QueueTableImpl):
     """SQL Server: guarded T-SQL batches, one per table and step, the same online and offline."""
 
@@ -585,6 +638,10 @@ class MssqlImpl(impl.QueueTableImpl):
     ) -> list[str]:
         """One batch: :func:`table_batch`."""
         return [table_batch(revision, direction, address, self.cluster_heaps)]
+
+    def delayed_index_loop(self, schemas: Sequence[str | None]) -> str | None:
+        """One batch: :func:`delayed_index_batch`."""
+        return delayed_index_batch(schemas)
 
     def loop_statements(
         self, revision: str, direction: str, schemas: Sequence[str | None]

@@ -11,6 +11,7 @@ reaches SQL any other way.
 from __future__ import annotations
 
 import dataclasses
+import operator
 import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -282,11 +283,25 @@ class Statement:
     text: str
     names: tuple[str, ...]
     positional: bool
+    #: Picks the positional values out of a mapping, in order (built once: C-level, no loop).
+    _pick: Callable[[Mapping[str, Any]], Any] = dataclasses.field(
+        init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        if not self.names:
+            pick: Callable[[Mapping[str, Any]], Any] = lambda _values: ()  # noqa: E731
+        elif len(self.names) == 1:
+            name = self.names[0]
+            pick = lambda values: (values[name],)  # noqa: E731
+        else:
+            pick = operator.itemgetter(*self.names)
+        object.__setattr__(self, "_pick", pick)
 
     def params(self, values: Mapping[str, Any]) -> Sequence[Any] | Mapping[str, Any]:
         """Parameters for ``exec_driver_sql``: a tuple (qmark) or a dict (pyformat/named)."""
         if self.positional:
-            return tuple(values[name] for name in self.names)
+            return self._pick(values)  # type: ignore[no-any-return]
         return values
 
 

@@ -36,12 +36,21 @@ _NO_PARAMETERS: dict[str, Any] = {}
 
 
 def _driver_cursor(connection: Connection) -> Any | None:
-    """A DBAPI cursor in the connection's transaction, or None to go through SQLAlchemy."""
-    dispatch = connection.dispatch
-    if (
-        dispatch.before_cursor_execute
-        or dispatch.after_cursor_execute
-        or connection.engine._should_log_info()  # echo=True, or SQL logging switched on
+    """A DBAPI cursor in the connection's transaction, or None to go through SQLAlchemy.
+
+    The listener checks follow SQLAlchemy's own (``_has_events`` first): the connection's
+    dispatch joins the engine's lazily, at a cost per new Connection, so it is read only when
+    listeners were added to the connection itself.
+    """
+    if connection._echo:  # echo=True, or SQL logging switched on (as SQLAlchemy reads it)
+        return None
+    if connection._has_events:
+        dispatch: Any = connection.dispatch
+        if dispatch.before_cursor_execute or dispatch.after_cursor_execute:
+            return None
+    engine = connection.engine
+    if engine._has_events and (
+        engine.dispatch.before_cursor_execute or engine.dispatch.after_cursor_execute
     ):
         return None
     if not connection.in_transaction():
@@ -73,7 +82,7 @@ class TableQueue:
         )
         # Receives by (row limit, advisory-lock variant), rendered on first use: see
         # _render_receive.
-        self._receive_by_limit: dict[tuple[int, bool], sql.Statement] = {}
+        self._receive_by_limit: dict[tuple[int, bool], tuple[sql.Statement, Any, bool]] = {}
         self._peek = sql.render(self._text.peek, dialect, table)
         self._receive_by_id: sql.Statement | None = None  # rendered on first use
         self._purge = sql.render(self._text.purge_expired, dialect, table)
@@ -234,6 +243,11 @@ class TableQueue:
             )
 
     def _receive_args(self, max_messages: int) -> tuple[sql.Statement, Any, bool]:
+        advisory = not self._may_lock_rows and self._receive_advisory is not None
+        if type(max_messages) is int:  # not bool, whose True would find the limit 1
+            args = self._receive_by_limit.get((max_messages, advisory))
+            if args is not None:  # cached: a limit checked when it was rendered
+                return args
         if (
             isinstance(max_messages, bool)
             or not isinstance(max_messages, int)
@@ -242,18 +256,15 @@ class TableQueue:
             raise ValueError(
                 f"max_messages {max_messages!r} must be an integer from 1 to {self._text.max_batch}"
             )
-        advisory = not self._may_lock_rows and self._receive_advisory is not None
-        statement = self._receive_by_limit.get((max_messages, advisory))
-        if statement is None:
-            statement = self._render_receive(max_messages, advisory)
-        return statement, statement.params(_NO_PARAMETERS), False
+        return self._render_receive(max_messages, advisory)
 
-    def _render_receive(self, limit: int, advisory: bool) -> sql.Statement:
+    def _render_receive(self, limit: int, advisory: bool) -> tuple[sql.Statement, Any, bool]:
         """The receive with its row limit (an int checked by the caller) written into the text.
 
         A bound limit made PostgreSQL plan the statement again on every call (custom plans
         only); written in, the statement has no parameters and gets one generic plan. The first
-        :data:`_CACHED_LIMITS` limits are kept; any other is rendered per call.
+        :data:`_CACHED_LIMITS` limits are kept, with their (empty) parameters; any other is
+        rendered per call.
         """
         if advisory:
             template = self._text.receive_without_row_locks or self._text.receive
@@ -261,9 +272,10 @@ class TableQueue:
         else:
             template, literals = self._text.receive, {"n": limit}
         statement = sql.render(template, self._dialect, self.quoted_table, literals)
+        args = (statement, statement.params(_NO_PARAMETERS), False)
         if len(self._receive_by_limit) < _CACHED_LIMITS:
-            self._receive_by_limit[(limit, advisory)] = statement
-        return statement
+            self._receive_by_limit[(int(limit), advisory)] = args
+        return args
 
     def _on(self, connection: Connection, args: tuple[sql.Statement, Any, bool],
             fetch: bool = False) -> Any:
@@ -299,10 +311,11 @@ class TableQueue:
         if len(rows) > 1:
             rows = list(rows)
             rows.sort(key=lambda row: row[1])  # OUTPUT/RETURNING order is not guaranteed
-        encoding, queue = self._text.headers_encoding, self.name
+        encoding, queue, build = self._text.headers_encoding, self.name, IncomingMessage.from_row
         messages = [
-            IncomingMessage.from_row(
-                _to_uuid(row[0]), int(row[1]), row[3], _to_bytes(row[4]), bool(row[2]), queue,
+            build(
+                row[0] if type(row[0]) is uuid.UUID else _to_uuid(row[0]), int(row[1]), row[3],
+                row[4] if type(row[4]) is bytes else _to_bytes(row[4]), bool(row[2]), queue,
                 encoding,
             )
             for row in rows
@@ -337,7 +350,9 @@ class TableQueue:
 
 
 def _to_uuid(value: Any) -> uuid.UUID:
-    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+    if isinstance(value, uuid.UUID):
+        return value
+    return uuid.UUID(value if type(value) is str else str(value))
 
 
 def _to_bytes(value: Any) -> bytes | None:

@@ -92,6 +92,20 @@ def _resolve(reference: Reference, args: argparse.Namespace) -> Endpoint:
     return endpoint
 
 
+def _totals(endpoint: Endpoint) -> PumpStats:
+    """The counters of the input queue and the instance-specific queue, added up."""
+    from sqlqueue_orm.receiving.pump import PumpStats
+
+    parts = (endpoint.stats, endpoint.instance_stats)
+    fields = (
+        "handled", "failed", "retried", "delayed", "expired", "poison", "in_flight",
+        "max_in_flight",
+    )
+    totals = PumpStats(**{name: sum(getattr(part, name) for part in parts) for name in fields})
+    totals.started = endpoint.stats.started
+    return totals
+
+
 def _status(stats: PumpStats) -> str:
     return (
         f"received {stats.received}, handled {stats.handled}, failed {stats.failed}, "
@@ -112,11 +126,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         last = time.monotonic()
         while not done.wait(0.5):
             if terminal:
-                sys.stderr.write("\r" + _status(endpoint.stats).ljust(78))
+                sys.stderr.write("\r" + _status(_totals(endpoint)).ljust(78))
                 sys.stderr.flush()
             elif time.monotonic() - last >= STATUS_EVERY:
                 last = time.monotonic()
-                log.info("queue %s: %s", endpoint.name, _status(endpoint.stats))
+                log.info("queue %s: %s", endpoint.name, _status(_totals(endpoint)))
 
     reporter = threading.Thread(target=report, name="status", daemon=True)
     reporter.start()
@@ -128,7 +142,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         reporter.join(1)
         if terminal:
             sys.stderr.write("\n")
-    stats = endpoint.stats
+    stats = _totals(endpoint)
     elapsed = time.monotonic() - began
     rate = stats.received / elapsed if elapsed > 0 else 0.0
     print(

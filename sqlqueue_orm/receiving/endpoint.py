@@ -28,10 +28,12 @@ the same statements; the strategies and the context would keep their shape.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import logging
 import signal
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -42,7 +44,9 @@ from sqlalchemy.engine import Connection, Engine
 
 from sqlqueue_orm import addressing, dialects, exceptions, headers
 from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage
-from sqlqueue_orm.receiving import forwarding, pump, strategies, wakeup
+from sqlqueue_orm.pubsub import publishing
+from sqlqueue_orm.pubsub import topics as topic_names
+from sqlqueue_orm.receiving import forwarding, mover, pump, strategies, wakeup
 from sqlqueue_orm.receiving.settings import EndpointSettings, TransactionMode
 from sqlqueue_orm.transport import Transport
 
@@ -50,6 +54,7 @@ if TYPE_CHECKING:
     import pydantic
     from sqlalchemy.orm import Session
 
+    from sqlqueue_orm.instrumentation import Instrumentation
     from sqlqueue_orm.sending.outbox import Outbox
 
 log = logging.getLogger(__name__)
@@ -116,14 +121,26 @@ class HandlerContext:
         """The session if a handler used it, else None (for the strategies)."""
         return self._session
 
-    def send(self, destination: str | addressing.QueueAddress, message: Outgoing) -> str:
+    def send(
+        self,
+        destination: str | addressing.QueueAddress,
+        message: Outgoing,
+        *,
+        reply_to_this_instance: bool = False,
+    ) -> str:
         """Send *message* (an OutgoingMessage, a pydantic model, bytes or text) to *destination*.
 
         The message carries ``ConversationId``, ``RelatedTo``, ``OriginatingEndpoint``,
         ``OriginatingMachine``, ``ReplyToAddress`` and ``MessageIntent: Send`` as NServiceBus
         sets them, unless it sets them itself. Return its message id.
+
+        :param reply_to_this_instance: ``ReplyToAddress`` is this instance's own queue
+            (``<endpoint>.<instance_name>``), so the reply comes back to this instance.
+        :raises ConfigurationError: *reply_to_this_instance* without an ``instance_name``.
         """
         outgoing = self.endpoint.outgoing(message)
+        if reply_to_this_instance:
+            outgoing = self.endpoint.reply_to_instance(outgoing)
         return self._sender(destination, self._stamp(outgoing, "Send"))
 
     def reply(self, message: Outgoing) -> str:
@@ -149,6 +166,69 @@ class HandlerContext:
         outgoing = dataclasses.replace(outgoing, headers=reply_headers)
         destination = self.endpoint.transport.address(address_text)
         return self._sender(destination, self._stamp(outgoing, "Reply"))
+
+    def defer(
+        self,
+        message: Outgoing,
+        *,
+        delay: dt.timedelta | float | None = None,
+        deliver_at: dt.datetime | None = None,
+        destination: str | addressing.QueueAddress | None = None,
+    ) -> str:
+        """Send *message* to *destination* (default: this endpoint) after *delay* or at a time.
+
+        It waits in this endpoint's delayed table (``<endpoint>.Delayed``) with
+        ``NServiceBus.SqlServer.ForwardDestination``, stored as the mode sends (in the
+        receive's transaction where the mode allows), and is moved when due. Not in mode
+        OUTBOX yet (its records hold no delivery time). Return its message id.
+
+        :raises ConfigurationError: neither or both of *delay* and *deliver_at*; a
+            time_to_be_received on the message; mode OUTBOX.
+        """
+        if (delay is None) == (deliver_at is None):
+            raise exceptions.ConfigurationError("defer needs exactly one of delay or deliver_at")
+        if self.endpoint.mode is TransactionMode.OUTBOX:
+            raise exceptions.ConfigurationError(
+                f"endpoint {self.endpoint.name!r}: defer is not supported in mode OUTBOX yet; "
+                "send it from a handler of another mode or after the unit of work"
+            )
+        outgoing = self._stamp(self.endpoint.outgoing(message), "Send")
+        target = self.endpoint.name if destination is None else destination
+        return self._deferring_sender(target, outgoing, delay, deliver_at)
+
+    def _deferring_sender(
+        self,
+        destination: str | addressing.QueueAddress,
+        outgoing: OutgoingMessage,
+        delay: dt.timedelta | float | None,
+        deliver_at: dt.datetime | None,
+    ) -> str:
+        connection = getattr(self._sender, "connection", None)
+        return self.endpoint.transport.send(
+            destination,
+            outgoing,
+            connection=connection,
+            delay=delay,
+            deliver_at=deliver_at,
+            endpoint=self.endpoint.name,
+        )
+    def publish(self, event: Outgoing) -> str:
+        """Publish *event* to every subscriber of its type and base types, as the mode sends.
+
+        One copy per distinct subscribed queue, each sent as :meth:`send` sends (in the
+        receive's transaction, the outbox, or at once, as the mode dictates), with
+        ``MessageIntent: Publish`` and the headers :meth:`send` sets. Return its message id.
+        """
+        endpoint = self.endpoint
+        outgoing = self._stamp(endpoint.event_message(event), publishing.PUBLISH)
+        outgoing, topics = publishing.prepare(outgoing, endpoint.type_names)
+        assert outgoing.message_id is not None
+        transport = endpoint.transport
+        subscribers = transport.subscriptions.subscribers(topics)
+        addresses = (transport.address(text) for text in subscribers)
+        for destination in dict.fromkeys(addresses):  # one copy per distinct queue
+            self._sender(destination, outgoing)
+        return outgoing.message_id
 
     def _stamp(self, outgoing: OutgoingMessage, intent: str) -> OutgoingMessage:
         stamped = dict(outgoing.headers)
@@ -177,6 +257,8 @@ class Endpoint:
     :param outbox: the outbox of mode OUTBOX (default: an outbox in the user database).
     :param on_critical_error: called with a description and the last error when peeking or
         receiving has failed for ``critical_error_after`` seconds in a row.
+    :param instrumentation: traces and metrics of the handlers' runs and of what became of each
+        message (:mod:`sqlqueue_orm.instrumentation`); default: the transport's.
     """
 
     def __init__(
@@ -188,6 +270,7 @@ class Endpoint:
         user_database: Engine | Transport | None = None,
         outbox: Outbox | None = None,
         on_critical_error: Callable[[str, BaseException], object] | None = None,
+        instrumentation: Instrumentation | None = None,
         **overrides: Any,
     ) -> None:
         if not isinstance(name, str) or not name.strip():
@@ -209,12 +292,16 @@ class Endpoint:
             self.user_transport = self.transport
         self.outbox = outbox
         self.on_critical_error = on_critical_error
+        self._instrumentation = instrumentation
         self.machine = socket.gethostname()
         self.address_text = self.transport.address_text(name)
         self._typed: dict[str, tuple[type[Any], list[TypedHandler]]] = {}
         self._names: dict[type[Any], str] = {}
+        self._events: list[type[Any]] = []
         self._raw: list[RawHandler] = []
         self._pump: pump.MessagePump | None = None
+        self._mover: mover.DelayedMessageMover | None = None
+        self._instance_pump: pump.MessagePump | None = None
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -227,13 +314,15 @@ class Endpoint:
         handler: Callable[[ModelT, HandlerContext], object] | None = None,
         *,
         type_name: str | None = None,
+        event: bool = False,
     ) -> Any:
         """Register *handler* for messages of *model* (a pydantic model class).
 
         Usable as a decorator (``@endpoint.handle(PlaceOrder)``). *type_name*: the full .NET
         type name the messages carry (``Sales.Messages.PlaceOrder``); default
         ``module.QualName``, what this library's sends write (a model registered under a .NET
-        name is matched under its Python name too).
+        name is matched under its Python name too). *event*: *model* is an event this endpoint
+        subscribes to at start-up (setting ``auto_subscribe``).
         """
         if not hasattr(model, "model_validate_json"):
             raise exceptions.ConfigurationError(
@@ -259,6 +348,8 @@ class Endpoint:
                     self._typed[each] = entry
                 entry[1].append(function)
                 self._names.setdefault(model, name)
+                if event and model not in self._events:
+                    self._events.append(model)
             return function
 
         if handler is not None:
@@ -270,15 +361,26 @@ class Endpoint:
         destination: str | addressing.QueueAddress,
         message: Outgoing,
         connection: Connection | None = None,
+        *,
+        delay: dt.timedelta | float | None = None,
+        deliver_at: dt.datetime | None = None,
+        reply_to_this_instance: bool = False,
     ) -> str:
         """Send *message* from this endpoint, outside any handler (a new conversation).
 
-        It carries ``ReplyToAddress`` (this endpoint's queue, so replies come here),
-        ``OriginatingEndpoint``, ``OriginatingMachine``, a new ``ConversationId`` and
-        ``MessageIntent: Send``, unless it sets them. With *connection*, it is sent in that
-        connection's transaction. Return its message id.
+        It carries ``ReplyToAddress`` (this endpoint's queue, so replies come here; with
+        *reply_to_this_instance*, this instance's own queue), ``OriginatingEndpoint``,
+        ``OriginatingMachine``, a new ``ConversationId`` and ``MessageIntent: Send``, unless it
+        sets them. With *connection*, it is sent in that connection's transaction. With *delay*
+        (seconds or a timedelta) or *deliver_at*, it waits in this endpoint's delayed table
+        until due (see ``docs/recoverability.md``); this endpoint's mover then forwards it, so
+        the endpoint must be running (or another instance of it). Return its message id.
+
+        :raises ConfigurationError: *reply_to_this_instance* without an ``instance_name``.
         """
         outgoing = self.outgoing(message)
+        if reply_to_this_instance:
+            outgoing = self.reply_to_instance(outgoing)
         stamped = dict(outgoing.headers)
         stamped.setdefault(headers.MESSAGE_INTENT, "Send")
         stamped.setdefault(headers.CONVERSATION_ID, str(uuid.uuid4()))
@@ -286,13 +388,110 @@ class Endpoint:
         stamped.setdefault(headers.ORIGINATING_MACHINE, self.machine)
         stamped.setdefault(headers.REPLY_TO_ADDRESS, self.address_text)
         stamped_message = dataclasses.replace(outgoing, headers=stamped)
+        if delay is not None or deliver_at is not None:
+            return self.transport.send(
+                destination,
+                stamped_message,
+                connection=connection,
+                delay=delay,
+                deliver_at=deliver_at,
+                endpoint=self.name,
+            )
         return self.transport.send(destination, stamped_message, connection=connection)
+
+    @property
+    def instance_address(self) -> addressing.QueueAddress | None:
+        """The instance-specific queue, ``<endpoint>.<instance_name>`` (None without a name).
+
+        In the input queue's schema and catalog, named as NServiceBus names it (the table
+        names of the base address and the discriminator joined by ``.``:
+        ``QueueAddressTranslator.cs`` of NServiceBus.SqlServer).
+        """
+        instance = self.settings.instance_name
+        if instance is None:
+            return None
+        shared = self.transport.address(self.name)
+        return addressing.QueueAddress(f"{shared.table}.{instance}", shared.schema, shared.catalog)
+
+    def reply_to_instance(self, outgoing: OutgoingMessage) -> OutgoingMessage:
+        """*outgoing* with ``ReplyToAddress`` set to this instance's own queue.
+
+        :raises ConfigurationError: the settings give no ``instance_name``.
+        """
+        address = self.instance_address
+        if address is None:
+            raise exceptions.ConfigurationError(
+                f"endpoint {self.name!r}: reply_to_this_instance needs an instance-specific "
+                "queue; set instance_name in its settings"
+            )
+        instance_text = self.transport.address_text(address)
+        return dataclasses.replace(
+            outgoing, headers={**outgoing.headers, headers.REPLY_TO_ADDRESS: instance_text}
+        )
 
     def handle_raw(self, handler: RawHandler) -> RawHandler:
         """Register *handler* for every message: it gets the body bytes and the context."""
         with self._lock:
             self._raw.append(handler)
         return handler
+
+    def map_type(self, model: type[Any], type_name: str) -> None:
+        """Send and publish *model* as the .NET type *type_name*, without handling it.
+
+        A publisher maps its events (and their base types) so .NET subscribers, which
+        subscribe to ``Namespace.TypeName``, receive them.
+        """
+        name = full_type_name(type_name) if isinstance(type_name, str) else ""
+        if not name:
+            raise exceptions.ConfigurationError(f"type_name {type_name!r} is empty")
+        with self._lock:
+            self._names[model] = name
+
+    @property
+    def type_names(self) -> dict[type[Any], str]:
+        """The .NET type names of models, as registered (a copy)."""
+        return dict(self._names)
+
+    def topic(self, event_type: type[Any] | str) -> str:
+        """The topic of *event_type*: its registered .NET name, else ``module.QualName``."""
+        if isinstance(event_type, str):
+            return topic_names.check_topic(event_type)
+        return topic_names.topic_of(event_type, self._names)
+
+    def subscribe(self, event_type: type[Any] | str, connection: Connection | None = None) -> None:
+        """Subscribe this endpoint's queue to *event_type* (a model class, or a topic name)."""
+        self.transport.subscriptions.subscribe(
+            self.name, self.topic(event_type), self.address_text, connection
+        )
+
+    def unsubscribe(
+        self, event_type: type[Any] | str, connection: Connection | None = None
+    ) -> None:
+        """Remove this endpoint's subscription to *event_type*."""
+        self.transport.subscriptions.unsubscribe(self.name, self.topic(event_type), connection)
+
+    def publish(self, event: Outgoing, connection: Connection | None = None) -> str:
+        """Publish *event* from this endpoint, outside any handler (see :meth:`Transport.publish`).
+
+        Carries the headers :meth:`send` sets, with ``MessageIntent: Publish``; the topics are
+        the .NET names registered for the event's type and its base types. Return its id.
+        """
+        outgoing = self.event_message(event)
+        stamped = dict(outgoing.headers)
+        stamped.setdefault(headers.MESSAGE_INTENT, publishing.PUBLISH)
+        stamped.setdefault(headers.CONVERSATION_ID, str(uuid.uuid4()))
+        stamped.setdefault(headers.ORIGINATING_ENDPOINT, self.name)
+        stamped.setdefault(headers.ORIGINATING_MACHINE, self.machine)
+        stamped.setdefault(headers.REPLY_TO_ADDRESS, self.address_text)
+        return self.transport.publish(
+            dataclasses.replace(outgoing, headers=stamped), connection, type_names=self._names
+        )
+
+    def event_message(self, event: Outgoing) -> OutgoingMessage:
+        """*event* as an OutgoingMessage whose type headers a publish fills in."""
+        if hasattr(event, "model_dump_json") and not isinstance(event, OutgoingMessage):
+            return OutgoingMessage(event)
+        return self.outgoing(event)
 
     def type_name(self, model: type[Any]) -> str | None:
         """The type name *model* was registered under, if it was."""
@@ -317,6 +516,14 @@ class Endpoint:
 
         :raises UnknownMessageType: none does.
         """
+        instrumentation = self.instrumentation
+        if instrumentation is not None:
+            queue = self.transport.queue(self.name).name
+            instrumentation.handle(queue, context.message, lambda: self._invoke(context))
+            return
+        self._invoke(context)
+
+    def _invoke(self, context: HandlerContext) -> None:
         message = context.message
         enclosed = message.headers.get(headers.ENCLOSED_MESSAGE_TYPES)
         matched = None
@@ -337,8 +544,17 @@ class Endpoint:
     # -- running ---------------------------------------------------------------------------
     @property
     def stats(self) -> pump.PumpStats:
-        """Counters of the running (or last) pump: received, handled, failed, in flight."""
+        """Counters of the running (or last) pump of the input queue: received, handled, ..."""
         return self._pump.stats if self._pump is not None else pump.PumpStats()
+
+    @property
+    def instance_stats(self) -> pump.PumpStats:
+        """The same counters for the instance-specific queue (zero without one)."""
+        current = self._instance_pump
+        return current.stats if current is not None else pump.PumpStats()
+
+    def _pumps(self) -> list[pump.MessagePump]:
+        return [each for each in (self._pump, self._instance_pump) if each is not None]
 
     def start(self) -> None:
         """Check the configuration, create the queues if asked, and start the pump threads.
@@ -349,27 +565,58 @@ class Endpoint:
             if self._pump is not None and self._pump.running:
                 raise exceptions.SqlQueueError(f"endpoint {self.name!r} is already running")
             strategy = strategies.for_endpoint(self)
+            instance = self.instance_address
+            queues: list[str | addressing.QueueAddress] = [self.name]
+            if instance is not None:
+                queues.append(instance)
             if self.settings.create_queues:
-                self.transport.create_queue(self.name)
+                for queue in queues:
+                    self.transport.create_queue(queue)
                 self.transport.create_queue(self.settings.error_queue)
+                if self.settings.delayed_delivery:
+                    self.transport.create_delayed_table(self.name)
                 if self.settings.audit_queue is not None:
                     self.transport.create_queue(self.settings.audit_queue)
             strategy.prepare()
-            if self.settings.purge_expired_at_startup:
-                self.transport.purge_expired(self.name)
+            if self.settings.create_queues:
+                self.transport.create_subscription_table()
+            if self.settings.auto_subscribe:
+                for event_type in self._events:
+                    self.subscribe(event_type)
             notify = (
                 self.settings.notify and dialects.for_dialect(self.transport.engine).listen_notify
             )
-            if notify:
-                wakeup.install_trigger(self.transport.engine, self.transport.address(self.name))
+            for queue in queues:
+                if self.settings.purge_expired_at_startup:
+                    self.transport.purge_expired(queue)
+                if notify:
+                    wakeup.install_trigger(self.transport.engine, self.transport.address(queue))
             self._pump = pump.MessagePump(self, strategy)
-            self._pump.start(notify=notify)
+            self._instance_pump = None
+            if instance is not None:
+                self._instance_pump = pump.MessagePump(
+                    self,
+                    strategies.for_endpoint(self, instance),
+                    concurrency=self.settings.instance_concurrency,
+                )
+            for each in self._pumps():
+                each.start(notify=notify)
+            if self.settings.delayed_delivery:
+                self._mover = mover.DelayedMessageMover(self)
+                self._mover.start()
         log.info(
             "queue %s: endpoint started (%s, concurrency %d)",
             self.name,
             self.settings.transaction_mode.value,
             self.settings.concurrency,
         )
+        if instance is not None:
+            log.info(
+                "queue %s: instance-specific queue %s started (concurrency %d)",
+                self.name,
+                instance,
+                self.settings.instance_concurrency,
+            )
 
     def stop(self, timeout: float | None = None) -> bool:
         """Stop taking messages and let in-flight handlers finish within *timeout* seconds.
@@ -378,19 +625,33 @@ class Endpoint:
         connection is closed under it), so its message returns to the queue. Return whether
         everything finished in time.
         """
-        current = self._pump
-        if current is None:
-            return True
+        pumps = self._pumps()
+        moving, self._mover = self._mover, None
+        if moving is not None:
+            moving.stop()
         limit = self.settings.shutdown_timeout if timeout is None else timeout
-        return current.stop(limit)
+        for each in pumps:
+            each.stop_taking()  # both queues stop taking before either waits
+        deadline = time.monotonic() + limit
+        finished = True
+        for each in pumps:
+            finished = each.stop(max(0.0, deadline - time.monotonic())) and finished
+        return finished
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Block until the pump has stopped; return whether it has."""
-        current = self._pump
-        return True if current is None else current.wait(timeout)
+        """Block until the pumps have stopped; return whether they have."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for each in self._pumps():
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not each.wait(left):
+                return False
+        return True
 
     def run(self, *, once: bool = False) -> None:
         """Start, then block until SIGTERM, SIGINT or :meth:`stop` (*once*: until drained).
+
+        Drained: a peek and then a receive found nothing with no handler in flight, on the
+        input queue and on the instance-specific queue.
 
         Signal handlers are installed only when called from the main thread; the previous
         ones are restored on return.
@@ -399,7 +660,9 @@ class Endpoint:
             self.start()
             assert self._pump is not None
             if once:
-                self._pump.drained.wait()
+                for each in self._pumps():  # the input queue and the instance-specific one
+                    while not each.drained.wait(0.1) and each.running:
+                        pass  # a signal's stop ends the wait too
                 self.stop()
             self.wait()
 
@@ -436,6 +699,11 @@ class Endpoint:
 
     # -- for the strategies ----------------------------------------------------------------
     @property
+    def instrumentation(self) -> Instrumentation | None:
+        """The endpoint's instrumentation, else its transport's (None: nothing is traced)."""
+        return self._instrumentation or self.transport.instrumentation
+
+    @property
     def mode(self) -> TransactionMode:
         """The transaction mode of the settings."""
         return self.settings.transaction_mode
@@ -443,5 +711,13 @@ class Endpoint:
     def failure_headers(
         self, message: IncomingMessage, error: BaseException
     ) -> dict[str, str | None]:
-        """The headers NServiceBus adds to a message it moves to the error queue."""
-        return forwarding.failure_headers(self.address_text, self.name, self.machine, error)
+        """The headers NServiceBus adds to a message it moves to the error queue.
+
+        ``FailedQ`` is the queue the message was received from: the input queue, or the
+        instance-specific one.
+        """
+        failed_queue = self.address_text
+        instance = self.instance_address
+        if instance is not None and message.queue == str(self.transport.address(instance)):
+            failed_queue = self.transport.address_text(instance)
+        return forwarding.failure_headers(failed_queue, self.name, self.machine, error)

@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 
 #: Errors of the database (rather than of a handler) that the circuit breakers count.
 DATABASE_ERRORS: tuple[type[BaseException], ...] = (exceptions.DatabaseError, exc.DBAPIError)
-_OUTCOMES = ("handled", "failed", "retried", "expired", "poison")
+_OUTCOMES = ("handled", "failed", "retried", "delayed", "expired", "poison")
 #: Most receive tasks started after one peek (a peek of a huge queue is re-done after them).
 _MAX_TICKETS = 10_000
 
@@ -56,6 +56,7 @@ class PumpStats:
     handled: int = 0
     failed: int = 0
     retried: int = 0
+    delayed: int = 0
     expired: int = 0
     poison: int = 0
     in_flight: int = 0
@@ -65,7 +66,9 @@ class PumpStats:
     @property
     def received(self) -> int:
         """Messages taken off the queue, whatever became of them."""
-        return self.handled + self.failed + self.retried + self.expired + self.poison
+        return (
+            self.handled + self.failed + self.retried + self.delayed + self.expired + self.poison
+        )
 
     def rate(self) -> float:
         """Messages received per second since the start."""
@@ -217,13 +220,22 @@ class _Slot:
 class MessagePump:
     """The peek loop and the worker threads of one endpoint (see the module docstring)."""
 
-    def __init__(self, endpoint: Endpoint, strategy: ReceiveStrategy) -> None:
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        strategy: ReceiveStrategy,
+        concurrency: int | None = None,
+    ) -> None:
         self.endpoint = endpoint
         self.strategy = strategy
-        self.queue = endpoint.name
+        #: The queue pumped: the strategy's (the input queue, or the instance-specific one).
+        self.queue = strategy.queue
         self.settings = endpoint.settings
+        #: Worker threads, so messages handled at once at most.
+        self.concurrency = self.settings.concurrency if concurrency is None else concurrency
         self.stats = PumpStats()
-        #: Set when a peek found nothing and no handler was running (``sqlqueue run --once``).
+        #: Set once a peek and then a receive found nothing with no handler running
+        #: (``sqlqueue run --once``); never cleared.
         self.drained = threading.Event()
         self._stopping = threading.Event()
         self._stopped = threading.Event()
@@ -238,10 +250,10 @@ class MessagePump:
         self._local_wakeups: wakeup.LocalWakeups | None = None
         self._address: addressing.QueueAddress | None = None
         self.peek_breaker = CircuitBreaker(
-            "peek", self.queue, self.settings, self._stopping, endpoint.on_critical_error
+            "peek", str(self.queue), self.settings, self._stopping, endpoint.on_critical_error
         )
         self.receive_breaker = CircuitBreaker(
-            "receive", self.queue, self.settings, self._stopping, endpoint.on_critical_error
+            "receive", str(self.queue), self.settings, self._stopping, endpoint.on_critical_error
         )
 
     @property
@@ -263,7 +275,7 @@ class MessagePump:
         if notify:
             self._listener = wakeup.NotifyListener(transport.engine, self._address, self.wake)
             self._listener.start()
-        for number in range(self.settings.concurrency):
+        for number in range(self.concurrency):
             thread = threading.Thread(
                 target=self._work, name=f"{self.queue} worker {number}", daemon=True
             )
@@ -283,7 +295,7 @@ class MessagePump:
         try:
             while not self._stopping.is_set():
                 with self._condition:
-                    while self._busy >= self.settings.concurrency and not self._stopping.is_set():
+                    while self._busy >= self.concurrency and not self._stopping.is_set():
                         self._condition.wait(0.5)
                 if self._stopping.is_set():
                     break
@@ -294,9 +306,8 @@ class MessagePump:
                     continue
                 self.peek_breaker.success()
                 if count <= 0:
-                    with self._condition:
-                        if self._busy == 0:
-                            self.drained.set()
+                    if not self.drained.is_set() and self._confirm_empty():
+                        continue  # the receive found what the peek did not count: go on
                     self._wake.wait(self.settings.peek_delay)
                     self._wake.clear()
                     continue
@@ -317,6 +328,31 @@ class MessagePump:
         finally:
             for _ in self._threads:
                 self._tickets.put(None)
+
+    def _confirm_empty(self) -> bool:
+        """After an empty peek, until ``drained`` is set: one receive, to be sure it is empty.
+
+        A peek is an estimate (SQL Server's skips rows others hold, which a rollback returns),
+        so an empty one alone does not prove the queue drained. ``drained`` is set when this
+        receive also finds nothing, no handler is in flight and the receive did not fail.
+        Return whether the receive found a message (then the loop peeks again at once).
+        """
+        with self._condition:
+            if self._busy:
+                return False
+        batch = _Batch(1)
+        self._tickets.put(batch)
+        while not batch.done.wait(0.5):
+            if self._stopping.is_set():
+                return False
+        if not batch.empty:
+            return True
+        with self._condition:
+            while self._busy and not self._stopping.is_set():
+                self._condition.wait(0.5)
+            if not self._busy and not self.receive_breaker.armed:
+                self.drained.set()
+        return False
 
     def _work(self) -> None:
         while True:
@@ -358,18 +394,27 @@ class MessagePump:
         with self._condition:
             if outcome in _OUTCOMES:
                 setattr(self.stats, outcome, getattr(self.stats, outcome) + 1)
+        instrumentation = self.endpoint.instrumentation
+        if instrumentation is not None:
+            instrumentation.outcome(self.endpoint.transport.queue(self.queue).name, outcome)
 
     # -- stopping ---------------------------------------------------------------------------
-    def stop(self, timeout: float) -> bool:
-        """Stop taking messages; wait up to *timeout* s for handlers, abandon the rest."""
-        if self._stopped.is_set():
-            return True
+    def stop_taking(self) -> None:
+        """Take no more messages (the handlers in flight go on); :meth:`stop` waits for them."""
+        if self._stopping.is_set():
+            return
         self._stopping.set()
         self._wake.set()
         if self._local_wakeups is not None and self._address is not None:
             self._local_wakeups.unregister(self._address.table, self.wake)
         if self._listener is not None:
             self._listener.stop()
+
+    def stop(self, timeout: float) -> bool:
+        """Stop taking messages; wait up to *timeout* s for handlers, abandon the rest."""
+        if self._stopped.is_set():
+            return True
+        self.stop_taking()
         deadline = time.monotonic() + timeout
         with self._condition:
             while self._busy and time.monotonic() < deadline:

@@ -20,6 +20,8 @@ log = logging.getLogger(__name__)
 DEFAULT_CONCURRENCY = max(os.cpu_count() or 1, 2)
 #: Shortest peek delay accepted (NServiceBus refuses less: it only stresses the database).
 MIN_PEEK_DELAY = 0.1
+#: Longest delay one delayed retry may wait, in seconds (NServiceBus: 24 hours).
+MAX_DELAYED_RETRY = 24 * 3600.0
 #: Longest peek delay accepted without a warning (messages may back up for that long).
 MAX_QUIET_PEEK_DELAY = 10.0
 
@@ -63,6 +65,16 @@ class EndpointSettings:
         free slots).
     :param immediate_retries: times a failed message is retried at once before it is moved to
         the error queue (NServiceBus: 5). Mode NONE never retries: the message is gone.
+    :param delayed_retries: times a message that failed its immediate retries is sent back
+        through native delayed delivery before it goes to the error queue (NServiceBus: 3;
+        0 switches them off). The count travels in the message (``NServiceBus.Retries``), so
+        it survives a restart. Mode NONE never retries.
+    :param delayed_retry_increase: seconds the delay grows by per delayed retry
+        (NServiceBus's ``TimeIncrease``, 10 s: the retries wait 10, 20, 30 s).
+    :param delayed_delivery: run the mover of ``<endpoint>.Delayed`` (and create the table
+        with the queues); off, delayed sends to this endpoint and delayed retries never mature.
+    :param delayed_batch_size: matured delayed messages moved per transaction (NServiceBus:
+        100).
     :param error_queue: where messages that fail every retry (and poison rows) go.
     :param audit_queue: where a copy of every processed message goes, with the processing
         headers (``None``: no audit, NServiceBus's default).
@@ -74,10 +86,18 @@ class EndpointSettings:
     :param max_backoff: cap of that wait.
     :param purge_expired_at_startup: delete expired messages when the endpoint starts.
     :param create_queues: create the input and error queues at start-up if missing.
+    :param instance_name: this instance's discriminator: the endpoint also receives on the
+        instance-specific queue ``<endpoint>.<instance_name>`` (NServiceBus's uniquely
+        addressable instance), created at start-up with the input queue, so replies to sends
+        made with ``reply_to_this_instance=True`` come back to this instance. ``None``: none.
+    :param instance_concurrency: messages of the instance-specific queue handled at once, by
+        workers of its own (default 1).
     :param notify: PostgreSQL only: wake up on ``NOTIFY`` from a trigger on the queue table
         (installed at start-up) instead of waiting for the next peek. Off by default: the
         trigger cost 5% to 24% of concurrent send throughput when measured (docs/endpoint.md).
         Sends of this process wake its endpoints on every database regardless.
+    :param auto_subscribe: subscribe at start-up to the event types the endpoint handles
+        (registered with ``handle(..., event=True)``), as NServiceBus does.
     """
 
     concurrency: int = DEFAULT_CONCURRENCY
@@ -85,6 +105,10 @@ class EndpointSettings:
     peek_delay: float = 1.0
     peek_batch_size: int | None = None
     immediate_retries: int = 5
+    delayed_retries: int = 3
+    delayed_retry_increase: float = 10.0
+    delayed_delivery: bool = True
+    delayed_batch_size: int = 100
     error_queue: str = "error"
     audit_queue: str | None = None
     shutdown_timeout: float = 30.0
@@ -94,6 +118,9 @@ class EndpointSettings:
     purge_expired_at_startup: bool = False
     create_queues: bool = True
     notify: bool = False
+    auto_subscribe: bool = True
+    instance_name: str | None = None
+    instance_concurrency: int = 1
 
     def __post_init__(self) -> None:
         _whole("concurrency", self.concurrency, 1, 1_000)
@@ -121,6 +148,21 @@ class EndpointSettings:
         if self.peek_batch_size is not None:
             _whole("peek_batch_size", self.peek_batch_size, 1, 100_000)
         _whole("immediate_retries", self.immediate_retries, 0, 100)
+        _whole("delayed_retries", self.delayed_retries, 0, 100)
+        _whole("delayed_batch_size", self.delayed_batch_size, 1, 10_000)
+        config.seconds(
+            "delayed_retry_increase", self.delayed_retry_increase, minimum=0, allow_equal=False
+        )
+        if self.delayed_retries * self.delayed_retry_increase > MAX_DELAYED_RETRY:
+            raise exceptions.ConfigurationError(
+                f"delayed retries of {self.delayed_retry_increase!r} s each up to "
+                f"{self.delayed_retries} times would wait longer than 24 hours (NServiceBus's "
+                "limit)"
+            )
+        if not isinstance(self.delayed_delivery, bool):
+            raise exceptions.ConfigurationError(
+                f"delayed_delivery {self.delayed_delivery!r} must be True or False"
+            )
         if not isinstance(self.error_queue, str) or not self.error_queue.strip():
             raise exceptions.ConfigurationError(
                 f"error_queue {self.error_queue!r} must name a queue"
@@ -131,6 +173,13 @@ class EndpointSettings:
             raise exceptions.ConfigurationError(
                 f"audit_queue {self.audit_queue!r} must name a queue, or be None for no audit"
             )
+        if self.instance_name is not None and (
+            not isinstance(self.instance_name, str) or not self.instance_name.strip()
+        ):
+            raise exceptions.ConfigurationError(
+                f"instance_name {self.instance_name!r} must be a non-blank name (or None)"
+            )
+        _whole("instance_concurrency", self.instance_concurrency, 1, 1_000)
         config.seconds("shutdown_timeout", self.shutdown_timeout, minimum=0)
         config.seconds("critical_error_after", self.critical_error_after, minimum=0)
         config.seconds("initial_backoff", self.initial_backoff, minimum=0, allow_equal=False)

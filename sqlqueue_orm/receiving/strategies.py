@@ -37,7 +37,7 @@ from sqlalchemy.orm import Session
 
 from sqlqueue_orm import addressing, dialects, exceptions
 from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage
-from sqlqueue_orm.receiving import forwarding
+from sqlqueue_orm.receiving import forwarding, recoverability
 from sqlqueue_orm.receiving.settings import TransactionMode
 
 if TYPE_CHECKING:
@@ -103,10 +103,13 @@ class ReceiveStrategy:
 
     mode: ClassVar[TransactionMode]
 
-    def __init__(self, endpoint: Endpoint) -> None:
+    def __init__(
+        self, endpoint: Endpoint, queue: str | addressing.QueueAddress | None = None
+    ) -> None:
         self.endpoint = endpoint
         self.transport = endpoint.transport
-        self.queue = endpoint.name
+        #: The queue received from: the endpoint's input queue, or its instance-specific one.
+        self.queue: str | addressing.QueueAddress = endpoint.name if queue is None else queue
         self.failures = FailureCounts()
         self._local = threading.local()
 
@@ -120,6 +123,7 @@ class ReceiveStrategy:
             sent.append(destination)
             return message_id
 
+        send.connection = connection  # type: ignore[attr-defined]  # defer stores on it too
         return send
 
     def _wake_destinations(self) -> None:
@@ -181,6 +185,33 @@ class ReceiveStrategy:
         forwarding.forward(self.transport, error_queue, row, connection)
         self.failures.forget(str(message.id))
 
+    def _forward_delayed(
+        self, connection: Connection, message: IncomingMessage
+    ) -> IncomingMessage | None:
+        """A matured delayed message to handle here, or None when it left the queue.
+
+        It leaves when forwarded on, or for the error queue when its destination does not
+        exist, in *connection*'s transaction.
+        """
+        try:
+            local, destination = recoverability.arrived(
+                self.endpoint, connection, message, self.queue
+            )
+        except exceptions.QueueNotFound as error:
+            self._to_error_queue(connection, message, error)
+            return None
+        if destination is None:
+            return local
+        self._local.forwarded = destination
+        return None
+
+    def _wake_forwarded(self) -> None:
+        """Wake this process's endpoint of the queue a delayed message was forwarded to."""
+        destination = getattr(self._local, "forwarded", None)
+        self._local.forwarded = None
+        if destination is not None:
+            for hook in self.transport.sent_hooks:
+                hook(destination)
     def _audit(
         self, connection: Connection | None, message: IncomingMessage, started: dt.datetime
     ) -> None:
@@ -230,7 +261,13 @@ class NoTransaction(ReceiveStrategy):
                 slot.commit(transaction)
                 slot.outcome("poison")
                 return
+            local = self._forward_delayed(connection, message)
             slot.commit(transaction)  # the message is gone from here on
+            if local is None:
+                self._wake_forwarded()
+                slot.outcome("handled")
+                return
+            message = local
         if message.expired:
             self._discard_expired(message)
             slot.outcome("expired")
@@ -283,6 +320,13 @@ class _NativeTransaction(ReceiveStrategy):
                 slot.commit(transaction)
                 slot.outcome("poison")
                 return
+            local = self._forward_delayed(connection, message)
+            if local is None:
+                slot.commit(transaction)
+                self._wake_forwarded()
+                slot.outcome("handled")
+                return
+            message = local
             started = dt.datetime.now(dt.UTC)
             savepoint = connection.begin_nested()
             try:
@@ -292,8 +336,10 @@ class _NativeTransaction(ReceiveStrategy):
                 if savepoint.is_active:
                     savepoint.rollback()
                 attempts = self.failures.record(str(message.id))
-                retry = attempts <= self.endpoint.settings.immediate_retries
-                if retry and not _is_permanent(error):
+                decision = recoverability.decide(
+                    self.endpoint, message, attempts, _is_permanent(error)
+                )
+                if decision.action == recoverability.IMMEDIATE:
                     log.warning(
                         "queue %s: message %s failed (attempt %d), retrying: %s: %s",
                         self.queue,
@@ -304,6 +350,14 @@ class _NativeTransaction(ReceiveStrategy):
                     )
                     transaction.rollback()
                     slot.outcome("retried")
+                    return
+                if decision.action == recoverability.DELAYED:
+                    recoverability.retry_later(
+                        self.endpoint, connection, message, decision, self.queue
+                    )
+                    slot.commit(transaction)
+                    self.failures.forget(str(message.id))
+                    slot.outcome("delayed")
                     return
                 self._to_error_queue(connection, message, error)
                 slot.commit(transaction)
@@ -385,8 +439,10 @@ class OutboxStrategy(_NativeTransaction):
 
     mode = TransactionMode.OUTBOX
 
-    def __init__(self, endpoint: Endpoint) -> None:
-        super().__init__(endpoint)
+    def __init__(
+        self, endpoint: Endpoint, queue: str | addressing.QueueAddress | None = None
+    ) -> None:
+        super().__init__(endpoint, queue)
         from sqlqueue_orm.sending.outbox import Outbox
 
         self.outbox = endpoint.outbox or Outbox(endpoint.user_transport)
@@ -445,8 +501,12 @@ def _same_database(endpoint: Endpoint) -> bool:
     return mine is theirs or str(mine.url) == str(theirs.url)
 
 
-def for_endpoint(endpoint: Endpoint) -> ReceiveStrategy:
+def for_endpoint(
+    endpoint: Endpoint, queue: str | addressing.QueueAddress | None = None
+) -> ReceiveStrategy:
     """The strategy of *endpoint*'s mode, after checking the databases can honour it.
+
+    :param queue: the queue it receives from (default the endpoint's input queue).
 
     :raises ConfigurationError: TRANSACTION_SCOPE with user data in another database (use the
         outbox); on SQLite, a mode that would need a second writer while the receive is open.
@@ -472,4 +532,4 @@ def for_endpoint(endpoint: Endpoint) -> ReceiveStrategy:
                 "while the receive holds SQLite's only write lock; use TRANSACTION_SCOPE "
                 "(everything in one transaction) or NONE"
             )
-    return STRATEGIES[mode](endpoint)
+    return STRATEGIES[mode](endpoint, queue)

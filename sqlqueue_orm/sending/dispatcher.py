@@ -19,6 +19,7 @@ from sqlalchemy import exc
 
 from sqlqueue_orm import db, exceptions
 from sqlqueue_orm.config import DispatcherSettings
+from sqlqueue_orm.models.outbox import TABLE_NAME
 from sqlqueue_orm.sending.outbox import DispatchReport, Outbox
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,16 @@ class OutboxDispatcher:
 
     def dispatch_batch(self) -> DispatchReport:
         """Claim and dispatch one batch of due records (one transaction)."""
+        instrumentation = self.outbox.transport.instrumentation
+        if instrumentation is not None:
+            report = instrumentation.dispatch(TABLE_NAME, self._dispatch_batch)
+            backlog = self.outbox.backlog().pending
+            sent = sum(report.messages.values())
+            instrumentation.dispatched(TABLE_NAME, report.dispatched, sent, backlog)
+            return report
+        return self._dispatch_batch()
+
+    def _dispatch_batch(self) -> DispatchReport:
         settings = self.settings
         report = self.outbox.dispatch_due(
             batch_size=settings.batch_size,

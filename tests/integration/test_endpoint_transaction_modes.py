@@ -58,7 +58,8 @@ def make_endpoint(database, tmp_path, mode: TransactionMode):  # type: ignore[no
         user_engine = db.create_engine(f"sqlite:///{tmp_path / 'user.db'}")
     UserBase.metadata.create_all(user_engine)
     settings = EndpointSettings(
-        concurrency=2, transaction_mode=mode, peek_delay=0.1, immediate_retries=RETRIES
+        concurrency=2, transaction_mode=mode, peek_delay=0.1, immediate_retries=RETRIES,
+        delayed_retries=0,
     )
     endpoint = Endpoint("orders", transport, settings=settings, user_database=user_engine)
     transport.create_queue("out")
@@ -168,7 +169,9 @@ def test_outgoing_messages_carry_the_conversation_headers(database):
 def test_several_handlers_of_a_type_run_in_order_in_one_transaction(database):
     transport = database.transport()
     UserBase.metadata.create_all(database.engine)
-    endpoint = Endpoint("orders", transport, peek_delay=0.1, immediate_retries=0)
+    endpoint = Endpoint(
+        "orders", transport, peek_delay=0.1, immediate_retries=0, delayed_retries=0
+    )
     calls: list[str] = []
 
     @endpoint.handle(Job)

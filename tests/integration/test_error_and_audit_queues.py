@@ -39,7 +39,8 @@ class Strict(pydantic.BaseModel):
 
 def settings(mode: TransactionMode, **changes: object) -> EndpointSettings:
     values: dict[str, object] = {"concurrency": 1, "transaction_mode": mode,
-                                 "peek_delay": 0.1, "immediate_retries": 2, **changes}
+                                 "peek_delay": 0.1, "immediate_retries": 2, "delayed_retries": 0,
+                                 **changes}
     return EndpointSettings(**values)  # type: ignore[arg-type]
 
 

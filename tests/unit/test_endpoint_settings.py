@@ -19,6 +19,8 @@ def test_defaults_are_nservicebus_defaults():
     assert settings.shutdown_timeout == 30.0
     assert settings.critical_error_after == 30.0
     assert settings.transaction_mode is TransactionMode.TRANSACTION_SCOPE
+    assert settings.instance_name is None
+    assert settings.instance_concurrency == 1
 
 
 @pytest.mark.parametrize(
@@ -33,6 +35,8 @@ def test_defaults_are_nservicebus_defaults():
         ({"error_queue": " "}, "error_queue ' '"),
         ({"max_backoff": 0.01}, "max_backoff 0.01 is below initial_backoff"),
         ({"shutdown_timeout": -1}, "shutdown_timeout -1"),
+        ({"instance_name": " "}, "instance_name ' '"),
+        ({"instance_concurrency": 0}, "instance_concurrency 0"),
     ],
 )
 def test_bad_values_are_refused_by_name(changes, named):

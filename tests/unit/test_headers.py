@@ -137,6 +137,32 @@ def test_time_format():
         headers.parse_time("2026-01-02T03:04:05Z")
 
 
+def test_now_text_is_the_wire_format_of_now_across_second_boundaries(monkeypatch):
+    """The per-second cache never pairs one second's text with another's microseconds."""
+    base = int(dt.datetime(2026, 12, 31, 23, 59, 58, tzinfo=dt.UTC).timestamp()) * 10**9
+    steps = [0, 999_999_000, 1_000_000_000, 1_000_001_000, 2_500_000_000, 1_000_000_000]
+    for step in steps:  # forwards over two boundaries (a new year), then back (clock set back)
+        monkeypatch.setattr(headers.time, "time_ns", lambda step=step: base + step)
+        expected = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(
+            microseconds=(base + step) // 1000
+        )
+        assert headers.now_text() == headers.format_time(expected)
+    monkeypatch.undo()
+    before = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    text = headers.now_text()
+    after = dt.datetime.now(dt.UTC)
+    assert before <= headers.parse_time(text) <= after
+
+
+def test_a_str_subclass_header_is_accepted_and_an_int_refused():
+    class Name(str):
+        pass
+
+    assert headers.serialize({Name("k"): Name("v")}) == '{"k":"v"}'
+    with pytest.raises(InvalidMessage, match="'k'"):
+        headers.serialize({"k": 1})  # type: ignore[dict-item]
+
+
 @pytest.mark.parametrize(
     ("seconds", "text"),
     [(60, "00:01:00"), (0.001, "00:00:00.0010000"), (90061.5, "1.01:01:01.5000000")],
@@ -168,3 +194,35 @@ def test_decode_never_raises_whatever_the_column_holds(raw):
         assert values == {}
         assert kept == (raw if raw is not None else "") or kept == raw.decode("utf-8")
     headers.decode(raw, "utf-16-le")
+
+
+_SENT_KEYS = (headers.MESSAGE_ID, headers.TIME_SENT)
+
+
+@given(
+    st.dictionaries(st.text().filter(lambda key: key not in _SENT_KEYS), st.none() | st.text()),
+    st.text(min_size=1),
+    st.text(),
+)
+def test_serialize_sent_equals_serialize_with_the_two_keys_added(values, message_id, sent):
+    expected = headers.serialize({**values, headers.MESSAGE_ID: message_id,
+                                  headers.TIME_SENT: sent})
+    assert headers.serialize_sent(values, message_id, sent) == expected
+    assert headers.serialize_sent(values, message_id, sent) == expected  # from the cache
+
+
+def test_serialize_sent_checks_values_the_cache_has_not_seen():
+    values: dict[str, object] = {"k": "v", "a/b": "c/d"}
+    first = headers.serialize_sent(values, "id", "now")  # type: ignore[arg-type]
+    assert first == (
+        '{"k":"v","a\\/b":"c\\/d","NServiceBus.MessageId":"id","NServiceBus.TimeSent":"now"}'
+    )
+    values["k"] = 1  # the same dict, changed: its items no longer match the cached ones
+    with pytest.raises(InvalidMessage, match="'k'"):
+        headers.serialize_sent(values, "id", "now")  # type: ignore[arg-type]
+    values["k"] = ["unhashable"]
+    with pytest.raises(InvalidMessage, match="'k'"):
+        headers.serialize_sent(values, "id", "now")  # type: ignore[arg-type]
+    assert headers.serialize_sent({}, "i/d", "t") == (
+        '{"NServiceBus.MessageId":"i\\/d","NServiceBus.TimeSent":"t"}'
+    )

@@ -1,3 +1,4 @@
+import dataclasses
 import datetime as dt
 import math
 import uuid
@@ -60,3 +61,44 @@ def test_poison_headers_are_kept_raw():
     assert message.headers == {}
     assert message.headers_error
     assert message.raw_headers == "{not json"
+
+
+_NOW = dt.datetime(2026, 5, 1, 12, 0, tzinfo=dt.UTC)
+
+
+@pytest.mark.parametrize(
+    ("given", "ttbr", "body"),
+    [
+        ({}, None, b"x"),  # the cached form: MessageId and TimeSent after the caller's headers
+        ({"a": "1", "b": None}, None, "text"),
+        ({"a": "1", headers.TIME_TO_BE_RECEIVED: "00:01:00"}, 60, b"x"),
+        ({"a": "1"}, 60, b"x"),  # TTBR header added: the ordinary form
+        ({headers.MESSAGE_ID: "theirs", "a": "1"}, None, b"x"),  # replaced in its place
+        ({"a": "1", headers.TIME_SENT: None}, None, b"x"),  # a caller's null is kept
+        ({"a": "1"}, None, OrderPlaced(order_id=1, customer="c")),
+    ],
+)
+def test_prepared_headers_are_the_wire_format_of_what_prepare_adds(given, ttbr, body):
+    """Whichever way prepare writes them, the text is serialize() of the headers in order."""
+    message = OutgoingMessage(body, headers=given, time_to_be_received=ttbr, message_id="m-1")
+    for _ in range(2):  # the second time from the cache, where it applies
+        prepared = message.prepare(now=_NOW)
+        values = headers.deserialize(prepared.headers)
+        assert headers.serialize(values) == prepared.headers
+        assert list(values)[: len(given)] == list(given)
+        assert values[headers.MESSAGE_ID] == "m-1"  # message_id= wins over the header
+        expected_sent = given[headers.TIME_SENT] if headers.TIME_SENT in given else (
+            "2026-05-01 12:00:00:000000 Z"
+        )
+        assert values[headers.TIME_SENT] == expected_sent
+
+
+def test_from_row_builds_what_the_constructor_builds():
+    """from_row sets the fields directly: every field, the same values, still frozen."""
+    native = uuid.uuid4()
+    built = IncomingMessage.from_row(native, 7, '{"a":"b"}', b"body", True, "q")
+    assert built == IncomingMessage(native, 7, {"a": "b"}, b"body", True, '{"a":"b"}', None, "q")
+    assert vars(built).keys() == {field.name for field in dataclasses.fields(IncomingMessage)}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        built.body = b"other"  # type: ignore[misc]
+    assert hash(built.id) == hash(native) and "row_version=7" in repr(built)

@@ -8,6 +8,9 @@ EXPECTED_ALL = [
     "ConfigurationError",
     "DatabaseError",
     "DuplicateMessage",
+    "Endpoint",
+    "EndpointSettings",
+    "HandlerContext",
     "IncomingMessage",
     "Outbox",
     "OutboxDispatcher",
@@ -16,6 +19,7 @@ EXPECTED_ALL = [
     "QueueNotFound",
     "Routing",
     "SqlQueueError",
+    "TransactionMode",
     "Transport",
     "UnitOfWork",
     "__version__",
@@ -26,13 +30,47 @@ EXPECTED_ALL = [
 
 TRANSPORT_METHODS = {
     "create_queue": "(self, queue, *, body_string=False)",
-    "send": "(self, queue, message, connection=None)",
+    "send": (
+        "(self, queue, message, connection=None, *, delay=None, deliver_at=None, endpoint=None)"
+    ),
     "send_many": "(self, queue, messages, connection=None)",
     "receive": "(self, queue, max_messages=1, connection=None)",
     "peek": "(self, queue, connection=None)",
     "purge_expired": "(self, queue, batch_size=10000)",
     "purge_all": "(self, queue)",
     "list_queues": "(self, schemas=None)",
+    "create_subscription_table": "(self)",
+    "subscribe": "(self, endpoint, topic, queue=None, connection=None)",
+    "unsubscribe": "(self, endpoint, topic, connection=None)",
+    "publish": "(self, event, connection=None, *, type_names=None, topics=None)",
+}
+
+ENDPOINT_METHODS = {
+    "__init__": (
+        "(self, name, transport, *, settings=None, user_database=None, outbox=None, "
+        "on_critical_error=None, instrumentation=None, **overrides)"
+    ),
+    "handle": "(self, model, handler=None, *, type_name=None, event=False)",
+    "map_type": "(self, model, type_name)",
+    "subscribe": "(self, event_type, connection=None)",
+    "unsubscribe": "(self, event_type, connection=None)",
+    "publish": "(self, event, connection=None)",
+    "handle_raw": "(self, handler)",
+    "send": (
+        "(self, destination, message, connection=None, *, delay=None, deliver_at=None, "
+        "reply_to_this_instance=False)"
+    ),
+    "start": "(self)",
+    "stop": "(self, timeout=None)",
+    "wait": "(self, timeout=None)",
+    "run": "(self, *, once=False)",
+    "close": "(self)",
+}
+
+HANDLER_CONTEXT_METHODS = {
+    "send": "(self, destination, message, *, reply_to_this_instance=False)",
+    "reply": "(self, message)",
+    "publish": "(self, event)",
 }
 
 
@@ -55,6 +93,16 @@ def test_all_is_sorted_and_as_approved():
 def test_transport_signatures():
     for name, expected in TRANSPORT_METHODS.items():
         assert _plain(inspect.signature(getattr(sqlqueue_orm.Transport, name))) == expected, name
+
+
+def test_endpoint_signatures():
+    for cls, methods in (
+        (sqlqueue_orm.Endpoint, ENDPOINT_METHODS),
+        (sqlqueue_orm.HandlerContext, HANDLER_CONTEXT_METHODS),
+    ):
+        for name, expected in methods.items():
+            signature = _plain(inspect.signature(getattr(cls, name)))
+            assert signature == expected, (cls.__name__, name)
 
 
 def test_every_public_name_has_a_docstring():

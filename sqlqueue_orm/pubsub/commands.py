@@ -1,0 +1,48 @@
+"""``sqlqueue subscriptions [--json]``: who receives which event (the subscription table).
+
+One line per subscription, by topic then endpoint: ``TOPIC<TAB>ENDPOINT<TAB>QUEUE_ADDRESS``, or
+with ``--json`` one object a line (``topic``, ``endpoint``, ``queue_address``). A table that does
+not exist is an error naming it (exit status 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from sqlqueue_orm.cli import arguments
+from sqlqueue_orm.models import subscription
+from sqlqueue_orm.pubsub.subscriptions import SubscriptionSettings, SubscriptionStore
+
+
+def _cmd_subscriptions(args: argparse.Namespace) -> int:
+    transport = args.context.transport
+    if args.table == subscription.TABLE_NAME and args.schema is None:
+        store = transport.subscriptions
+    else:
+        settings = SubscriptionSettings(table=args.table, schema=args.schema)
+        store = SubscriptionStore(transport.engine, settings)
+    for row in store.read_all():
+        if args.json:
+            print(json.dumps(
+                {"topic": row.topic, "endpoint": row.endpoint, "queue_address": row.queue_address},
+                ensure_ascii=False,
+            ))
+        else:
+            print(f"{row.topic}\t{row.endpoint}\t{row.queue_address}")
+    return 0
+
+
+def register(commands: Any) -> None:
+    """Add ``subscriptions`` to the ``sqlqueue`` parser."""
+    sub = commands.add_parser(
+        "subscriptions", help="list the subscription table: topic, endpoint, queue address"
+    )
+    sub.add_argument("--json", action="store_true",
+                     help="one JSON object a line: topic, endpoint, queue_address")
+    sub.add_argument("--table", type=arguments.utf8_text, default=subscription.TABLE_NAME,
+                     help=f"the subscription table (default {subscription.TABLE_NAME})")
+    sub.add_argument("--schema", type=arguments.utf8_text, default=None,
+                     help="its schema (default: the database's default schema)")
+    sub.set_defaults(func=_cmd_subscriptions)
