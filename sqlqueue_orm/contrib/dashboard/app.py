@@ -479,8 +479,38 @@ class _Pages:
         return self.render(request, "outbox.html", backlog=backlog, missing=None)
 
     async def delayed(self, request: Request) -> Response:
-        """Delayed messages by due time (a placeholder until the library can list them)."""
-        return self.render(request, "delayed.html")
+        """Delayed messages of every delayed table (or one endpoint's), earliest due first."""
+        endpoint = request.query_params.get("endpoint") or None
+        try:
+            limit = _limit(request.query_params.get("limit"))
+            waiting = await self.call(
+                self.dashboard.transport.browse_delayed, endpoint, self.dashboard.schemas, limit
+            )
+        except BadInput as error:
+            return self.problem(request, 400, str(error))
+        except exceptions.ConfigurationError as error:  # an endpoint with no delayed table
+            return self.problem(request, 404, str(error))
+        except exceptions.SqlQueueError as error:
+            return self.problem(request, 503, str(error))
+        now = dt.datetime.now(dt.UTC)
+        rows = [
+            {"message": message, "in": _remaining(message.due - now),
+             "size": len(message.body or b"")}
+            for message in waiting
+        ]
+        return self.render(request, "delayed.html", rows=rows, endpoint=endpoint or "",
+                           limit=limit)
+
+
+def _remaining(delta: dt.timedelta) -> str:
+    seconds = delta.total_seconds()
+    if seconds <= 0:
+        return "due now"
+    if seconds < 120:
+        return f"in {seconds:.0f} s"
+    if seconds < 7200:
+        return f"in {seconds / 60:.0f} min"
+    return f"in {seconds / 3600:.1f} h"
 
 
 _READ_ONLY = ("the dashboard is read-only: start it with --allow-changes "
