@@ -397,6 +397,18 @@ class _BatchCommitter:
                 if mine and not name.startswith((current, "." + current)):
                     self.files.delete(self.files.child(parent, name))
 
+    def forget_through(self, batch_id: int) -> None:
+        """Forget this query's batches up to *batch_id*, which Spark has committed."""
+        if self.query_id is None:
+            return
+        prefix = self._prefix()
+        for directory in ("committed", "staging"):
+            parent = self.files.path(f"{_STATE_DIR}/{directory}")
+            for name in self.files.names(parent):
+                match = re.fullmatch(re.escape(prefix) + r"(\d{12})(\.json)?", name)
+                if match and int(match.group(1)) <= batch_id:
+                    self.files.delete(self.files.child(parent, name))
+
     def __call__(self, frame: Any, batch_id: int) -> None:
         """Write micro-batch *batch_id* to staging, commit it, move it into the dataset."""
         name = f"{self._prefix()}{batch_id:012d}"
@@ -441,16 +453,19 @@ class _BatchCommitter:
             self.files.move(self.files.child(staging, relative), self.files.path(relative))
 
 
-def _end_offset(query: Any) -> int | None:
-    """The end offset of the last batch the query committed (progress comes after commits)."""
-    ends = []
+def _last_committed(query: Any) -> tuple[int, int] | None:
+    """(batch id, end offset) of the last batch the query committed.
+
+    Read from its progress: Spark reports a batch's progress after its commit.
+    """
+    last: tuple[int, int] | None = None
     for progress in query.recentProgress:
         for source in progress.sources:
-            if source.endOffset:
-                end = json.loads(source.endOffset) if isinstance(source.endOffset, str) \
-                    else source.endOffset
-                ends.append(int(end["row_version"]))
-    return max(ends) if ends else None
+            if source.endOffset and progress.numInputRows:
+                end = source.endOffset
+                end = json.loads(end) if isinstance(end, str) else end
+                last = max(last or (-1, -1), (int(progress.batchId), int(end["row_version"])))
+    return last
 
 
 def ingest(
@@ -522,10 +537,11 @@ def ingest(
             _watch(query, address, batch_size, max_batches, follow, stop)
         finally:
             query.stop()
-        end = _end_offset(query)
-        if end is not None:
+        last = _last_committed(query)
+        if last is not None:
             _kill_point("deleted", committer.batches)
-            streaming.delete_through(engine, table, str(address), end)
+            streaming.delete_through(engine, table, str(address), last[1])
+            committer.forget_through(last[0])
         error = query.exception()
         if error is not None:
             raise IngestError(f"queue {str(address)!r}: the ingest stream failed: "

@@ -359,7 +359,7 @@ class QueueStreamReader(DataSourceStreamReader):
         self._engine: sa.Engine | None = None
         self._lock: ingesting.IngestLock | None = None
         self._fence: OffsetFence | None = None
-        self._deleted_through = -1
+        self._deleted_through = 0  # RowVersion and seq start at 1
 
     def __getstate__(self) -> dict[str, Any]:
         # Executors need only the options; the engine, lock and fence stay on the driver.
@@ -405,8 +405,18 @@ class QueueStreamReader(DataSourceStreamReader):
         Spark calls this only once the batch ending at *start* is committed, so the rows up to
         *start* are deleted first (a commit that a crash or a stop prevented).
         """
-        engine, fence = self._start()
         begin = int(start["row_version"])
+        try:
+            return {"row_version": self._latest(begin, limit)}
+        except exceptions.DatabaseError as error:
+            if not error.transient:
+                raise
+            # A lock timeout or a lost connection: no new batch this time; Spark asks again.
+            log.warning("queue %s: no new batch this time: %s", self.options.queue, error)
+            return {"row_version": begin}
+
+    def _latest(self, begin: int, limit: ReadLimit) -> int:
+        engine, fence = self._start()
         self.delete_through(begin)
         order = fence.table.c.RowVersion
         with db.wrap_db_errors(self.options.queue), engine.connect() as connection:
@@ -418,7 +428,7 @@ class QueueStreamReader(DataSourceStreamReader):
                 )
                 top = connection.execute(sa.select(sa.func.max(window.c[0]))).scalar()
                 end = begin if top is None else int(top)
-        return {"row_version": end}
+        return end
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[RowRange]:
         """``(start, end]`` in ranges of the order column, one Spark task (connection) each."""
