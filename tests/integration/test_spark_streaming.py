@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -29,6 +30,7 @@ import sqlalchemy as sa
 from sqlqueue_orm import headers
 from sqlqueue_orm.messages import OutgoingMessage
 from sqlqueue_orm.models.queue_table import queue_table
+from tests.conftest import only
 
 pytest.importorskip("pyspark")
 
@@ -81,7 +83,35 @@ def child_environment():
     return environment
 
 
-def wait_for(condition, what, timeout=120.0):
+def start_child(script, *arguments, log_path):
+    """A Spark driver process; its log goes to a file (a full pipe would stall it)."""
+    log = open(log_path, "w")  # closed by kill_child
+    child = subprocess.Popen(
+        [sys.executable, "-c", script, *arguments],
+        env=child_environment(), stdout=log, stderr=subprocess.STDOUT, text=True,
+    )
+    child.log = log
+    child.log_path = log_path
+    return child
+
+
+def kill_child(child, ready, what):
+    """SIGKILL *child* once *ready()*; fail with its log if it ended before."""
+    try:
+        wait_for(lambda: ready() or child.poll() is not None, what)
+        if child.poll() is not None:
+            with open(child.log_path) as log:
+                pytest.fail(f"the child ended before {what}: {log.read()[-3000:]}")
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        child.log.close()
+
+
+def wait_for(condition, what, timeout=300.0):
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
@@ -146,31 +176,20 @@ def test_stream_killed_and_restarted_from_its_checkpoint_delivers_each_message_o
     feeder = Feeder(transport, 400)
     feeder.start()
 
-    def run_until(kill_when):
-        child = subprocess.Popen(
-            [sys.executable, "-c", STREAM_TO_PARQUET, database.url, output, checkpoint],
-            env=child_environment(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            wait_for(lambda: kill_when() or child.poll() is not None, "the kill point")
-            assert child.poll() is None, child.stderr.read()[-3000:]
-            child.send_signal(signal.SIGKILL)
-            child.wait(timeout=60)
-        finally:
-            if child.poll() is None:
-                child.kill()
-                child.wait()
-            child.stderr.close()
+    def run_until(kill_when, what):
+        child = start_child(STREAM_TO_PARQUET, database.url, output, checkpoint,
+                            log_path=tmp_path / "child.log")
+        kill_child(child, kill_when, what)
 
     try:
         # 1. mid-batch: a batch planned (its offsets logged) but not committed
-        done = batch_files(checkpoint, "commits")
         run_until(lambda: len(batch_files(checkpoint, "commits")) >= 1
-                  and batch_files(checkpoint, "offsets") - batch_files(checkpoint, "commits"))
+                  and batch_files(checkpoint, "offsets") - batch_files(checkpoint, "commits"),
+                  "a batch in flight")
         # 2. just after a batch's commit, before the next latestOffset deletes its rows
         done = batch_files(checkpoint, "commits")
-        run_until(lambda: len(batch_files(checkpoint, "commits") - done) >= 2)
+        run_until(lambda: len(batch_files(checkpoint, "commits") - done) >= 2,
+                  "two more committed batches")
     finally:
         sent = feeder.stop()
 
@@ -266,22 +285,10 @@ def test_streaming_sink_killed_mid_batch_and_restarted_sends_each_row_once(
         for i in range(total):
             out.write(json.dumps({"order_id": i, "customer": f"c{i % 7}"}) + "\n")
 
-    child = subprocess.Popen(
-        [sys.executable, "-c", STREAM_TO_QUEUE, database.url, str(source), checkpoint],
-        env=child_environment(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )
-    try:
-        # Killed once some rows of the (only) batch are sent and before all are.
-        wait_for(lambda: queue_count(database.engine, "billing") >= 100 or child.poll() is not None,
-                 "the first sends")
-        assert child.poll() is None, child.stderr.read()[-3000:]
-        child.send_signal(signal.SIGKILL)
-        child.wait(timeout=60)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-        child.stderr.close()
+    child = start_child(STREAM_TO_QUEUE, database.url, str(source), checkpoint,
+                        log_path=tmp_path / "child.log")
+    # Killed once some rows of the (only) batch are sent and before all are.
+    kill_child(child, lambda: queue_count(database.engine, "billing") >= 100, "the first sends")
     partial = queue_count(database.engine, "billing")
     assert 0 < partial < total, partial
 
@@ -350,3 +357,47 @@ def test_batch_read_leaves_the_queue_unchanged_with_the_parsers_columns(
             if name != "ingested_at":
                 assert ours[name] == theirs[name], name
     assert {row["date"] for row in rows} == {dt.date(2024, 5, 6), dt.date(2024, 5, 7)}
+
+
+# -- ingest --follow ---------------------------------------------------------------------------
+FOLLOW = textwrap.dedent(
+    """
+    import sys
+    from sqlqueue_orm import cli
+    sys.exit(cli.main(sys.argv[1:]))
+    """
+)
+
+
+@only("sqlite")
+def test_ingest_follow_streams_until_sigterm(spark, database, tmp_path):
+    transport = database.transport()
+    transport.create_queue("audit")
+    transport.send_many("audit", [message(i) for i in range(50)])
+    path = str(tmp_path / "messages")
+    child = start_child(FOLLOW, "--url", database.url, "spark", "ingest", "--queue", "audit",
+                        "--path", path, "--follow", "--trigger", "0.5", "--master", "local[2]",
+                        log_path=tmp_path / "child.log")
+    try:
+        def landed():
+            if not os.path.isdir(path) or not any(n.startswith("date=") for n in os.listdir(path)):
+                return 0
+            return dataset.read_dataset(spark, path).count()
+
+        wait_for(lambda: landed() == 50 or child.poll() is not None, "the first messages")
+        transport.send_many("audit", [message(i) for i in range(50, 80)])  # while it runs
+        wait_for(lambda: landed() == 80 or child.poll() is not None, "the later messages")
+        assert child.poll() is None, open(child.log_path).read()[-3000:]
+        child.send_signal(signal.SIGTERM)
+        assert child.wait(timeout=120) == 0, open(child.log_path).read()[-3000:]
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        child.log.close()
+    output = open(child.log_path).read()
+    assert "audit: ingested 80 message(s)" in output, output[-3000:]
+    assert re.search(r"queue audit: batch \d+: \d+ message\(s\), \d+ msg/s in", output)
+    ids = [row["message_id"] for row in dataset.read_dataset(spark, path).collect()]
+    assert sorted(ids) == sorted(message(i).message_id for i in range(80))
+    assert queue_count(database.engine, "audit") == 0
