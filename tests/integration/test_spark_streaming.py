@@ -136,7 +136,7 @@ STREAM_TO_PARQUET = textwrap.dedent(
     streaming.register(spark)
     query = (
         spark.readStream.format("sqlqueue").option("url", url).option("queue", "audit")
-        .option("maxRowsPerBatch", "150").option("partitions", "3").load()
+        .option("maxRowsPerBatch", "100").option("partitions", "3").load()
         .writeStream.format("parquet").option("checkpointLocation", checkpoint)
         .trigger(processingTime="200 milliseconds").start(output)
     )
@@ -148,17 +148,18 @@ STREAM_TO_PARQUET = textwrap.dedent(
 class Feeder(threading.Thread):
     """Sends numbered messages to the audit queue, a few at a time, until stopped."""
 
-    def __init__(self, transport, first):
+    def __init__(self, transport, first, last):
         super().__init__(daemon=True)
         self.transport = transport
         self.next = first
+        self.last = last
         self.halt = threading.Event()
 
     def run(self):
-        while not self.halt.is_set():
-            self.transport.send_many("audit", [message(self.next + i) for i in range(15)])
-            self.next += 15
-            time.sleep(0.1)
+        while not self.halt.is_set() and self.next < self.last:
+            self.transport.send_many("audit", [message(self.next + i) for i in range(10)])
+            self.next += 10
+            time.sleep(0.2)
 
     def stop(self):
         self.halt.set()
@@ -171,9 +172,9 @@ def test_stream_killed_and_restarted_from_its_checkpoint_delivers_each_message_o
 ):
     transport = database.transport()
     transport.create_queue("audit")
-    transport.send_many("audit", [message(i) for i in range(400)])
+    transport.send_many("audit", [message(i) for i in range(300)])
     output, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
-    feeder = Feeder(transport, 400)
+    feeder = Feeder(transport, 300, 900)
     feeder.start()
 
     def run_until(kill_when, what):
@@ -196,7 +197,7 @@ def test_stream_killed_and_restarted_from_its_checkpoint_delivers_each_message_o
     # The rest in this process, from the same checkpoint, until the queue is drained.
     query = (
         spark.readStream.format("sqlqueue").option("url", database.url).option("queue", "audit")
-        .option("maxRowsPerBatch", "150").load()
+        .option("maxRowsPerBatch", "500").load()
         .writeStream.format("parquet").option("checkpointLocation", checkpoint).start(output)
     )
     try:
