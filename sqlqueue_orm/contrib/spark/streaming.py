@@ -690,8 +690,23 @@ class QueueDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> QueueBatchWriter:
         """One message per row of a batch write."""
-        return QueueBatchWriter(SinkOptions.parse(self.options, schema))
+        return QueueBatchWriter(prepare_sink(SinkOptions.parse(self.options, schema)))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> QueueStreamWriter:
         """One message per row of each micro-batch, exactly once per key."""
-        return QueueStreamWriter(SinkOptions.parse(self.options, schema))
+        return QueueStreamWriter(prepare_sink(SinkOptions.parse(self.options, schema)))
+
+
+def prepare_sink(options: SinkOptions) -> SinkOptions:
+    """Driver side, once: the destination must exist; the send ledger is created if missing.
+
+    :raises QueueNotFound: if the destination does not exist.
+    """
+    engine = db.create_engine(options.url, poolclass=sa.pool.NullPool)
+    try:
+        checks.require_queue(engine, addressing.QueueAddress.coerce(options.destination))
+        with db.wrap_db_errors(options.destination), engine.begin() as connection:
+            sending._ledger_table().create(connection, checkfirst=True)
+    finally:
+        engine.dispose()
+    return options
