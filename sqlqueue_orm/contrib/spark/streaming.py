@@ -53,6 +53,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import sqlalchemy as sa
+from pyspark.sql import types as T
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -515,8 +516,10 @@ class SinkOptions:
                     f"option {what}: column {column!r} is not in the DataFrame; its columns are "
                     f"{sorted(columns)}"
                 )
-        if body_column is None:
-            constant.setdefault(nsb_headers.CONTENT_TYPE, "application/json")
+        if body_column is None or isinstance(
+            schema[body_column].dataType, T.StructType | T.MapType | T.ArrayType
+        ):
+            constant.setdefault(nsb_headers.CONTENT_TYPE, "application/json")  # sent as JSON
         return cls(
             url=url,
             destination=destination,
