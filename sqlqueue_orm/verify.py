@@ -11,8 +11,9 @@ version would create for the dialect:
   partial-index predicate, read from the catalog (``pg_index.indpred`` through ``pg_get_expr``,
   ``sys.indexes.filter_definition``, SQLite's ``sqlite_master.sql``) and normalised, because
   Alembic's autogenerate does not compare ``postgresql_where``;
-* PostgreSQL: the ``NOTIFY`` wake-up trigger, where it exists and on the queues named as
-  expected to have it.
+* PostgreSQL: storage settings (``fillfactor``, per-table autovacuum thresholds, read from
+  ``pg_class.reloptions``) and the ``NOTIFY`` wake-up trigger, where it exists and on the
+  queues named as expected to have it.
 
 Each difference is a :class:`Drift` carrying the statements that repair it, built with
 SQLAlchemy (and Alembic's DDL elements), so every name is quoted by the dialect. On SQLite,
@@ -55,7 +56,7 @@ class Drift:
     #: The table, as a queue address is written (``orders``, ``orders@[sales]``).
     table: str
     #: What differs: ``column``, ``type``, ``nullability``, ``constraint``, ``index``,
-    #: ``trigger``.
+    #: ``storage``, ``trigger``.
     kind: str
     #: The column, index, constraint or trigger concerned.
     subject: str
@@ -363,10 +364,30 @@ class _Checker:
             text += f" WHERE {on_server.predicate}"
         return text
 
+    def check_storage(self) -> None:
+        """The table's storage settings (PostgreSQL ``WITH``: fillfactor, autovacuum)."""
+        catalog, template = self.support.storage_catalog, self.support.storage_ddl
+        wanted = self.expected.dialect_options[self.dialect.name].get("with") if catalog else None
+        if not wanted or not template:
+            return
+        qualified = self.dialect.identifier_preparer.format_table(self.expected)
+        found = dict(
+            str(row).partition("=")[::2]
+            for row in self.connection.scalars(sa.text(catalog), {"table": qualified})
+        )
+        for name, value in dict(wanted).items():
+            have = found.get(str(name))
+            if have != str(value):
+                self.drift(
+                    "storage", str(name), "unset" if have is None else have, str(value),
+                    template.format(table=qualified, settings=f"{name}={value}"),
+                )
+
     def run(self) -> list[Drift]:
         self.check_columns()
         self.check_constraints()
         self.check_indexes()
+        self.check_storage()
         return self.drifts
 
 

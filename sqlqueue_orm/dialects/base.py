@@ -154,6 +154,13 @@ class DialectSupport:
     #: ``"restate"`` (one ALTER COLUMN naming type and nullability) or ``"rebuild"`` (the
     #: table is copied into a new one: SQLite cannot alter a column).
     alter_column: str = "alter"
+    #: Storage settings of every queue table (``CREATE TABLE ... WITH``, ``ALTER TABLE ... SET``),
+    #: as (name, value) pairs; ``()``: the database's own (see docs/scale.md for the figure).
+    queue_storage: tuple[tuple[str, str], ...] = ()
+    #: The storage settings a table has, one ``name=value`` a row: ``:table`` quoted.
+    storage_catalog: str = ""
+    #: Sets storage settings: ``{table}`` quoted by SQLAlchemy, ``{settings}`` ``name=value, ...``.
+    storage_ddl: str = ""
 
     # -- statements to come (issues for the endpoint) -------------------------------------
     # PostgreSQL NOTIFY / LISTEN on send, to wake idle receivers.

@@ -151,6 +151,28 @@ def test_a_missing_wakeup_trigger_is_found_and_reinstalled(database: Database) -
     assert _drifts(database) == []
 
 
+@only("postgresql")
+def test_queue_tables_get_storage_settings_and_verify_restores_them(database: Database) -> None:
+    _install(database)
+    with database.engine.connect() as connection:
+        options = set(connection.scalars(
+            sa.text("SELECT unnest(reloptions) FROM pg_class WHERE relname = :name"),
+            {"name": QUEUE},
+        ))
+    assert {"fillfactor=100", "autovacuum_vacuum_threshold=1000",
+            "autovacuum_vacuum_scale_factor=0", "autovacuum_vacuum_cost_delay=0"} <= options
+    # A table made before (or by .NET's installer) lacks them: verify names each, and its repair.
+    _run(database, f"ALTER TABLE {_quoted(database, QUEUE)} RESET "
+                   "(autovacuum_vacuum_threshold, autovacuum_vacuum_scale_factor)")
+    drifts = _drifts(database)
+    assert sorted((drift.kind, drift.subject, drift.found) for drift in drifts) == [
+        ("storage", "autovacuum_vacuum_scale_factor", "unset"),
+        ("storage", "autovacuum_vacuum_threshold", "unset"),
+    ]
+    _repair(database, drifts)
+    assert _drifts(database) == []
+
+
 def test_command_exit_status_and_json(
     database: Database, capsys: pytest.CaptureFixture[str]
 ) -> None:
