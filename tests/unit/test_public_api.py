@@ -44,11 +44,14 @@ TRANSPORT_METHODS = {
 ENDPOINT_METHODS = {
     "__init__": (
         "(self, name, transport, *, settings=None, user_database=None, outbox=None, "
-        "on_critical_error=None, **overrides)"
+        "on_critical_error=None, instrumentation=None, **overrides)"
     ),
-    "handle": "(self, model, handler=None, *, type_name=None)",
+    "handle": "(self, model, handler=None, *, type_name=None, event=False)",
     "handle_raw": "(self, handler)",
-    "send": "(self, destination, message, connection=None, *, reply_to_this_instance=False)",
+    "send": (
+        "(self, destination, message, connection=None, *, delay=None, deliver_at=None, "
+        "reply_to_this_instance=False)"
+    ),
     "start": "(self)",
     "stop": "(self, timeout=None)",
     "wait": "(self, timeout=None)",
