@@ -24,6 +24,8 @@ MIN_PEEK_DELAY = 0.1
 MAX_DELAYED_RETRY = 24 * 3600.0
 #: Longest peek delay accepted without a warning (messages may back up for that long).
 MAX_QUIET_PEEK_DELAY = 10.0
+#: Longest a batch may keep topping itself up before it commits (issue 17: 50 ms at most).
+MAX_BATCH_FLUSH = 0.05
 
 
 class TransactionMode(enum.Enum):
@@ -96,6 +98,11 @@ class EndpointSettings:
         (installed at start-up) instead of waiting for the next peek. Off by default: the
         trigger cost 5% to 24% of concurrent send throughput when measured (docs/endpoint.md).
         Sends of this process wake its endpoints on every database regardless.
+    :param batch_size: messages one transaction receives (one receive statement with this row
+        limit) and handles, each under its own SAVEPOINT, committing once (1: no batching). Only
+        TRANSACTION_SCOPE and OUTBOX can batch; see ``docs/scale.md``.
+    :param batch_flush: seconds a batch that received fewer than ``batch_size`` messages may
+        go on receiving more in the same transaction before it commits (at most 0.05).
     :param auto_subscribe: subscribe at start-up to the event types the endpoint handles
         (registered with ``handle(..., event=True)``), as NServiceBus does.
     """
@@ -121,6 +128,8 @@ class EndpointSettings:
     auto_subscribe: bool = True
     instance_name: str | None = None
     instance_concurrency: int = 1
+    batch_size: int = 1
+    batch_flush: float = 0.02
 
     def __post_init__(self) -> None:
         _whole("concurrency", self.concurrency, 1, 1_000)
@@ -180,6 +189,12 @@ class EndpointSettings:
                 f"instance_name {self.instance_name!r} must be a non-blank name (or None)"
             )
         _whole("instance_concurrency", self.instance_concurrency, 1, 1_000)
+        _whole("batch_size", self.batch_size, 1, 10_000)
+        if config.seconds("batch_flush", self.batch_flush, minimum=0) > MAX_BATCH_FLUSH:
+            raise exceptions.ConfigurationError(
+                f"batch_flush {self.batch_flush!r} is above 0.05 seconds: a batch holds its "
+                "messages' locks and acknowledgements that long"
+            )
         config.seconds("shutdown_timeout", self.shutdown_timeout, minimum=0)
         config.seconds("critical_error_after", self.critical_error_after, minimum=0)
         config.seconds("initial_backoff", self.initial_backoff, minimum=0, allow_equal=False)

@@ -21,6 +21,14 @@ What the error-queue and audit rows hold is in :mod:`sqlqueue_orm.receiving.forw
 SQLite has one writer at a time: a second connection that writes while the receive's
 transaction is open would wait for it forever. So modes that need one are refused there at
 start-up (:func:`for_endpoint`), with the mode to use instead.
+
+**Batches** (``batch_size`` above 1, modes TRANSACTION_SCOPE and OUTBOX only): one transaction
+receives up to ``batch_size`` messages with one receive statement, handles each under a
+SAVEPOINT of its own and commits once. A failing handler rolls back its SAVEPOINT only; its
+immediate retries run at once in the same transaction (each under a new SAVEPOINT, so the
+message keeps its row version, its place and its ``Expires``), then it takes the delayed
+retry or the error queue in that transaction. No other message of the batch is affected. A
+crash re-delivers at most the uncommitted batch (``docs/scale.md``).
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import collections
 import datetime as dt
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
@@ -301,6 +310,9 @@ class _NativeTransaction(ReceiveStrategy):
 
     def process(self, slot: Slot) -> None:
         """Receive in a transaction, handle inside a SAVEPOINT, commit or retry or move."""
+        if self.endpoint.settings.batch_size > 1:
+            self._process_batch(slot)
+            return
         with self.transport.engine.connect() as connection:
             slot.track(connection)
             transaction = connection.begin()
@@ -369,6 +381,112 @@ class _NativeTransaction(ReceiveStrategy):
             self._wake_destinations()
             self.failures.forget(str(message.id))
             slot.outcome("handled")
+
+    def _process_batch(self, slot: Slot) -> None:
+        """Receive up to ``batch_size`` messages in one transaction; commit them together.
+
+        Each is handled under a SAVEPOINT of its own (see the module docstring).
+        """
+        settings = self.endpoint.settings
+        outcomes: list[tuple[str, IncomingMessage]] = []
+        sent: list[str | addressing.QueueAddress] = []
+        forwarded: list[addressing.QueueAddress] = []
+        with self.transport.engine.connect() as connection:
+            slot.track(connection)
+            transaction = connection.begin()
+            opened = time.monotonic()
+            taken = 0
+            while taken < settings.batch_size:
+                messages = self.transport.receive(
+                    self.queue, settings.batch_size - taken, connection=connection
+                )
+                if not taken:
+                    slot.received(bool(messages))
+                if not messages:
+                    break
+                taken += len(messages)
+                for message in messages:
+                    outcome = self._batch_one(connection, message, outcomes)
+                    outcomes.append((outcome, message))
+                    sent.extend(getattr(self._local, "sent", None) or ())
+                    self._local.sent = None
+                    destination = getattr(self._local, "forwarded", None)
+                    if destination is not None:
+                        forwarded.append(destination)
+                        self._local.forwarded = None
+                if time.monotonic() - opened >= settings.batch_flush:
+                    break
+            if not taken:
+                transaction.rollback()
+                return
+            slot.commit(transaction)
+        log.debug("queue %s: batch of %d committed", self.queue, taken)
+        self._local.sent = sent
+        self._wake_destinations()
+        for destination in set(forwarded):
+            for hook in self.transport.sent_hooks:
+                hook(destination)
+        for outcome, message in outcomes:
+            if outcome in ("handled", "delayed"):
+                self.failures.forget(str(message.id))
+            slot.outcome(outcome)
+
+    def _batch_one(
+        self,
+        connection: Connection,
+        message: IncomingMessage,
+        outcomes: list[tuple[str, IncomingMessage]],
+    ) -> str:
+        """Process one message of a batch in *connection*'s transaction; return its outcome.
+
+        Its immediate retries are appended to *outcomes* as they happen.
+        """
+        self._local.sent = None
+        if message.expired:
+            self._discard_expired(message)
+            return "expired"
+        if message.headers_error is not None:
+            self._dead_letter(connection, message)
+            return "poison"
+        local = self._forward_delayed(connection, message)
+        if local is None:
+            return "handled"
+        message = local
+        while True:
+            started = dt.datetime.now(dt.UTC)
+            savepoint = connection.begin_nested()
+            try:
+                self._handle(connection, message)
+                self._audit(connection, message, started)
+            except Exception as error:
+                if savepoint.is_active:
+                    savepoint.rollback()
+                self._local.sent = None  # rolled back with the SAVEPOINT
+                attempts = self.failures.record(str(message.id))
+                decision = recoverability.decide(
+                    self.endpoint, message, attempts, _is_permanent(error)
+                )
+                if decision.action == recoverability.IMMEDIATE:
+                    log.warning(
+                        "queue %s: message %s failed in a batch (attempt %d), retrying: %s: %s",
+                        self.queue,
+                        message.message_id,
+                        attempts,
+                        type(error).__name__,
+                        error,
+                    )
+                    outcomes.append(("retried", message))  # counted once the batch commits
+                    continue
+                if decision.action == recoverability.DELAYED:
+                    recoverability.retry_later(
+                        self.endpoint, connection, message, decision, self.queue
+                    )
+                    return "delayed"
+                self._to_error_queue(connection, message, error)
+                return "failed"
+            if savepoint.is_active:
+                savepoint.commit()
+            return "handled"
 
     def _handle(self, connection: Connection, message: IncomingMessage) -> None:
         raise NotImplementedError
@@ -496,6 +614,18 @@ STRATEGIES: dict[TransactionMode, type[ReceiveStrategy]] = {
 }
 
 
+#: The modes that keep their guarantee when messages are committed in batches.
+BATCHING_MODES = (TransactionMode.TRANSACTION_SCOPE, TransactionMode.OUTBOX)
+_NO_BATCH = {
+    TransactionMode.NONE: "it commits each receive before the handler runs, so a crash would "
+    "lose a whole batch",
+    TransactionMode.RECEIVE_ONLY: "its sends leave at once, so a crash before the batch "
+    "commits would repeat every send of the batch (ghost messages)",
+    TransactionMode.SENDS_ATOMIC_WITH_RECEIVE: "its ORM session commits apart, message by "
+    "message, so a crash before the batch commits would repeat every handler's data writes",
+}
+
+
 def _same_database(endpoint: Endpoint) -> bool:
     mine, theirs = endpoint.transport.engine, endpoint.user_transport.engine
     return mine is theirs or str(mine.url) == str(theirs.url)
@@ -508,11 +638,19 @@ def for_endpoint(
 
     :param queue: the queue it receives from (default the endpoint's input queue).
 
-    :raises ConfigurationError: TRANSACTION_SCOPE with user data in another database (use the
-        outbox); on SQLite, a mode that would need a second writer while the receive is open.
+    :raises ConfigurationError: a ``batch_size`` above 1 in a mode that cannot batch (NONE,
+        RECEIVE_ONLY, SENDS_ATOMIC_WITH_RECEIVE); TRANSACTION_SCOPE with user data in another
+        database (use the outbox); on SQLite, a mode that would need a second writer while
+        the receive is open.
     """
     mode = endpoint.mode
     same = _same_database(endpoint)
+    if endpoint.settings.batch_size > 1 and mode not in BATCHING_MODES:
+        raise exceptions.ConfigurationError(
+            f"endpoint {endpoint.name!r}: batch_size {endpoint.settings.batch_size} cannot "
+            f"run in {mode.name}: {_NO_BATCH[mode]}; batch in TRANSACTION_SCOPE or OUTBOX, "
+            "or set batch_size=1"
+        )
     if mode is TransactionMode.TRANSACTION_SCOPE and not same:
         raise exceptions.ConfigurationError(
             f"endpoint {endpoint.name!r}: TRANSACTION_SCOPE keeps the receive, your data and "
