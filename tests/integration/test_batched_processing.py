@@ -52,7 +52,7 @@ def _run_until(endpoint: Endpoint, done, timeout: float = 60.0) -> None:  # type
 
 def test_settings_bound_the_batch():
     assert EndpointSettings().batch_size == 1
-    with pytest.raises(exceptions.ConfigurationError, match="batch_flush 0.1"):
+    with pytest.raises(exceptions.ConfigurationError, match=r"batch_flush 0\.1"):
         EndpointSettings(batch_flush=0.1)
     with pytest.raises(exceptions.ConfigurationError, match="batch_size 0"):
         EndpointSettings(batch_size=0)
