@@ -103,6 +103,10 @@ class EndpointSettings:
         TRANSACTION_SCOPE and OUTBOX can batch; see ``docs/scale.md``.
     :param batch_flush: seconds a batch that received fewer than ``batch_size`` messages may
         go on receiving more in the same transaction before it commits (at most 0.05).
+    :param global_concurrency: messages of the queue handled at once across every process
+        receiving from it (PostgreSQL, SQL Server: advisory or application locks held by the
+        receive's transaction; SQLite: within this process); ``None``: no limit but
+        ``concurrency`` per process. See ``docs/scale.md``.
     :param auto_subscribe: subscribe at start-up to the event types the endpoint handles
         (registered with ``handle(..., event=True)``), as NServiceBus does.
     """
@@ -130,6 +134,7 @@ class EndpointSettings:
     instance_concurrency: int = 1
     batch_size: int = 1
     batch_flush: float = 0.02
+    global_concurrency: int | None = None
 
     def __post_init__(self) -> None:
         _whole("concurrency", self.concurrency, 1, 1_000)
@@ -190,6 +195,8 @@ class EndpointSettings:
             )
         _whole("instance_concurrency", self.instance_concurrency, 1, 1_000)
         _whole("batch_size", self.batch_size, 1, 10_000)
+        if self.global_concurrency is not None:
+            _whole("global_concurrency", self.global_concurrency, 1, 10_000)
         if config.seconds("batch_flush", self.batch_flush, minimum=0) > MAX_BATCH_FLUSH:
             raise exceptions.ConfigurationError(
                 f"batch_flush {self.batch_flush!r} is above 0.05 seconds: a batch holds its "

@@ -46,7 +46,7 @@ from sqlalchemy.orm import Session
 
 from sqlqueue_orm import addressing, dialects, exceptions
 from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage
-from sqlqueue_orm.receiving import forwarding, recoverability
+from sqlqueue_orm.receiving import flow, forwarding, recoverability
 from sqlqueue_orm.receiving.settings import TransactionMode
 
 if TYPE_CHECKING:
@@ -121,6 +121,15 @@ class ReceiveStrategy:
         self.queue: str | addressing.QueueAddress = endpoint.name if queue is None else queue
         self.failures = FailureCounts()
         self._local = threading.local()
+        limit = endpoint.settings.global_concurrency
+        #: The global concurrency limit (:mod:`flow`), or None.
+        self.gate = (
+            None
+            if limit is None
+            else flow.GlobalConcurrency(
+                self.transport.engine, self.transport.address_text(self.queue), limit
+            )
+        )
 
     def _transactional_sender(self, connection: Connection) -> Sender:
         """Send in *connection*'s transaction, noting where (to wake after the commit)."""
@@ -149,8 +158,25 @@ class ReceiveStrategy:
         """Create what the mode needs at start-up (nothing, unless a subclass says)."""
 
     def process(self, slot: Slot) -> None:
-        """Receive at most one message and process it (the pump calls this on a worker)."""
+        """Receive at most one message (or batch) and process it (the pump calls this)."""
+        gate = self.gate
+        if gate is None:
+            self._process(slot)
+            return
+        if not gate.enter():  # SQLite: a slot of this process
+            slot.received(False)
+            return
+        try:
+            self._process(slot)
+        finally:
+            gate.leave()
+
+    def _process(self, slot: Slot) -> None:
         raise NotImplementedError
+
+    def _claim(self, connection: Connection) -> bool:
+        """Take a global slot in *connection*'s transaction (True without a limit)."""
+        return self.gate is None or self.gate.claim(connection)
 
     def _context(
         self, message: IncomingMessage, sender: Sender, session: Callable[[], Session]
@@ -254,7 +280,7 @@ class NoTransaction(ReceiveStrategy):
 
     mode = TransactionMode.NONE
 
-    def process(self, slot: Slot) -> None:
+    def _process(self, slot: Slot) -> None:
         """Receive (committed), then handle outside any transaction of the queue."""
         with self.transport.engine.connect() as connection:
             slot.track(connection)
@@ -308,7 +334,7 @@ class NoTransaction(ReceiveStrategy):
 class _NativeTransaction(ReceiveStrategy):
     """The receive's transaction spans the handling; subclasses say how sends and sessions go."""
 
-    def process(self, slot: Slot) -> None:
+    def _process(self, slot: Slot) -> None:
         """Receive in a transaction, handle inside a SAVEPOINT, commit or retry or move."""
         if self.endpoint.settings.batch_size > 1:
             self._process_batch(slot)
@@ -316,6 +342,10 @@ class _NativeTransaction(ReceiveStrategy):
         with self.transport.engine.connect() as connection:
             slot.track(connection)
             transaction = connection.begin()
+            if not self._claim(connection):
+                transaction.rollback()
+                slot.received(False)
+                return
             messages = self.transport.receive(self.queue, 1, connection=connection)
             slot.received(bool(messages))
             if not messages:
@@ -394,6 +424,10 @@ class _NativeTransaction(ReceiveStrategy):
         with self.transport.engine.connect() as connection:
             slot.track(connection)
             transaction = connection.begin()
+            if not self._claim(connection):
+                transaction.rollback()
+                slot.received(False)
+                return
             opened = time.monotonic()
             taken = 0
             while taken < settings.batch_size:
@@ -658,7 +692,18 @@ def for_endpoint(
             f"database is {endpoint.user_transport.engine.url!r}; use the OUTBOX mode for data "
             "in another database"
         )
-    if dialects.for_dialect(endpoint.transport.engine).single_writer:
+    single_writer = dialects.for_dialect(endpoint.transport.engine).single_writer
+    if (
+        endpoint.settings.global_concurrency is not None
+        and mode is TransactionMode.NONE
+        and not single_writer
+    ):
+        raise exceptions.ConfigurationError(
+            f"endpoint {endpoint.name!r}: global_concurrency cannot run in NONE: its slot is "
+            "held by the receive's transaction, which NONE commits before the handlers run; "
+            "use a transactional mode"
+        )
+    if single_writer:
         refused = None
         if mode in (TransactionMode.RECEIVE_ONLY, TransactionMode.OUTBOX):
             refused = "its sends or its unit of work write on a second connection"
