@@ -1,4 +1,4 @@
-"""Flow control shared by every process on a queue (issue 17): the global concurrency limit.
+"""Flow control shared by every process on a queue (issue 17): global and per-key concurrency.
 
 ``EndpointSettings(global_concurrency=K)``: at most K messages of the queue are handled at once,
 counted across every process and every endpoint instance receiving from it with the same limit.
@@ -18,6 +18,20 @@ A worker that finds every slot taken keeps its transaction open without locks an
 every 5 to 20 ms for up to :data:`SLOT_WAIT` seconds, then gives up (the pump peeks again).
 The limit needs a mode whose transaction spans the handling: NONE is refused on PostgreSQL and
 SQL Server.
+
+**Per key** (``key_header="customer", key_concurrency=K``): at most K messages with one value
+of that header in flight, while other keys pass a slow one. The receive reads the oldest
+``key_window`` rows without taking them (a plain read, pages of 10 or more), and for each,
+under a SAVEPOINT, takes the row by its native id (skipped if another receiver holds it), then
+a slot of its key with the same locks as the global limit, named after the queue and the key
+(on PostgreSQL the name is hashed to 32 bits: two keys may share a limit, which can only
+restrict, never exceed). A busy key's row is released by rolling back the SAVEPOINT, and no
+later row of that key is tried in the same scan. With ``key_fifo=True`` (needs K = 1) a key
+whose oldest visible row another receiver holds is also skipped for the rest of the scan, so
+its messages are handled one after the other in queue order (immediate retries included; a
+delayed retry or a move to the error queue lets the next one go). A message **without the
+header** (one a .NET endpoint sent) has no key: it is not limited (only by ``concurrency`` and
+``global_concurrency``). SQLite: the key slots are counted within this process.
 """
 
 from __future__ import annotations
@@ -35,12 +49,20 @@ from sqlqueue_orm import dialects, exceptions
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
 
+    from sqlqueue_orm import addressing
+    from sqlqueue_orm.messages import IncomingMessage
+    from sqlqueue_orm.transport import Transport
+
 log = logging.getLogger(__name__)
 
 #: Longest a worker waits for a free slot before it gives up this receive.
 SLOT_WAIT = 0.5
 #: Prefix of the lock names (PostgreSQL: hashed into the advisory lock's first key).
 LOCK_PREFIX = "sqlqueue.slots."
+#: Prefix of a key's lock names: then the queue, U+001F, the key.
+KEY_PREFIX = "sqlqueue.key."
+#: Fewest rows read per page of the per-key scan.
+MIN_KEY_PAGE = 10
 
 #: Claim the first free slot of ``:k`` in the caller's transaction; the slot number, or no row
 #: (PostgreSQL) or -1 (SQL Server) when all are held. LIMIT 1 stops the scan at the first lock
@@ -86,6 +108,22 @@ def _semaphore(engine: Engine, name: str, limit: int) -> threading.BoundedSemaph
         return found[1]
 
 
+def _try_slot(connection: Connection, statement: sa.TextClause, limit: int, name: str) -> bool:
+    """Take the first free of *limit* slots named *name*, for the transaction; no waiting."""
+    number = connection.execute(statement, {"k": limit, "name": name}).scalar()
+    return number is not None and int(number) >= 0
+
+
+_local_key_counts: dict[tuple[str, str], dict[str, int]] = {}
+
+
+def _key_counts(engine: Engine, name: str) -> dict[str, int]:
+    """The process-wide messages in flight per key of *name* in *engine*'s database (SQLite)."""
+    key = (engine.url.render_as_string(hide_password=True), name)
+    with _local_lock:
+        return _local_key_counts.setdefault(key, {})
+
+
 class GlobalConcurrency:
     """At most *limit* messages of one queue in flight across processes (module docstring).
 
@@ -118,11 +156,7 @@ class GlobalConcurrency:
             return True
         deadline = time.monotonic() + SLOT_WAIT
         while True:
-            slot = connection.execute(
-                self._statement, {"k": self.limit, "name": LOCK_PREFIX + self.name}
-            )
-            number = slot.scalar()
-            if number is not None and number >= 0:
+            if _try_slot(connection, self._statement, self.limit, LOCK_PREFIX + self.name):
                 return True
             if time.monotonic() >= deadline:
                 log.debug(
@@ -132,4 +166,118 @@ class GlobalConcurrency:
                     SLOT_WAIT,
                 )
                 return False
+            time.sleep(random.uniform(0.005, 0.02))  # noqa: S311  (jitter, not secrets)
+
+
+class KeyConcurrency:
+    """At most *limit* messages per value of the header *header* in flight (module docstring).
+
+    :param engine: the queue's database.
+    :param name: the queue's address as text (part of the lock names).
+    :param header: the header whose value is the key.
+    :param limit: messages of one key at once.
+    :param fifo: strict order per key (needs *limit* 1).
+    :param window: most rows one receive looks at.
+    """
+
+    def __init__(
+        self, engine: Engine, name: str, header: str, limit: int, fifo: bool, window: int
+    ) -> None:
+        self.name = name
+        self.header = header
+        self.limit = limit
+        self.fifo = fifo
+        self.window = window
+        self.local = dialects.for_dialect(engine).single_writer
+        self._statement = None if self.local else sa.text(CLAIM_SLOT[engine.dialect.name])
+        # SQLite: in flight per key, shared by every endpoint of this process on the queue
+        self._counts = _key_counts(engine, name)
+        self._counts_lock = _local_lock
+        self._thread = threading.local()
+
+    def key_of(self, message: IncomingMessage) -> str | None:
+        """The message's key, or None (no header, or headers nobody can read: not limited)."""
+        if message.headers_error is not None:
+            return None
+        return message.headers.get(self.header)
+
+    def receive(
+        self,
+        transport: Transport,
+        queue: str | addressing.QueueAddress,
+        connection: Connection,
+        count: int,
+    ) -> list[IncomingMessage]:
+        """Take up to *count* of the oldest messages whose key has a free slot, in order."""
+        table_queue = transport.queue(queue)
+        taken: list[IncomingMessage] = []
+        blocked: set[str] = set()
+        seen = 0
+        after: int | None = None
+        page = max(MIN_KEY_PAGE, 2 * count)
+        self._thread.busy = False
+        while len(taken) < count and seen < self.window:
+            candidates = transport.browse(
+                queue, min(page, self.window - seen), connection, after=after
+            )
+            if not candidates:
+                break
+            seen += len(candidates)
+            after = candidates[-1].row_version
+            for candidate in candidates:
+                if len(taken) >= count:
+                    break
+                key = self.key_of(candidate)
+                if key is not None and key in blocked:
+                    continue
+                savepoint = connection.begin_nested()
+                message = table_queue.receive_by_id(connection, candidate.id)
+                if message is None:  # another receiver has it (or took it already)
+                    savepoint.rollback()
+                    if key is not None and self.fifo:
+                        blocked.add(key)
+                    continue
+                if key is not None and not self._claim(connection, key):
+                    savepoint.rollback()  # the row returns to its place
+                    blocked.add(key)
+                    continue
+                savepoint.commit()
+                taken.append(message)
+        if not taken and blocked:
+            log.debug("queue %s: every waiting key is at its limit", self.name)
+            self._thread.busy = True
+        return taken
+
+    def _claim(self, connection: Connection, key: str) -> bool:
+        if self._statement is not None:
+            return _try_slot(connection, self._statement, self.limit, self._lock_name(key))
+        with self._counts_lock:  # SQLite: this process's count, released by release()
+            if self._counts.get(key, 0) >= self.limit:
+                return False
+            self._counts[key] = self._counts.get(key, 0) + 1
+        held = getattr(self._thread, "held", None)
+        if held is None:
+            held = self._thread.held = []
+        held.append(key)
+        return True
+
+    def _lock_name(self, key: str) -> str:
+        return f"{KEY_PREFIX}{self.name}\x1f{key}"  # unit separator: PostgreSQL text has no NUL
+
+    def release(self) -> None:
+        """Give back the key slots this thread took (SQLite); back off if all keys were busy.
+
+        The back-off (5 to 20 ms) keeps the pump from spinning on a queue whose every waiting
+        key is at its limit.
+        """
+        held = getattr(self._thread, "held", None)
+        if held:
+            with self._counts_lock:
+                for key in held:
+                    self._counts[key] -= 1
+                    if not self._counts[key]:
+                        del self._counts[key]
+            held.clear()
+        if getattr(self._thread, "busy", False):
+            self._thread.busy = False
             time.sleep(random.uniform(0.005, 0.02))  # noqa: S311  (jitter, not secrets)

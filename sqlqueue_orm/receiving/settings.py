@@ -107,6 +107,12 @@ class EndpointSettings:
         receiving from it (PostgreSQL, SQL Server: advisory or application locks held by the
         receive's transaction; SQLite: within this process); ``None``: no limit but
         ``concurrency`` per process. See ``docs/scale.md``.
+    :param key_header: the header whose value is a message's key (a customer id, say) for the
+        per-key limit; ``None``: no per-key limit. A message without it is not limited.
+    :param key_concurrency: messages of one key handled at once across every process.
+    :param key_fifo: handle the messages of one key strictly in queue order (needs
+        ``key_concurrency=1``).
+    :param key_window: oldest messages one receive looks at to find a key with a free slot.
     :param auto_subscribe: subscribe at start-up to the event types the endpoint handles
         (registered with ``handle(..., event=True)``), as NServiceBus does.
     """
@@ -135,6 +141,10 @@ class EndpointSettings:
     batch_size: int = 1
     batch_flush: float = 0.02
     global_concurrency: int | None = None
+    key_header: str | None = None
+    key_concurrency: int = 1
+    key_fifo: bool = False
+    key_window: int = 100
 
     def __post_init__(self) -> None:
         _whole("concurrency", self.concurrency, 1, 1_000)
@@ -197,6 +207,21 @@ class EndpointSettings:
         _whole("batch_size", self.batch_size, 1, 10_000)
         if self.global_concurrency is not None:
             _whole("global_concurrency", self.global_concurrency, 1, 10_000)
+        if self.key_header is not None and (
+            not isinstance(self.key_header, str) or not self.key_header.strip()
+        ):
+            raise exceptions.ConfigurationError(
+                f"key_header {self.key_header!r} must name a header (or be None)"
+            )
+        _whole("key_concurrency", self.key_concurrency, 1, 10_000)
+        _whole("key_window", self.key_window, 1, 100_000)
+        if not isinstance(self.key_fifo, bool):
+            raise exceptions.ConfigurationError(f"key_fifo {self.key_fifo!r} must be True or False")
+        if self.key_fifo and self.key_concurrency != 1:
+            raise exceptions.ConfigurationError(
+                f"key_fifo needs key_concurrency=1 (not {self.key_concurrency}): two messages "
+                "of one key in flight at once finish in any order"
+            )
         if config.seconds("batch_flush", self.batch_flush, minimum=0) > MAX_BATCH_FLUSH:
             raise exceptions.ConfigurationError(
                 f"batch_flush {self.batch_flush!r} is above 0.05 seconds: a batch holds its "

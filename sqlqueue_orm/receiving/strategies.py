@@ -130,6 +130,20 @@ class ReceiveStrategy:
                 self.transport.engine, self.transport.address_text(self.queue), limit
             )
         )
+        settings = endpoint.settings
+        #: The per-key concurrency limit (:mod:`flow`), or None.
+        self.keys = (
+            None
+            if settings.key_header is None
+            else flow.KeyConcurrency(
+                self.transport.engine,
+                self.transport.address_text(self.queue),
+                settings.key_header,
+                settings.key_concurrency,
+                settings.key_fifo,
+                settings.key_window,
+            )
+        )
 
     def _transactional_sender(self, connection: Connection) -> Sender:
         """Send in *connection*'s transaction, noting where (to wake after the commit)."""
@@ -160,16 +174,22 @@ class ReceiveStrategy:
     def process(self, slot: Slot) -> None:
         """Receive at most one message (or batch) and process it (the pump calls this)."""
         gate = self.gate
-        if gate is None:
-            self._process(slot)
-            return
-        if not gate.enter():  # SQLite: a slot of this process
+        if gate is not None and not gate.enter():  # SQLite: a slot of this process
             slot.received(False)
             return
         try:
             self._process(slot)
         finally:
-            gate.leave()
+            if gate is not None:
+                gate.leave()
+            if self.keys is not None:
+                self.keys.release()
+
+    def _receive(self, connection: Connection, count: int) -> list[IncomingMessage]:
+        """The receive, through the per-key limit when there is one."""
+        if self.keys is None:
+            return self.transport.receive(self.queue, count, connection=connection)
+        return self.keys.receive(self.transport, self.queue, connection, count)
 
     def _process(self, slot: Slot) -> None:
         raise NotImplementedError
@@ -285,7 +305,7 @@ class NoTransaction(ReceiveStrategy):
         with self.transport.engine.connect() as connection:
             slot.track(connection)
             transaction = connection.begin()
-            messages = self.transport.receive(self.queue, 1, connection=connection)
+            messages = self._receive(connection, 1)
             slot.received(bool(messages))
             if not messages:
                 transaction.rollback()
@@ -346,7 +366,7 @@ class _NativeTransaction(ReceiveStrategy):
                 transaction.rollback()
                 slot.received(False)
                 return
-            messages = self.transport.receive(self.queue, 1, connection=connection)
+            messages = self._receive(connection, 1)
             slot.received(bool(messages))
             if not messages:
                 transaction.rollback()
@@ -431,9 +451,7 @@ class _NativeTransaction(ReceiveStrategy):
             opened = time.monotonic()
             taken = 0
             while taken < settings.batch_size:
-                messages = self.transport.receive(
-                    self.queue, settings.batch_size - taken, connection=connection
-                )
+                messages = self._receive(connection, settings.batch_size - taken)
                 if not taken:
                     slot.received(bool(messages))
                 if not messages:
@@ -693,15 +711,19 @@ def for_endpoint(
             "in another database"
         )
     single_writer = dialects.for_dialect(endpoint.transport.engine).single_writer
-    if (
-        endpoint.settings.global_concurrency is not None
-        and mode is TransactionMode.NONE
-        and not single_writer
-    ):
+    limited = [
+        name
+        for name, value in (
+            ("global_concurrency", endpoint.settings.global_concurrency),
+            ("key_header", endpoint.settings.key_header),
+        )
+        if value is not None
+    ]
+    if limited and mode is TransactionMode.NONE and not single_writer:
         raise exceptions.ConfigurationError(
-            f"endpoint {endpoint.name!r}: global_concurrency cannot run in NONE: its slot is "
-            "held by the receive's transaction, which NONE commits before the handlers run; "
-            "use a transactional mode"
+            f"endpoint {endpoint.name!r}: {' and '.join(limited)} cannot run in NONE: their "
+            "slots are held by the receive's transaction, which NONE commits before the "
+            "handlers run; use a transactional mode"
         )
     if single_writer:
         refused = None

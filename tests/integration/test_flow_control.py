@@ -124,3 +124,109 @@ def test_global_concurrency_refuses_mode_none_on_a_server(database):
 def test_settings_validate_the_limits():
     with pytest.raises(exceptions.ConfigurationError, match="global_concurrency 0"):
         EndpointSettings(global_concurrency=0)
+
+
+# -- concurrency per key ------------------------------------------------------------------
+def _keyed(transport, queue: str, keys: list[str], per_key: int) -> int:  # type: ignore[no-untyped-def]
+    """Send *per_key* jobs of each key, interleaved, numbered in order within their key."""
+    transport.create_queue(queue)
+    messages = [
+        OutgoingMessage(Job(number=number), headers={"customer": key})
+        for number in range(per_key)
+        for key in keys
+    ]
+    transport.send_many(queue, messages)
+    return len(messages)
+
+
+def _never_two_of_one_key(runs) -> None:  # type: ignore[no-untyped-def]
+    by_key: dict[str, list[tuple[float, float]]] = {}
+    for run in runs:
+        by_key.setdefault(run.key, []).append((run.started, run.ended))
+    for key, intervals in by_key.items():
+        assert most_at_once(intervals) == 1, key
+
+
+@only("postgresql")
+def test_one_message_per_key_across_processes_and_a_slow_key_holds_up_no_other(database):
+    transport = database.transport()
+    FlowBase.metadata.create_all(transport.engine)
+    keys = ["slow", *(f"customer-{n}" for n in range(9))]
+    total = _keyed(transport, "keyed", keys, 5)
+    total += _keyed(transport, "keyed", ["slow"], 3)  # the slow key has 8 messages
+    processes = _processes(database.url, "keyed", 2, 3,
+                           {"key_header": "customer", "key_concurrency": 1}, 0.05)
+    _until_spans(transport.engine, total, processes)
+    runs = spans(transport.engine)
+    assert len({run.message_id for run in runs}) == total
+    _never_two_of_one_key(runs)
+    began = min(run.started for run in runs)
+    slow_done = max(run.ended for run in runs if run.key == "slow") - began
+    others_done = max(run.ended for run in runs if run.key != "slow") - began
+    # the slow key's eight runs take 4 s one after the other; the 45 others (2.25 s of
+    # handling on 5 other workers) do not wait for it
+    print(f"others done after {others_done:.2f} s, the slow key after {slow_done:.2f} s")
+    assert others_done < 0.8 * slow_done
+
+
+@only("postgresql")
+def test_strict_fifo_per_key_across_processes(database):
+    transport = database.transport()
+    FlowBase.metadata.create_all(transport.engine)
+    total = _keyed(transport, "ordered", [f"customer-{n}" for n in range(5)], 6)
+    processes = _processes(database.url, "ordered", 2, 3,
+                           {"key_header": "customer", "key_fifo": True}, 0.02)
+    _until_spans(transport.engine, total, processes)
+    runs = spans(transport.engine)
+    _never_two_of_one_key(runs)
+    for key in {run.key for run in runs}:
+        assert [run.number for run in runs if run.key == key] == list(range(6)), key
+
+
+@only("sqlite")
+def test_one_message_per_key_within_one_process_on_sqlite(database):
+    transport = database.transport()
+    keys = ["slow", "a", "b", "c"]
+    total = _keyed(transport, "keyed", keys, 4)
+    lock = threading.Lock()
+    now: dict[str, int] = {}
+    peak: dict[str, int] = {}
+    done: list[str] = []
+
+    def handle(job: Job, context: HandlerContext) -> None:
+        key = context.headers["customer"] or ""
+        with lock:
+            now[key] = now.get(key, 0) + 1
+            peak[key] = max(peak.get(key, 0), now[key])
+        time.sleep(0.2 if key == "slow" else 0.01)
+        with lock:
+            now[key] -= 1
+            done.append(key)
+
+    endpoints = []
+    for _ in range(2):
+        endpoint = Endpoint("keyed", transport, concurrency=3, peek_delay=0.1,
+                            transaction_mode=TransactionMode.NONE, key_header="customer",
+                            delayed_delivery=False)
+        endpoint.handle(Job, handle)
+        endpoints.append(endpoint)
+        endpoint.start()
+    try:
+        deadline = time.monotonic() + 60
+        while len(done) < total:
+            assert time.monotonic() < deadline, done
+            time.sleep(0.02)
+    finally:
+        for endpoint in endpoints:
+            endpoint.stop(10)
+    assert peak == dict.fromkeys(keys, 1)
+    # the slow key's four runs take 0.8 s one after the other; the others pass it
+    last_other = max(index for index, key in enumerate(done) if key != "slow")
+    assert done[last_other + 1 :].count("slow") >= 2, done
+
+
+def test_key_settings():
+    with pytest.raises(exceptions.ConfigurationError, match="key_fifo needs key_concurrency=1"):
+        EndpointSettings(key_header="customer", key_fifo=True, key_concurrency=2)
+    with pytest.raises(exceptions.ConfigurationError, match="key_header ''"):
+        EndpointSettings(key_header="")
