@@ -281,3 +281,121 @@ class KeyConcurrency:
         if getattr(self._thread, "busy", False):
             self._thread.busy = False
             time.sleep(random.uniform(0.005, 0.02))  # noqa: S311  (jitter, not secrets)
+
+
+# -- the rate limit -------------------------------------------------------------------------
+#: The schedules of the rate limits (PostgreSQL, SQL Server): one row per queue, found by its
+#: primary key, so the check costs the same however long the queue has run.
+RATE_METADATA = sa.MetaData()
+RATE_TABLE = sa.Table(
+    "sqlqueue_rate_limits",
+    RATE_METADATA,
+    sa.Column("name", sa.String(450), primary_key=True),
+    # when the next message may start (seconds since 1970, the server's clock): GCRA's
+    # "theoretical arrival time"
+    sa.Column("next_at", sa.Float, nullable=False),
+)
+
+#: Reserve the next ``:step`` seconds of the schedule ``:name`` (``n / rate``), at most
+#: ``:wait`` seconds ahead, ``:tau`` (``(burst - 1) / rate``) of idle time usable at once: the
+#: seconds until the reserved start (0 or less: now), or no row / NULL when none is that close.
+#: One short transaction of its own; the row lock is never held through a handler.
+RESERVE: Final[dict[str, str]] = {
+    # The clock is read before the row lock is granted: a caller that waited reserves after
+    # the one it waited for (next_at only grows) and sleeps a little longer than it needs.
+    "postgresql": (
+        "WITH now AS (SELECT EXTRACT(EPOCH FROM clock_timestamp()) AS t) "
+        "UPDATE {table} SET next_at = GREATEST(next_at, (SELECT t FROM now) - "
+        "CAST(:tau AS float8)) + CAST(:step AS float8) "
+        "WHERE name = :name AND GREATEST(next_at, (SELECT t FROM now) - CAST(:tau AS float8)) "
+        "- (SELECT t FROM now) <= CAST(:wait AS float8) "
+        "RETURNING next_at - CAST(:step AS float8) - (SELECT t FROM now)"
+    ),
+    # The row is locked first, the clock read after.
+    "mssql": (
+        "SET NOCOUNT ON; "
+        "DECLARE @tau float = :tau, @step float = :step, @wait float = :wait, @next float, "
+        "@now float, @slot float; "
+        "SELECT @next = next_at FROM {table} WITH (UPDLOCK, ROWLOCK) WHERE name = :name; "
+        "SET @now = DATEDIFF_BIG(microsecond, '19700101', SYSUTCDATETIME()) / 1e6; "
+        "SET @slot = CASE WHEN @next > @now - @tau THEN @next ELSE @now - @tau END; "
+        "IF @slot - @now <= @wait "
+        "UPDATE {table} SET next_at = @slot + @step WHERE name = :name; "
+        "ELSE SET @slot = NULL; "
+        "SELECT @slot - @now;"
+    ),
+}
+
+
+class RateLimit:
+    """At most *rate* messages per *interval* seconds from one queue, across processes.
+
+    A shared schedule (the generic cell rate algorithm, GCRA): each receive reserves the next
+    free start time, ``1 / rate`` after the previous one, and sleeps until it; a queue idle for
+    a while may start *burst* messages at once. So any window of one interval holds at most
+    *rate* + *burst* starts. A reservation is made at most :data:`SLOT_WAIT` seconds ahead;
+    beyond, the receive gives up (its message returns to the queue) and tries again.
+    PostgreSQL and SQL Server: one row of ``sqlqueue_rate_limits`` per queue, created at
+    start-up; SQLite: within this process.
+    """
+
+    def __init__(
+        self, engine: Engine, name: str, rate: int, interval: float, burst: int
+    ) -> None:
+        self.engine = engine
+        self.name = name
+        self.per_second = rate / interval
+        self.burst = burst
+        self.local = dialects.for_dialect(engine).single_writer
+        self._lock = threading.Lock()
+        self._next_at = 0.0
+        self._statement: sa.TextClause | None = None
+        if not self.local:
+            table = engine.dialect.identifier_preparer.format_table(RATE_TABLE)
+            self._statement = sa.text(RESERVE[engine.dialect.name].format(table=table))
+
+    def prepare(self) -> None:
+        """Create the schedule's table and row if missing (PostgreSQL, SQL Server)."""
+        if self.local:
+            return
+        RATE_METADATA.create_all(self.engine, checkfirst=True)
+        with self.engine.begin() as connection:
+            found = connection.execute(
+                sa.select(RATE_TABLE.c.name).where(RATE_TABLE.c.name == self.name)
+            ).first()
+            if found is None:
+                try:
+                    with connection.begin_nested():
+                        connection.execute(
+                            RATE_TABLE.insert().values(name=self.name, next_at=0.0)
+                        )
+                except sa.exc.IntegrityError:
+                    pass  # another process created it first
+
+    def take(self, wanted: int) -> int:
+        """Reserve *wanted* messages' starts and sleep until the first; 0 if none is near."""
+        wait = self._reserve(wanted)
+        if wait is None:
+            time.sleep(random.uniform(0.01, 0.05))  # noqa: S311  (jitter, not secrets)
+            return 0
+        if wait > 0:
+            time.sleep(wait)
+        return wanted
+
+    def _reserve(self, wanted: int) -> float | None:
+        step = wanted / self.per_second
+        tau = (self.burst - 1) / self.per_second  # an idle queue starts *burst* at once
+        if self._statement is None:
+            with self._lock:
+                now = time.time()
+                start = max(self._next_at, now - tau)
+                if start - now > SLOT_WAIT:
+                    return None
+                self._next_at = start + step
+                return start - now
+        with self.engine.begin() as connection:
+            value = connection.execute(
+                self._statement,
+                {"name": self.name, "step": step, "tau": tau, "wait": SLOT_WAIT},
+            ).scalar()
+        return None if value is None else float(value)

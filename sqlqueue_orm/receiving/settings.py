@@ -107,6 +107,12 @@ class EndpointSettings:
         receiving from it (PostgreSQL, SQL Server: advisory or application locks held by the
         receive's transaction; SQLite: within this process); ``None``: no limit but
         ``concurrency`` per process. See ``docs/scale.md``.
+    :param rate_limit: most messages received per ``rate_interval`` across every process on
+        the queue (a token bucket: PostgreSQL and SQL Server, a row of
+        ``sqlqueue_rate_limits``; SQLite: within this process); ``None``: no limit.
+    :param rate_interval: seconds of the rate limit's interval (default 1).
+    :param rate_burst: tokens the bucket holds at most, so messages a window may take above
+        the rate (default a tenth of ``rate_limit``, at least 1).
     :param key_header: the header whose value is a message's key (a customer id, say) for the
         per-key limit; ``None``: no per-key limit. A message without it is not limited.
     :param key_concurrency: messages of one key handled at once across every process.
@@ -141,6 +147,9 @@ class EndpointSettings:
     batch_size: int = 1
     batch_flush: float = 0.02
     global_concurrency: int | None = None
+    rate_limit: int | None = None
+    rate_interval: float = 1.0
+    rate_burst: int | None = None
     key_header: str | None = None
     key_concurrency: int = 1
     key_fifo: bool = False
@@ -207,6 +216,11 @@ class EndpointSettings:
         _whole("batch_size", self.batch_size, 1, 10_000)
         if self.global_concurrency is not None:
             _whole("global_concurrency", self.global_concurrency, 1, 10_000)
+        if self.rate_limit is not None:
+            _whole("rate_limit", self.rate_limit, 1, 1_000_000)
+        config.seconds("rate_interval", self.rate_interval, minimum=0, allow_equal=False)
+        if self.rate_burst is not None:
+            _whole("rate_burst", self.rate_burst, 1, 1_000_000)
         if self.key_header is not None and (
             not isinstance(self.key_header, str) or not self.key_header.strip()
         ):

@@ -131,6 +131,18 @@ class ReceiveStrategy:
             )
         )
         settings = endpoint.settings
+        #: The rate limit (:mod:`flow`), or None.
+        self.rate = (
+            None
+            if settings.rate_limit is None
+            else flow.RateLimit(
+                self.transport.engine,
+                self.transport.address_text(self.queue),
+                settings.rate_limit,
+                settings.rate_interval,
+                settings.rate_burst or max(1, -(-settings.rate_limit // 10)),
+            )
+        )
         #: The per-key concurrency limit (:mod:`flow`), or None.
         self.keys = (
             None
@@ -169,10 +181,21 @@ class ReceiveStrategy:
                     hook(address)
 
     def prepare(self) -> None:
-        """Create what the mode needs at start-up (nothing, unless a subclass says)."""
+        """Create what the mode needs at start-up (the rate limit's bucket, if any)."""
+        if self.rate is not None:
+            self.rate.prepare()
 
     def process(self, slot: Slot) -> None:
         """Receive at most one message (or batch) and process it (the pump calls this)."""
+        self._local.allowance = None
+        if self.rate is not None and self.endpoint.settings.batch_size > 1:
+            # a batch takes its tokens first, then receives as many messages (one message
+            # takes its token after the receive: its handler starts right after the token)
+            granted = self.rate.take(self.endpoint.settings.batch_size)
+            if not granted:
+                slot.received(False)
+                return
+            self._local.allowance = granted  # messages this receive may take
         gate = self.gate
         if gate is not None and not gate.enter():  # SQLite: a slot of this process
             slot.received(False)
@@ -184,6 +207,12 @@ class ReceiveStrategy:
                 gate.leave()
             if self.keys is not None:
                 self.keys.release()
+
+    def _paced(self) -> bool:
+        """One message received: take its token (True without a rate limit)."""
+        if self.rate is None or self.endpoint.settings.batch_size > 1:
+            return True
+        return self.rate.take(1) > 0
 
     def _receive(self, connection: Connection, count: int) -> list[IncomingMessage]:
         """The receive, through the per-key limit when there is one."""
@@ -307,8 +336,8 @@ class NoTransaction(ReceiveStrategy):
             transaction = connection.begin()
             messages = self._receive(connection, 1)
             slot.received(bool(messages))
-            if not messages:
-                transaction.rollback()
+            if not messages or not self._paced():
+                transaction.rollback()  # no token in time: the message returns to its place
                 return
             message = messages[0]
             if message.headers_error is not None:
@@ -368,8 +397,8 @@ class _NativeTransaction(ReceiveStrategy):
                 return
             messages = self._receive(connection, 1)
             slot.received(bool(messages))
-            if not messages:
-                transaction.rollback()
+            if not messages or not self._paced():
+                transaction.rollback()  # no token in time: the message returns to its place
                 return
             message = messages[0]
             if message.expired:
@@ -438,6 +467,7 @@ class _NativeTransaction(ReceiveStrategy):
         Each is handled under a SAVEPOINT of its own (see the module docstring).
         """
         settings = self.endpoint.settings
+        most = getattr(self._local, "allowance", None) or settings.batch_size
         outcomes: list[tuple[str, IncomingMessage]] = []
         sent: list[str | addressing.QueueAddress] = []
         forwarded: list[addressing.QueueAddress] = []
@@ -450,8 +480,8 @@ class _NativeTransaction(ReceiveStrategy):
                 return
             opened = time.monotonic()
             taken = 0
-            while taken < settings.batch_size:
-                messages = self._receive(connection, settings.batch_size - taken)
+            while taken < most:
+                messages = self._receive(connection, most - taken)
                 if not taken:
                     slot.received(bool(messages))
                 if not messages:
@@ -619,6 +649,7 @@ class OutboxStrategy(_NativeTransaction):
 
     def prepare(self) -> None:
         """Create the outbox table if it is missing."""
+        super().prepare()
         if self.endpoint.settings.create_queues:
             self.outbox.create_table()
 

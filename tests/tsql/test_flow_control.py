@@ -26,3 +26,25 @@ def test_the_slot_claim():
         "SELECT CASE WHEN @slot < @k THEN @slot ELSE -1 END;"
     )
     assert compiled.positiontup == ["k", "name"]
+
+
+def test_the_rate_limit_reservation():
+    dialect = sa.create_engine("mssql+pyodbc://user:pw@host/db?driver=FreeTDS").dialect
+    statement = flow.RESERVE["mssql"].format(
+        table=dialect.identifier_preparer.format_table(flow.RATE_TABLE)
+    )
+    compiled = sa.text(statement).compile(dialect=dialect)
+    assert str(compiled) == (
+        "SET NOCOUNT ON; "
+        "DECLARE @tau float = ?, @step float = ?, @wait float = ?, @next float, "
+        "@now float, @slot float; "
+        "SELECT @next = next_at FROM sqlqueue_rate_limits WITH (UPDLOCK, ROWLOCK) "
+        "WHERE name = ?; "
+        "SET @now = DATEDIFF_BIG(microsecond, '19700101', SYSUTCDATETIME()) / 1e6; "
+        "SET @slot = CASE WHEN @next > @now - @tau THEN @next ELSE @now - @tau END; "
+        "IF @slot - @now <= @wait "
+        "UPDATE sqlqueue_rate_limits SET next_at = @slot + @step WHERE name = ?; "
+        "ELSE SET @slot = NULL; "
+        "SELECT @slot - @now;"
+    )
+    assert compiled.positiontup == ["tau", "step", "wait", "name", "name"]
