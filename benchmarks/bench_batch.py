@@ -1,4 +1,4 @@
-"""Batched pump benchmark (issue 17): burn down a backlog with empty handlers, PostgreSQL.
+"""Batched pump and flow-control benchmarks (issue 17), PostgreSQL.
 
 Scenario ``batch`` of ``python -m benchmarks`` (``--burn-down N`` sets the backlog; the issue's
 figure is 1,000,000, ``--quick`` uses 100,000). Two cells on the same backlog, filled untimed
@@ -12,6 +12,10 @@ figure is 1,000,000, ``--quick`` uses 100,000). Two cells on the same backlog, f
 Targets beside them (issue 17): at least 15,000 msg/s on a 2-core machine, and at least 0.9x
 the raw loop. Per core, graphile-worker publishes 184k jobs/s batched on 8 cores (23k/core) and
 River about 46k jobs/s on 8 cores (5.8k/core) (``../shared/reference/peers.md``).
+
+Then the flow-control cost: the pump draining ``settings.messages`` keyed messages with the
+rate limit, the global limit and the per-key limit all far above the load, beside the same pump
+without them (target: under 10% off).
 """
 
 from __future__ import annotations
@@ -102,7 +106,8 @@ def burn_down(run: Run, queue: str, n: int) -> tuple[float, float]:
 
 
 def batch_scenario(run: Run) -> None:
-    """The batched pump beside the raw batched loop, burning down ``settings.burn_down``."""
+    """The batched pump beside the raw batched loop, burning down ``settings.burn_down``; and
+    the cost of flow limits far above the load (:func:`flow_cost`)."""
     scenario = "batched burn-down, empty handlers"
     if run.database.name != "postgresql":
         run.skip(scenario, workers.PUMP, "PostgreSQL only (issue 17's figure)")
@@ -110,6 +115,7 @@ def batch_scenario(run: Run) -> None:
     n = run.settings.burn_down
     queue = run.new_queue("batch")
     run.transport.create_queue("error")
+    flow_cost(run)
     pumped, raw = burn_down(run, queue, n)
     cores = os.cpu_count() or 1
     ours, theirs = n / pumped, n / raw
@@ -131,5 +137,74 @@ def batch_scenario(run: Run) -> None:
             f"raw batched loop (batch {BATCH})",
             workload.Timing(n, raw, []),
             note=f"the pump's statements on {THREADS} threads, no pump",
+        )
+    )
+
+
+#: The flow-control settings of the cost cell: limits far above what the load can reach.
+FAR_LIMITS: dict[str, object] = {
+    "rate_limit": 1_000_000,
+    "rate_burst": 1_000,
+    "global_concurrency": 1_000,
+    "key_header": "customer",
+    "key_concurrency": 1_000,
+}
+
+
+def _drain(run: Run, queue: str, n: int, flow: dict[str, object]) -> float:
+    """Seconds the pump (TRANSACTION_SCOPE, THREADS workers, empty handler) takes to drain *n*
+    keyed messages, with the *flow* settings."""
+    run.transport.purge_all(queue)
+    run.transport.send_many(
+        queue,
+        [OutgoingMessage(b"x", headers={"customer": f"c{i % 100}"}) for i in range(n)],
+    )
+    endpoint = Endpoint(
+        queue,
+        run.transport,
+        transaction_mode=TransactionMode.TRANSACTION_SCOPE,
+        concurrency=THREADS,
+        peek_delay=0.1,
+        delayed_delivery=False,
+        **flow,
+    )
+    endpoint.handle_raw(lambda body, context: None)
+    began = time.perf_counter()
+    endpoint.start()
+    try:
+        while endpoint.stats.handled < n:
+            if time.perf_counter() > began + 600 or endpoint.stats.failed:
+                raise AssertionError(f"flow cell: {endpoint.stats}")
+            time.sleep(0.005)
+        return time.perf_counter() - began
+    finally:
+        endpoint.stop()
+
+
+def flow_cost(run: Run) -> None:
+    """The pump with every flow limit set far above the load, beside the pump without them."""
+    scenario = "flow control, limits far above the load"
+    n = run.settings.messages
+    queue = run.new_queue("flow")
+    run.transport.create_queue("error")
+    plain = _drain(run, queue, n, {})
+    limited = _drain(run, queue, n, FAR_LIMITS)
+    ratio = plain / limited
+    run.add(
+        Result.of(
+            run.database.name,
+            scenario,
+            f"{workers.PUMP} with rate, global and per-key limits",
+            workload.Timing(n, limited, []),
+            note=f"{ratio:.2f}x the pump without limits (target >= 0.90x); {THREADS} workers",
+        )
+    )
+    run.add(
+        Result.of(
+            run.database.name,
+            scenario,
+            f"{workers.PUMP} without limits",
+            workload.Timing(n, plain, []),
+            note="TRANSACTION_SCOPE, empty handler, 100 keys",
         )
     )
