@@ -45,6 +45,8 @@ EXCEPTION_STACK_TRACE = "NServiceBus.ExceptionInfo.StackTrace"
 #: Every exception header starts so (``.Data.*`` entries included).
 EXCEPTION_INFO_PREFIX = "NServiceBus.ExceptionInfo."
 TIME_TO_BE_RECEIVED = "NServiceBus.TimeToBeReceived"
+#: When a delayed message is due (wire time), as NServiceBus Core sets it on delayed sends.
+DELIVER_AT = "NServiceBus.DeliverAt"
 
 _JSON_TYPES = {
     dict: "object",

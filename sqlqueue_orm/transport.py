@@ -241,6 +241,10 @@ class Transport:
         destination = self.address(queue)
         table = self.delayed_table(destination if endpoint is None else endpoint)
         forward = destination.format(self.engine.dialect.name)
+        # NServiceBus Core's DeliverAt header (critical time counts from it), by this clock.
+        deliver_at = headers.format_time(
+            dt.datetime.now(dt.UTC) + dt.timedelta(milliseconds=due_ms)
+        )
         prepared = []
         for message in messages:
             if message.time_to_be_received is not None:
@@ -249,6 +253,7 @@ class Transport:
                     "have a time_to_be_received too (NServiceBus refuses the combination)"
                 )
             carried = {**message.headers, FORWARD_DESTINATION: forward}
+            carried.setdefault(headers.DELIVER_AT, deliver_at)
             prepared.append(dataclasses.replace(message, headers=carried).prepare())
         with db.wrap_db_errors(table.name), self._connection(connection) as conn:
             for item in prepared:

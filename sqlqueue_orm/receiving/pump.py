@@ -56,6 +56,7 @@ class PumpStats:
     handled: int = 0
     failed: int = 0
     retried: int = 0
+    #: Sent back through a delayed retry (after failing its immediate retries).
     delayed: int = 0
     expired: int = 0
     poison: int = 0

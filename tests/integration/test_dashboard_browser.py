@@ -56,7 +56,7 @@ def fail(transport: Transport, endpoint_name: str, bodies: list[bytes],
     transport.create_queue("error")
     ids = [transport.send(endpoint_name, OutgoingMessage(body)) for body in bodies]
     endpoint = Endpoint(endpoint_name, transport, settings=EndpointSettings(
-        concurrency=1, peek_delay=0.1, immediate_retries=0))
+        concurrency=1, peek_delay=0.1, immediate_retries=0, delayed_retries=0))
 
     @endpoint.handle_raw
     def handle(body: bytes, context: HandlerContext) -> None:
@@ -111,6 +111,9 @@ def test_pages_render_read_only(database, driver):
     with transport.engine.begin() as connection:
         outbox.store(connection, "record-1", [OutboxOperation.from_prepared(
             "orders", OutgoingMessage(b"later").prepare())])
+    transport.create_delayed_table("orders")
+    later = transport.send("orders", OutgoingMessage(b"later"), delay=3600)
+    soon = transport.send("orders", OutgoingMessage(b"soon"), delay=600)
     app = create_app(transport, sample_interval=0.2)
     with browser.served(app) as base:
         driver.get(base + "/")
@@ -147,7 +150,11 @@ def test_pages_render_read_only(database, driver):
         assert driver.find_element(By.ID, "pending").text == "1"
         assert driver.find_element(By.ID, "oldest").text == "record-1"
         click(driver, driver.find_element(By.LINK_TEXT, "Delayed"))
-        assert "Not available yet" in driver.find_element(By.ID, "delayed-placeholder").text
+        delayed = driver.find_elements(By.CSS_SELECTOR, "#delayed tr[data-message-id]")
+        assert [row.get_attribute("data-message-id") for row in delayed] == [soon, later]
+        assert "orders" in delayed[0].find_element(By.CLASS_NAME, "destination").text
+        driver.get(base + "/delayed?endpoint=nobody")
+        assert "nobody" in driver.find_element(By.ID, "problem").text
 
         # Read-only: the confirmation page and the POSTs refuse, nothing changes.
         driver.get(f"{base}/errors/confirm?action=delete&id={row_id}")
@@ -204,7 +211,7 @@ def test_retry_sends_the_message_back_and_it_is_processed(database, driver):
     assert error_ids(transport) == {second}
     handled: list[str] = []
     endpoint = Endpoint("billing", transport, settings=EndpointSettings(
-        concurrency=1, peek_delay=0.1, immediate_retries=0))
+        concurrency=1, peek_delay=0.1, immediate_retries=0, delayed_retries=0))
 
     @endpoint.handle_raw
     def handle(body: bytes, context: HandlerContext) -> None:

@@ -43,6 +43,11 @@ def test_dashboard_serves_on_localhost_read_only_until_stopped(database):
         assert 'data-queue="orders"' in page.text
         assert httpx.get(url + "outbox", timeout=30).status_code == 200
         assert httpx.post(url + "errors/delete", timeout=30).status_code == 403  # read-only
+        # A DNS-rebinding page names its own host: refused before any page.
+        rebound = httpx.get(url, headers={"Host": "evil.example:8800"}, timeout=30)
+        assert rebound.status_code == 400 and "evil.example" in rebound.text
+        named = httpx.get(url, headers={"Host": "localhost:8800"}, timeout=30)
+        assert named.status_code == 200
     finally:
         process.send_signal(stop)
         out, err = process.communicate(timeout=30)

@@ -226,6 +226,8 @@ def test_our_delayed_row_is_what_nservicebus_stores(database):
         assert 29 < (table.seconds_to_next_due(connection) or 0) <= 30.01
     stored = headers.deserialize(row.Headers)
     assert stored[FORWARD_DESTINATION] == transport.address_text("billing")
+    deliver_at = headers.parse_time(stored["NServiceBus.DeliverAt"] or "")
+    assert before + dt.timedelta(seconds=29) < deliver_at < before + dt.timedelta(seconds=32)
     assert row.Body == b"body"
     due = row.Due if isinstance(row.Due, dt.datetime) else dt.datetime.fromisoformat(row.Due)
     due = due.replace(tzinfo=dt.UTC) if due.tzinfo is None else due

@@ -8,7 +8,7 @@ from sqlqueue_orm.models.queue_table import queue_table
 
 pytest.importorskip("pyspark")
 
-from sqlqueue_orm.contrib.spark import ingesting
+from sqlqueue_orm.contrib.spark import ingesting, streaming
 
 
 def test_sql_server_statements():
@@ -16,16 +16,15 @@ def test_sql_server_statements():
 
     dialect = mssql.dialect()
     table = queue_table("audit", "nsb")
-    claim = str(ingesting.batch_keys_statement(table, 5000).compile(dialect=dialect))
-    assert " ".join(claim.split()) == (
-        "SELECT TOP __[POSTCOMPILE_param_1] [nsb].[audit].[RowVersion], [nsb].[audit].[Id] "
-        "FROM [nsb].[audit] WITH (READPAST, READCOMMITTEDLOCK) "
-        "ORDER BY [nsb].[audit].[RowVersion]"
+    fence = str(streaming.range_scan_statement(table, 41).compile(dialect=dialect))
+    assert " ".join(fence.split()) == (
+        "SELECT count_big(*) AS count_big_1, max([nsb].[audit].[RowVersion]) AS max_1 "
+        "FROM [nsb].[audit] WITH (READCOMMITTEDLOCK) "
+        "WHERE [nsb].[audit].[RowVersion] > :RowVersion_1"
     )
-    delete = str(ingesting.delete_statement(table).compile(dialect=dialect))
+    delete = str(streaming.delete_through_statement(table).compile(dialect=dialect))
     assert " ".join(delete.split()) == (
-        "DELETE FROM [nsb].[audit] WHERE [nsb].[audit].[RowVersion] = :row_version "
-        "AND [nsb].[audit].[Id] = :native_id"
+        "DELETE FROM [nsb].[audit] WHERE [nsb].[audit].[RowVersion] <= :end"
     )
     lock = ingesting.lock_statement("mssql").text
     assert "@LockOwner = 'Session', @LockTimeout = 0" in lock

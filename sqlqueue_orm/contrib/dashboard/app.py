@@ -29,6 +29,7 @@ import jinja2
 from sqlalchemy.engine import Engine
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
@@ -113,6 +114,7 @@ def create_app(
     schemas: Sequence[str | None] | None = None,
     sample_interval: float = 10.0,
     secret: bytes | None = None,
+    allowed_hosts: Sequence[str] | None = None,
 ) -> Starlette:
     """The dashboard as an ASGI application (Starlette) you can serve or mount.
 
@@ -122,6 +124,10 @@ def create_app(
     :param schemas: schemas whose queues are listed (default: the default schema).
     :param sample_interval: seconds between the readings of queue depths for the chart.
     :param secret: key of the CSRF tokens; random per process when not given.
+    :param allowed_hosts: the host names the dashboard answers to (``Host`` header, without the
+        port; a DNS-rebinding page names its own); ``None``: any (when mounted, your
+        application decides). ``sqlqueue dashboard`` on a loopback address passes
+        :data:`~.security.LOOPBACK_HOSTS`.
     """
     if isinstance(transport_or_url, Transport):
         transport, owns = transport_or_url, False
@@ -163,7 +169,10 @@ def create_app(
         Route("/outbox", pages.outbox, name="outbox"),
         Route("/delayed", pages.delayed, name="delayed"),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan)
+    middleware = []
+    if allowed_hosts is not None:
+        middleware.append(Middleware(security.HostCheck, hosts=list(allowed_hosts)))
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
     app.state.dashboard = dashboard
     return app
 
@@ -470,8 +479,38 @@ class _Pages:
         return self.render(request, "outbox.html", backlog=backlog, missing=None)
 
     async def delayed(self, request: Request) -> Response:
-        """Delayed messages by due time (a placeholder until the library can list them)."""
-        return self.render(request, "delayed.html")
+        """Delayed messages of every delayed table (or one endpoint's), earliest due first."""
+        endpoint = request.query_params.get("endpoint") or None
+        try:
+            limit = _limit(request.query_params.get("limit"))
+            waiting = await self.call(
+                self.dashboard.transport.browse_delayed, endpoint, self.dashboard.schemas, limit
+            )
+        except BadInput as error:
+            return self.problem(request, 400, str(error))
+        except exceptions.ConfigurationError as error:  # an endpoint with no delayed table
+            return self.problem(request, 404, str(error))
+        except exceptions.SqlQueueError as error:
+            return self.problem(request, 503, str(error))
+        now = dt.datetime.now(dt.UTC)
+        rows = [
+            {"message": message, "in": _remaining(message.due - now),
+             "size": len(message.body or b"")}
+            for message in waiting
+        ]
+        return self.render(request, "delayed.html", rows=rows, endpoint=endpoint or "",
+                           limit=limit)
+
+
+def _remaining(delta: dt.timedelta) -> str:
+    seconds = delta.total_seconds()
+    if seconds <= 0:
+        return "due now"
+    if seconds < 120:
+        return f"in {seconds:.0f} s"
+    if seconds < 7200:
+        return f"in {seconds / 60:.0f} min"
+    return f"in {seconds / 3600:.1f} h"
 
 
 _READ_ONLY = ("the dashboard is read-only: start it with --allow-changes "

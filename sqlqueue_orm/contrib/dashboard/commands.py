@@ -66,6 +66,7 @@ def listen(host: str, port: int) -> socket.socket:
 
 def _cmd_dashboard(args: argparse.Namespace) -> int:
     from sqlqueue_orm.contrib import dashboard
+    from sqlqueue_orm.contrib.dashboard import security
 
     dashboard.require_dashboard()
     import uvicorn
@@ -76,6 +77,9 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
         allow_changes=args.allow_changes,
         error_queue=args.error_queue,
         sample_interval=args.sample_interval,
+        # On this machine only, refuse other host names: a DNS-rebinding page could otherwise
+        # read the pages (and their CSRF tokens) through the browser.
+        allowed_hosts=security.LOOPBACK_HOSTS if is_loopback(args.host) else None,
     )
     sock = listen(args.host, args.port)
     # Actions are logged at INFO: shown by default, with the queue in each line.

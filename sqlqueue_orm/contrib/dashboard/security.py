@@ -8,14 +8,33 @@ checks, either of which alone stops a form or script on another site:
   unless given). Another site can neither read the cookie nor compute the token.
 * **Origin.** The ``Origin`` header (else the origin of ``Referer``) must be the dashboard's
   own: scheme, host and port of the request. A request that carries neither is refused.
+
+Both trust the ``Host`` header, which a DNS-rebinding page controls (``evil.example`` made to
+resolve to 127.0.0.1 is, to the browser, a site of its own that may read the dashboard's pages
+and tokens). :class:`HostCheck` closes that: with the names the dashboard is reached by
+(``sqlqueue dashboard`` on a loopback address allows only ``localhost``, ``127.0.0.1`` and
+``::1``), a request naming any other host is answered 400 before it reaches a page.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import secrets
 import urllib.parse
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from typing import Any
+
+log = logging.getLogger("sqlqueue_orm.contrib.dashboard")
+
+#: The host names of this machine only.
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+
+_Scope = MutableMapping[str, Any]
+_Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+_Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+_App = Callable[[_Scope, _Receive, _Send], Awaitable[None]]
 
 #: The cookie that ties a browser to its CSRF token.
 COOKIE = "sqlqueue_dashboard_csrf"
@@ -64,3 +83,40 @@ def _origin_of(url: str) -> str | None:
     if not parts.scheme or not parts.netloc:
         return None
     return f"{parts.scheme}://{parts.netloc}"
+
+
+def host_name(header: str) -> str:
+    """The host of a ``Host`` header, without its port (``[::1]:8800`` is ``::1``)."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1:].partition("]")[0]
+    return header.partition(":")[0]
+
+
+class HostCheck:
+    """ASGI middleware: answer 400 to HTTP requests whose ``Host`` is not one of *hosts*.
+
+    :param app: the application to protect.
+    :param hosts: the host names allowed (without ports).
+    """
+
+    def __init__(self, app: _App, hosts: Iterable[str]) -> None:
+        self.app = app
+        self.hosts = frozenset(host_name(host) if host.startswith("[") else host.lower()
+                               for host in hosts)
+
+    async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
+        """Pass the request on, or refuse it."""
+        if scope["type"] == "http":
+            found = dict(scope.get("headers") or []).get(b"host", b"").decode("latin-1")
+            if host_name(found) not in self.hosts:
+                log.warning("dashboard: refused a request for host %r (allowed: %s)", found,
+                            ", ".join(sorted(self.hosts)))
+                text = f"host {found!r} is not one this dashboard answers to\n".encode()
+                await send({"type": "http.response.start", "status": 400, "headers": [
+                    (b"content-type", b"text/plain; charset=utf-8"),
+                    (b"content-length", str(len(text)).encode()),
+                ]})
+                await send({"type": "http.response.body", "body": text})
+                return
+        await self.app(scope, receive, send)

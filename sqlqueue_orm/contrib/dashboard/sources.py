@@ -4,7 +4,7 @@
 * the error queue: :class:`~sqlqueue_orm.recoverability.error_queue.ErrorQueue` (``list``,
   ``get``, ``retry``, ``retry_all``, ``delete``, ``count``);
 * the outbox: :meth:`sqlqueue_orm.sending.outbox.Outbox.backlog`;
-* delayed messages: shown once the library has a delayed-delivery API to list them with.
+* delayed messages: :meth:`Transport.browse_delayed`.
 """
 
 from __future__ import annotations

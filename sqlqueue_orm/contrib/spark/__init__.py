@@ -7,9 +7,11 @@ a missing PySpark into a :class:`ConfigurationError` that says what to install.
 The modules, by concern: ``session`` (the SparkSession, task engines), ``sending``
 (:func:`send_dataframe`), ``ingesting`` (:func:`ingest`: its lock and file commit protocol),
 ``dataset`` (the ingested dataset's schema and parsing), ``reporting`` (:func:`report`),
-``progress`` (progress lines of long jobs), ``models`` (the ``SparkSendLedger`` table) and
-``checks`` (inputs checked before Spark starts). ``models``, ``checks`` and ``sample``
-(synthetic NServiceBus audit and error messages for demos) need no Spark at all.
+``streaming`` (the ``sqlqueue`` data source: queues as streaming sources and sinks,
+:func:`register`), ``progress`` (progress lines of long jobs), ``models`` (the
+``SparkSendLedger`` table) and ``checks`` (inputs checked before Spark starts). ``models``,
+``checks`` and ``sample`` (synthetic NServiceBus audit and error messages for demos) need no
+Spark at all.
 
 Each Spark task opens its own connection from the database URL with the Python drivers
 (sqlite3, psycopg, pyodbc), so no JDBC jar is needed and nothing runs on driver-local state.
@@ -29,17 +31,20 @@ if TYPE_CHECKING:
     from sqlqueue_orm.contrib.spark.reporting import Report, failures, report, summary, throughput
     from sqlqueue_orm.contrib.spark.sending import SendResult, send_dataframe
     from sqlqueue_orm.contrib.spark.session import spark_session
+    from sqlqueue_orm.contrib.spark.streaming import QueueDataSource, register
 
 __all__ = [
     "DATASET_SCHEMA",
     "QUEUE_ROW_SCHEMA",
     "IngestInProgress",
     "IngestResult",
+    "QueueDataSource",
     "Report",
     "SendResult",
     "failures",
     "ingest",
     "parse_messages",
+    "register",
     "report",
     "require_pyspark",
     "send_dataframe",
@@ -64,6 +69,8 @@ _MODULES = {
     "SendResult": "sending",
     "send_dataframe": "sending",
     "spark_session": "session",
+    "QueueDataSource": "streaming",
+    "register": "streaming",
 }
 
 

@@ -15,6 +15,8 @@ import datetime as dt
 import logging
 import os
 import re
+import signal
+import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -177,6 +179,15 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     from sqlqueue_orm.contrib.spark import ingesting
 
     session = _session(args)
+    stop = threading.Event()
+    if args.follow:
+        # SIGINT/SIGTERM end the stream after its current batch (what it committed is kept).
+        def _stop(signum: int, _frame: object) -> None:
+            log.info("queue %s: stopping on %s", args.queue, signal.Signals(signum).name)
+            stop.set()
+
+        signal.signal(signal.SIGINT, _stop)
+        signal.signal(signal.SIGTERM, _stop)
     result = ingesting.ingest(
         session,
         _url(args),
@@ -186,6 +197,9 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
         partitions=args.partitions,
         max_batches=args.max_batches,
         include_body=not args.no_body,
+        follow=args.follow,
+        stop=stop,
+        trigger_seconds=args.trigger,
     )
     if result.recovered:
         print(f"{result.queue}: finished {result.recovered} batch(es) "
@@ -323,6 +337,10 @@ def register(subparsers: Any) -> None:
                      help="Spark tasks per batch (default: default parallelism)")
     sub.add_argument("--max-batches", type=arguments.positive_int, metavar="N")
     sub.add_argument("--no-body", action="store_true", help="do not store message bodies")
+    sub.add_argument("--follow", action="store_true",
+                     help="keep streaming new messages until SIGINT/SIGTERM, showing progress")
+    sub.add_argument("--trigger", type=arguments.positive_seconds, default=1.0, metavar="SECONDS",
+                     help="with --follow: seconds between micro-batches (default 1)")
     with_master(sub)
     sub.set_defaults(func=_cmd_ingest)
 

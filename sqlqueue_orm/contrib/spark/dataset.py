@@ -163,3 +163,80 @@ def read_dataset(spark: SparkSession, path: str | Sequence[str]) -> DataFrame:
         raise exceptions.ConfigurationError(
             f"no ingested dataset at {paths}: {str(error).splitlines()[0]}"
         ) from error
+
+
+def _wire_time_or_none(values: dict[str, str | None], name: str) -> dt.datetime | None:
+    text = values.get(name)
+    if text is None:
+        return None
+    try:
+        return nsb_headers.parse_time(text)
+    except ValueError:
+        return None
+
+
+def _millis(start: dt.datetime | None, end: dt.datetime | None) -> float | None:
+    if start is None or end is None:
+        return None
+    return ((end - start) // dt.timedelta(microseconds=1)) / 1000.0
+
+
+def parse_row(
+    queue: str,
+    native_id: str,
+    row_version: int,
+    raw: object,
+    body: bytes | None,
+    ingested_at: dt.datetime,
+) -> tuple[object, ...]:
+    """One queue row -> one dataset row (a tuple in :data:`DATASET_SCHEMA` order), in Python.
+
+    What the streaming source yields per message: the same definitions as
+    :func:`parse_messages` (first enclosed type without its assembly, NServiceBus's processing
+    and critical times, ``event_time`` and its UTC ``date``). Headers that cannot be read are
+    kept in ``raw_headers`` with ``headers_error`` saying why; nothing is dropped.
+
+    :param ingested_at: when the row was read (aware UTC).
+    """
+    values, kept, error = nsb_headers.decode(raw)
+    raw_text = kept if isinstance(kept, str) else kept.decode("utf-8", "replace")
+    enclosed = values.get(nsb_headers.ENCLOSED_MESSAGE_TYPES)
+    message_type = None
+    if enclosed is not None:
+        message_type = enclosed.split(";")[0].split(",")[0].strip() or None
+    time_sent = _wire_time_or_none(values, nsb_headers.TIME_SENT)
+    started = _wire_time_or_none(values, nsb_headers.PROCESSING_STARTED)
+    ended = _wire_time_or_none(values, nsb_headers.PROCESSING_ENDED)
+    failed_at = _wire_time_or_none(values, nsb_headers.TIME_OF_FAILURE)
+    event_time = ended or failed_at or time_sent or ingested_at
+    message_id = values.get(nsb_headers.MESSAGE_ID)
+    return (
+        queue,
+        native_id,
+        row_version,
+        native_id if message_id is None else message_id,
+        message_type,
+        enclosed,
+        values.get(nsb_headers.MESSAGE_INTENT),
+        values.get(nsb_headers.CONVERSATION_ID),
+        values.get(nsb_headers.CORRELATION_ID),
+        values.get(nsb_headers.ORIGINATING_ENDPOINT),
+        values.get(nsb_headers.PROCESSING_ENDPOINT),
+        values.get(nsb_headers.PROCESSING_MACHINE),
+        time_sent,
+        started,
+        ended,
+        _millis(started, ended),
+        _millis(time_sent, ended),
+        values.get(nsb_headers.FAILED_QUEUE),
+        failed_at,
+        values.get(nsb_headers.EXCEPTION_TYPE),
+        values.get(nsb_headers.EXCEPTION_MESSAGE),
+        event_time,
+        None if error else values,
+        raw_text,
+        error,
+        body,
+        ingested_at,
+        event_time.astimezone(dt.UTC).date(),
+    )

@@ -1,20 +1,23 @@
 """``ingest``: drain a queue into a Parquet dataset partitioned by ``date``, exactly once.
 
-1. a lock makes it the only ingester of that queue (PostgreSQL session advisory lock, SQL Server
-   session applock, an ``flock`` beside a SQLite file), released by the server or the kernel
-   if the process dies; each dialect's lock is one small class registered by ``__dialect__``;
-2. the driver reads the RowVersion and Id of the oldest *batch_size* rows, without deleting;
-3. Spark tasks fetch those rows by RowVersion (their own connections), parse the headers with
-   built-in functions (:func:`~sqlqueue_orm.contrib.spark.dataset.parse_messages`) and write the
-   batch to ``_sqlqueue/staging/<batch>/``, which readers of the dataset ignore (a leading ``_``);
-4. the driver writes ``_sqlqueue/committed/<batch>.json`` listing the files and the
-   (RowVersion, Id) of every row in them, read back from the files: **the commit point**;
-5. the files are renamed into the dataset, then exactly those rows are deleted from the queue in
-   one transaction, then the manifest and staging directory are removed.
+A thin use of the ``sqlqueue`` streaming source (:mod:`.streaming`), one code path for the
+one-off run and for ``--follow``:
 
-A re-run first finishes every committed batch of that queue (renames are skipped when done,
-deleting gone rows is a no-op) and discards staging directories without a manifest (their rows
-are still in the queue), so a crash at any point ends with each message exactly once in the
+1. a lock makes it the only reader of that queue (PostgreSQL session advisory lock, SQL Server
+   session applock, an ``flock`` beside a SQLite file), released by the server or the kernel
+   if the process dies; each dialect's lock is one small class registered by ``__dialect__``.
+   The source holds it while the stream runs;
+2. the source reads a micro-batch, a RowVersion range, in partitions over their own connections,
+   without deleting;
+3. ``foreachBatch`` writes it to ``_sqlqueue/staging/<batch>/`` (readers of the dataset ignore a
+   leading ``_``), then writes ``_sqlqueue/committed/<batch>.json`` listing the files:
+   **the commit point**; then the files are renamed into the dataset;
+4. Spark records the batch in its checkpoint (``_sqlqueue/checkpoints/<queue>``), and only then
+   does the source delete the batch's rows from the queue.
+
+A batch Spark did not record is replayed with the same rows on the next run: if its manifest
+exists, only its moves are finished (renames already done are skipped); otherwise its staging
+directory is rewritten. So a crash at any point ends with each message exactly once in the
 dataset. File operations use Hadoop's FileSystem of the path, so HDFS, S3A or ABFS paths work
 as local ones (on object stores, a rename is a copy: readers may see a batch partly while it is
 being moved, never twice). Each batch logs a progress line with the queue name.
@@ -23,22 +26,20 @@ being moved, never twice). Each batch logs a progress line with the queue name.
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
-import functools
 import json
 import logging
 import os
 import re
 import signal
+import threading
 import time
-import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import sqlalchemy as sa
 
 from sqlqueue_orm import addressing, db, dialects, exceptions
-from sqlqueue_orm.contrib.spark import checks, dataset, session
+from sqlqueue_orm.contrib.spark import checks, dataset
 from sqlqueue_orm.models.queue_table import queue_table
 
 if TYPE_CHECKING:
@@ -335,8 +336,8 @@ class _Files:
 class IngestResult:
     """What :func:`ingest` did.
 
-    *messages* were written and deleted in *batches*; *recovered* batches of an interrupted run
-    were finished first, with *recovered_messages* in them.
+    *messages* were written in *batches*; *recovered* batches of an interrupted run were
+    finished first, with *recovered_messages* in them.
     """
 
     queue: str
@@ -355,160 +356,116 @@ def _kill_point(point: str, batch: int) -> None:
         os.kill(os.getpid(), getattr(signal, "SIGKILL", signal.SIGTERM))
 
 
-def _batch_keys(
-    engine: sa.Engine, table: sa.Table, address: addressing.QueueAddress, batch_size: int
-) -> list[tuple[int, str]]:
-    """The (RowVersion, Id) of the oldest *batch_size* committed rows; nothing is deleted."""
-    with db.wrap_db_errors(str(address)), engine.begin() as connection:
-        rows = connection.execute(batch_keys_statement(table, batch_size)).all()
-    return [(int(row_version), str(native_id)) for row_version, native_id in rows]
+class _BatchCommitter:
+    """``foreachBatch`` of the ingest stream: each micro-batch into the dataset exactly once.
+
+    Spark replays a micro-batch whose commit it did not record, with the same rows (the source
+    deletes them only after the commit). The batch's manifest (``_sqlqueue/committed/<name>.json``)
+    is the commit point: a replay of a batch with a manifest only finishes its moves.
+    """
+
+    def __init__(
+        self, spark: SparkSession, files: _Files, address: addressing.QueueAddress,
+        checkpoint: Any,
+    ) -> None:
+        self.spark = spark
+        self.files = files
+        self.address = address
+        self.checkpoint = checkpoint
+        self.slug = _slug(address)
+        self.query_id: str | None = None
+        self.messages = self.batches = self.recovered = self.recovered_messages = 0
+        self.started = time.monotonic()
+
+    def _prefix(self) -> str:
+        if self.query_id is None:
+            # Written by Spark when the query was first started; the same on every restart.
+            metadata = self.files.read_text(self.files.child(self.checkpoint, "metadata"))
+            self.query_id = str(json.loads(metadata.splitlines()[0])["id"])
+        return f"{self.slug}-{self.query_id[:8]}-"
+
+    def _clean(self, current: str) -> None:
+        """Forget this queue's batches other than *current*.
+
+        Spark committed the earlier ones (their moves were done), and staging without a
+        manifest never reached the dataset.
+        """
+        for directory in ("committed", "staging"):
+            parent = self.files.path(f"{_STATE_DIR}/{directory}")
+            for name in self.files.names(parent):
+                mine = name.startswith((self.slug + "-", "." + self.slug + "-"))
+                if mine and not name.startswith((current, "." + current)):
+                    self.files.delete(self.files.child(parent, name))
+
+    def forget_through(self, batch_id: int) -> None:
+        """Forget this query's batches up to *batch_id*, which Spark has committed."""
+        if self.query_id is None:
+            return
+        prefix = self._prefix()
+        for directory in ("committed", "staging"):
+            parent = self.files.path(f"{_STATE_DIR}/{directory}")
+            for name in self.files.names(parent):
+                match = re.fullmatch(re.escape(prefix) + r"(\d{12})(\.json)?", name)
+                if match and int(match.group(1)) <= batch_id:
+                    self.files.delete(self.files.child(parent, name))
+
+    def __call__(self, frame: Any, batch_id: int) -> None:
+        """Write micro-batch *batch_id* to staging, commit it, move it into the dataset."""
+        name = f"{self._prefix()}{batch_id:012d}"
+        self._clean(name)
+        manifest_path = self.files.path(f"{_STATE_DIR}/committed/{name}.json")
+        staging = self.files.path(f"{_STATE_DIR}/staging/{name}")
+        number = self.batches + 1
+        if self.files.fs.exists(manifest_path):
+            manifest = json.loads(self.files.read_text(manifest_path))
+            log.warning("queue %s: finishing batch %s, committed by an interrupted run",
+                        self.address, name)
+            self._move(staging, manifest)
+            self.recovered += 1
+            self.recovered_messages += int(manifest["count"])
+            return
+        self.files.delete(staging)
+        frame.write.mode("overwrite").partitionBy("date").parquet(self.files.uri(staging))
+        _kill_point("written", number)
+        count = (
+            self.spark.read.schema(dataset.DATASET_SCHEMA).parquet(self.files.uri(staging)).count()
+            if self.files.fs.exists(staging) else 0
+        )
+        manifest = {
+            "format": 2,
+            "queue": str(self.address),
+            "batch": name,
+            "files": self.files.data_files(staging),
+            "count": count,
+        }
+        self.files.write_text(manifest_path, json.dumps(manifest))
+        _kill_point("committed", number)
+        self._move(staging, manifest)
+        _kill_point("moved", number)
+        self.batches += 1
+        self.messages += count
+        elapsed = max(time.monotonic() - self.started, 1e-6)
+        log.info("queue %s: %d message(s) in %d batch(es) so far (%.0f msg/s)",
+                 self.address, self.messages, self.batches, self.messages / elapsed)
+
+    def _move(self, staging: Any, manifest: Mapping[str, Any]) -> None:
+        for relative in manifest["files"]:
+            self.files.move(self.files.child(staging, relative), self.files.path(relative))
 
 
-def batch_keys_statement(table: sa.Table, batch_size: int) -> sa.Select[Any]:
-    """SELECT the oldest rows' keys; SQL Server skips rows still being inserted (READPAST)."""
-    statement = (
-        sa.select(table.c.RowVersion, table.c.Id).order_by(table.c.RowVersion).limit(batch_size)
-    )
-    for support in dialects.ALL.values():
-        if support.committed_read_hint is not None:
-            statement = statement.with_hint(table, support.committed_read_hint, support.name)
-    return statement
+def _last_committed(query: Any) -> tuple[int, int] | None:
+    """(batch id, end offset) of the last batch the query committed.
 
-
-def delete_statement(table: sa.Table) -> sa.Delete:
-    """DELETE one ingested row by RowVersion *and* Id (executemany over a batch)."""
-    return table.delete().where(
-        table.c.RowVersion == sa.bindparam("row_version"), table.c.Id == sa.bindparam("native_id")
-    )
-
-
-def _fetch_partition(
-    url: str, table_name: str, schema: str | None, claims: Iterator[Any]
-) -> Iterator[tuple[str, int, str, bytes | None]]:
-    """Executor side: read the claimed rows by RowVersion, in short transactions."""
-    wanted = {int(row_version): str(native_id) for row_version, native_id in claims}
-    if not wanted:
-        return
-    engine = session.task_engine(url)
-    table = queue_table(table_name, schema, engine)
-    statement = sa.select(table.c.Id, table.c.RowVersion, table.c.Headers, table.c.Body)
-    try:
-        for chunk in session.chunks(sorted(wanted), session.IN_CHUNK):
-            with engine.connect() as connection:
-                rows = connection.execute(statement.where(table.c.RowVersion.in_(chunk))).all()
-            for native_id, row_version, raw_headers, body in sorted(rows, key=lambda r: int(r[1])):
-                if wanted.get(int(row_version)) == str(native_id):
-                    yield (
-                        str(native_id),
-                        int(row_version),
-                        raw_headers,
-                        None if body is None else bytes(body),
-                    )
-    finally:
-        engine.dispose()
-
-
-def _finish_batch(
-    files: _Files,
-    engine: sa.Engine,
-    table: sa.Table,
-    address: addressing.QueueAddress,
-    manifest: Mapping[str, Any],
-    number: int,
-) -> None:
-    """After the commit point: move the files in, delete the rows, forget the batch."""
-    batch = str(manifest["batch"])
-    staging = files.path(f"{_STATE_DIR}/staging/{batch}")
-    for relative in manifest["files"]:
-        files.move(files.child(staging, relative), files.path(relative))
-    _kill_point("moved", number)
-    rows = [
-        {"row_version": int(row_version), "native_id": uuid.UUID(native_id)}
-        for row_version, native_id in manifest["rows"]
-    ]
-    if rows:
-        with db.wrap_db_errors(str(address)), engine.begin() as connection:
-            connection.execute(delete_statement(table), rows)
-    _kill_point("deleted", number)
-    files.delete(staging)
-    files.delete(files.path(f"{_STATE_DIR}/committed/{batch}.json"))
-    log.info("queue %s: batch %s done: %d message(s) in the dataset and off the queue",
-             address, batch, len(rows))
-
-
-def _recover(
-    files: _Files, engine: sa.Engine, table: sa.Table, address: addressing.QueueAddress
-) -> tuple[int, int]:
-    """Finish this queue's committed batches, discard its uncommitted ones."""
-    slug = _slug(address)
-    committed_dir = files.path(f"{_STATE_DIR}/committed")
-    batches = messages = 0
-    finished: set[str] = set()
-    for name in files.names(committed_dir):
-        if name.startswith("." + slug + "-") and name.endswith(".tmp"):  # being written
-            files.delete(files.child(committed_dir, name))
-            continue
-        if not (name.startswith(slug + "-") and name.endswith(".json")):
-            continue
-        manifest = json.loads(files.read_text(files.child(committed_dir, name)))
-        if manifest.get("queue") != str(address):
-            continue
-        log.warning("queue %s: finishing batch %s, committed by an interrupted run",
-                    address, manifest["batch"])
-        _finish_batch(files, engine, table, address, manifest, 0)
-        finished.add(str(manifest["batch"]))
-        batches += 1
-        messages += len(manifest["rows"])
-    staging_dir = files.path(f"{_STATE_DIR}/staging")
-    for name in files.names(staging_dir):
-        if name.startswith(slug + "-") and name not in finished:
-            log.warning("queue %s: discarding uncommitted batch %s (its messages are still in "
-                        "the queue)", address, name)
-            files.delete(files.child(staging_dir, name))
-    return batches, messages
-
-
-def _ingest_batch(
-    spark: SparkSession,
-    files: _Files,
-    url: str,
-    address: addressing.QueueAddress,
-    claims: list[tuple[int, str]],
-    number: int,
-    partitions: int,
-    include_body: bool,
-) -> dict[str, Any]:
-    """Write one claimed batch to staging and commit it; return its manifest."""
-    batch = f"{_slug(address)}-{claims[0][0]:020d}-{claims[-1][0]:020d}"
-    staging = files.path(f"{_STATE_DIR}/staging/{batch}")
-    ingested_at = dt.datetime.now(dt.UTC)
-    slices = max(1, min(partitions, len(claims)))
-    fetch = functools.partial(_fetch_partition, url, address.table, address.schema)
-    rows = spark.sparkContext.parallelize(claims, slices).mapPartitions(fetch)
-    raw = spark.createDataFrame(rows, dataset.QUEUE_ROW_SCHEMA)
-    parsed = dataset.parse_messages(raw, str(address), ingested_at, include_body=include_body)
-    parsed.write.mode("overwrite").partitionBy("date").parquet(files.uri(staging))
-    _kill_point("written", number)
-    # What the files hold, read back from them: exactly these rows will leave the queue.
-    written = (
-        spark.read.schema(dataset.DATASET_SCHEMA).parquet(files.uri(staging))
-        .select("row_version", "native_id").collect()
-    )
-    if len(written) != len(claims):
-        log.warning("queue %s: %d of %d claimed message(s) were gone when read (another "
-                    "consumer?); they are not in the dataset", address,
-                    len(claims) - len(written), len(claims))
-    manifest = {
-        "format": 1,
-        "queue": str(address),
-        "batch": batch,
-        "ingested_at": ingested_at.isoformat(),
-        "files": files.data_files(staging),
-        "rows": sorted([int(row[0]), str(row[1])] for row in written),
-    }
-    files.write_text(files.path(f"{_STATE_DIR}/committed/{batch}.json"), json.dumps(manifest))
-    _kill_point("committed", number)
-    return manifest
+    Read from its progress: Spark reports a batch's progress after its commit.
+    """
+    last: tuple[int, int] | None = None
+    for progress in query.recentProgress:
+        for source in progress.sources:
+            if source.endOffset and progress.numInputRows:
+                end = source.endOffset
+                end = json.loads(end) if isinstance(end, str) else end
+                last = max(last or (-1, -1), (int(progress.batchId), int(end["row_version"])))
+    return last
 
 
 def ingest(
@@ -521,23 +478,34 @@ def ingest(
     partitions: int | None = None,
     max_batches: int | None = None,
     include_body: bool = True,
+    follow: bool = False,
+    stop: threading.Event | None = None,
+    trigger_seconds: float = 1.0,
 ) -> IngestResult:
-    """Drain *queue* into the Parquet dataset at *path*, exactly once (see the module docstring).
+    """Drain *queue* into the Parquet dataset at *path*, exactly once.
 
-    Stops when a batch comes back short (the queue was empty as of that read) or after
-    *max_batches*. Safe to re-run after a crash at any point; at most one ingestion per queue
-    runs at a time (another raises :class:`IngestInProgress`). Several queues (audit and error)
-    may share one *path*.
+    A stream of the ``sqlqueue`` source (:mod:`.streaming`) into the dataset, checkpointed
+    under ``<path>/_sqlqueue/checkpoints/``.
+
+    Stops when a batch comes back short (the queue was empty as of that read), when there is
+    no data, or after *max_batches*; with *follow*, runs until *stop* is set. Safe to re-run
+    after a crash at any point; at most one ingestion per queue runs at a time (another raises
+    :class:`IngestInProgress`). Several queues (audit and error) may share one *path*.
 
     :param spark: the session (classic, not Spark Connect).
     :param url: the database URL; Spark tasks connect with it.
     :param queue: the queue address (``audit``, ``error@[nsb]``); not in another catalog.
     :param path: the dataset directory (any Hadoop path: ``/data/x``, ``hdfs://..``, ``s3a://..``).
-    :param batch_size: messages per batch: one Parquet commit and one delete transaction.
-    :param partitions: Spark tasks reading and writing a batch (default: default parallelism).
+    :param batch_size: messages per micro-batch at most.
+    :param partitions: Spark tasks (connections) reading a batch (default: default parallelism).
     :param max_batches: stop after this many new batches.
     :param include_body: store the message bodies.
+    :param follow: keep running (a trigger every *trigger_seconds*) until *stop* is set.
+    :param stop: set it to end a *follow* run (after the current batch).
+    :param trigger_seconds: the trigger interval of a *follow* run.
     """
+    from sqlqueue_orm.contrib.spark import streaming
+
     parsed_url, address = checks.check_ingest_arguments(
         url, queue, batch_size, partitions, max_batches
     )
@@ -545,31 +513,79 @@ def ingest(
     files = _Files(spark, path)
     slices = partitions or spark.sparkContext.defaultParallelism
     engine = db.create_engine(url)
-    messages = batches = 0
-    started = time.monotonic()
     try:
         checks.require_queue(engine, address)
         with ingest_lock(engine, parsed_url, address):
-            recovered, recovered_messages = _recover(files, engine, table, address)
-            while max_batches is None or batches < max_batches:
-                claims = _batch_keys(engine, table, address, batch_size)
-                if not claims:
-                    break
-                batches += 1
-                manifest = _ingest_batch(
-                    spark, files, url, address, claims, batches, slices, include_body
-                )
-                _finish_batch(files, engine, table, address, manifest, batches)
-                messages += len(manifest["rows"])
-                elapsed = max(time.monotonic() - started, 1e-6)
-                log.info("queue %s: %d message(s) in %d batch(es) so far (%.0f msg/s)",
-                         address, messages, batches, messages / elapsed)
-                if len(claims) < batch_size:
-                    break
+            pass  # fail fast here; the source holds the lock while the stream runs
+        streaming.register(spark)
+        checkpoint = files.path(f"{_STATE_DIR}/checkpoints/{_slug(address)}")
+        committer = _BatchCommitter(spark, files, address, checkpoint)
+        reader = (
+            spark.readStream.format(streaming.FORMAT)
+            .option("url", url).option("queue", str(address))
+            .option("partitions", str(slices)).option("maxRowsPerBatch", str(batch_size))
+            .option("includeBody", str(include_body).lower())
+            .load()
+        )
+        writer = reader.writeStream.foreachBatch(committer).option(
+            "checkpointLocation", files.uri(checkpoint)
+        )
+        if follow:
+            writer = writer.trigger(processingTime=f"{trigger_seconds} seconds")
+        query = writer.start()
+        try:
+            _watch(query, address, batch_size, max_batches, follow, stop)
+        finally:
+            query.stop()
+        last = _last_committed(query)
+        if last is not None:
+            _kill_point("deleted", committer.batches)
+            streaming.delete_through(engine, table, str(address), last[1])
+            committer.forget_through(last[0])
+        error = query.exception()
+        if error is not None:
+            raise IngestError(f"queue {str(address)!r}: the ingest stream failed: "
+                              f"{str(error).splitlines()[0]}")
     finally:
         engine.dispose()
     log.info("queue %s: ingested %d message(s) in %d batch(es) into %s",
-             address, messages, batches, files.uri(files.root))
+             address, committer.messages, committer.batches, files.uri(files.root))
     return IngestResult(
-        str(address), files.uri(files.root), messages, batches, recovered, recovered_messages
+        str(address), files.uri(files.root), committer.messages, committer.batches,
+        committer.recovered, committer.recovered_messages,
     )
+
+
+def _watch(
+    query: Any,
+    address: addressing.QueueAddress,
+    batch_size: int,
+    max_batches: int | None,
+    follow: bool,
+    stop: threading.Event | None,
+) -> None:
+    """Wait until the ingest is done (or *stop* is set), logging Spark's progress."""
+    seen = -1
+    batches = 0
+    while query.isActive:
+        if stop is not None and stop.is_set():
+            return
+        for progress in query.recentProgress:
+            if progress.batchId <= seen or not progress.numInputRows:
+                continue
+            seen = progress.batchId
+            batches += 1
+            if follow:
+                log.info("queue %s: batch %d: %d message(s), %.0f msg/s in, %.0f msg/s "
+                         "processed", address, progress.batchId, progress.numInputRows,
+                         progress.inputRowsPerSecond or 0.0,
+                         progress.processedRowsPerSecond or 0.0)
+            elif progress.numInputRows < batch_size:
+                return
+            if max_batches is not None and batches >= max_batches:
+                return
+        status = query.status
+        if (not follow and not status["isTriggerActive"] and not status["isDataAvailable"]
+                and str(status["message"]).startswith("Waiting for data")):
+            return
+        query.awaitTermination(0.1)

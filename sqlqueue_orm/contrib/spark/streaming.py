@@ -1,0 +1,715 @@
+"""The ``sqlqueue`` Spark data source: queues as streaming (and batch) sources and sinks.
+
+Built on PySpark 4's Python data source API (no JVM code, no jar). :func:`register` makes the
+format known to a session::
+
+    register(spark)
+    audit = (spark.readStream.format("sqlqueue").option("url", url).option("queue", "audit")
+             .load())                                   # one row per message, DATASET_SCHEMA
+    audit.writeStream.format("parquet").option("checkpointLocation", ...).start(path)
+
+    rows.writeStream.format("sqlqueue").option("url", url).option("queue", "billing")
+        .option("keyColumn", "order_id").option("checkpointLocation", ...).start()
+
+**Source.** Offsets are ``{"row_version": N}``: a micro-batch is the rows whose RowVersion
+(``seq`` on PostgreSQL) is in ``(start, end]``, read in several partitions (ranges of that
+column), each over its own connection, and deleted from the queue only when Spark has committed
+the batch (``commit(end)``, and again at the next ``latestOffset(start)``, which Spark calls only
+after the batch ending at *start* is in its commit log). A query restarted from its checkpoint
+re-reads an uncommitted batch, rows still there, and never a committed one.
+
+The end offset is a *fence*: a value below which no transaction can still insert, because
+identity values are taken at insert time and commit out of order. One small class per dialect,
+registered by ``__dialect__``:
+
+* SQLite serialises writers, so the highest committed RowVersion is a fence;
+* PostgreSQL: the highest ``seq`` seen becomes the fence once every transaction that was in
+  progress when it was seen (the ``xip`` of a ``pg_current_snapshot()`` taken after it) has
+  ended (``pg_xact_status``); until then the previous fence holds, so a writer holding its
+  transaction open delays the stream, never skips a row;
+* SQL Server: a range scan with ``READCOMMITTEDLOCK`` and without ``READPAST`` waits for rows
+  still being inserted above the start.
+
+One stream per queue: the source takes the ingest lock of the queue (see
+:mod:`.ingesting`) for as long as the query runs. ``spark.read.format("sqlqueue")`` is a
+snapshot of the queue that deletes nothing.
+
+**Sink.** One message per row, as :func:`~.sending.send_dataframe` sends them: options
+``bodyColumn``, ``keyColumn``, ``headers`` (a JSON object) and ``headerColumns`` (a JSON object,
+header -> column). Every message id is recorded in the send ledger in the transaction that
+sends it, so a retried task or batch skips what was sent: with ``keyColumn`` exactly once per
+key; without, a stream keys each row by (query id, batch id, partition, position), which a
+replayed batch reproduces, and a batch write (``df.write``) sends at least once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import logging
+import time
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, cast
+
+import sqlalchemy as sa
+from pyspark.sql import types as T
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import ReadMaxRows
+
+from sqlqueue_orm import addressing, db, exceptions
+from sqlqueue_orm import headers as nsb_headers
+from sqlqueue_orm import transport as transport_module
+from sqlqueue_orm.contrib.spark import checks, dataset, ingesting, sending, session
+from sqlqueue_orm.messages import OutgoingMessage
+from sqlqueue_orm.models.queue_table import queue_table
+
+if TYPE_CHECKING:
+    from pyspark.sql import Row, SparkSession
+    from pyspark.sql.streaming.datasource import ReadLimit
+    from pyspark.sql.types import StructType
+
+log = logging.getLogger(__name__)
+
+#: The format name: ``spark.readStream.format(FORMAT)``.
+FORMAT = "sqlqueue"
+#: Partitions a micro-batch is read in, unless the ``partitions`` option says otherwise.
+DEFAULT_PARTITIONS = 4
+#: Rows fetched per query while a partition is read (keyset pages keep transactions short).
+PAGE_SIZE = 2_000
+#: Seconds the source waits for the queue's ingest lock (a killed predecessor's may linger).
+LOCK_WAIT_SECONDS = 30.0
+
+
+def register(spark: SparkSession) -> None:
+    """Register the ``sqlqueue`` format with *spark* (once per session is enough)."""
+    spark.dataSource.register(QueueDataSource)
+
+
+# -- options -------------------------------------------------------------------------------------
+def _option(options: Mapping[str, str], name: str) -> str | None:
+    value = options.get(name)
+    return None if value is None or value == "" else str(value)
+
+
+def _required(options: Mapping[str, str], name: str) -> str:
+    value = _option(options, name)
+    if value is None:
+        raise exceptions.ConfigurationError(f"the sqlqueue format needs the option {name!r}")
+    return value
+
+
+def _number(options: Mapping[str, str], name: str, default: int | None) -> int | None:
+    text = _option(options, name)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise exceptions.ConfigurationError(f"option {name!r} is {text!r}, not a number") from None
+    return checks.check_positive(name, value)
+
+
+def _flag(options: Mapping[str, str], name: str, default: bool) -> bool:
+    text = _option(options, name)
+    if text is None:
+        return default
+    if text.lower() not in ("true", "false"):
+        raise exceptions.ConfigurationError(f"option {name!r} is {text!r}; use true or false")
+    return text.lower() == "true"
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceOptions:
+    """What the source needs, from the reader's options (pickled to the executors)."""
+
+    url: str
+    queue: str
+    table: str
+    schema: str | None
+    partitions: int
+    max_rows: int | None
+    include_body: bool
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
+        """Read and check the source's options.
+
+        ``url``, ``queue``, ``partitions``, ``maxRowsPerBatch``, ``includeBody``.
+
+        :raises ConfigurationError: naming the first bad option.
+        """
+        url = _required(options, "url")
+        checks.check_url(url)
+        address = addressing.QueueAddress.coerce(_required(options, "queue"))
+        if address.catalog is not None:
+            raise exceptions.ConfigurationError(
+                f"queue {str(address)!r} is in another catalog; read it with that database's URL"
+            )
+        return cls(
+            url=url,
+            queue=str(address),
+            table=address.table,
+            schema=address.schema,
+            partitions=_number(options, "partitions", DEFAULT_PARTITIONS) or DEFAULT_PARTITIONS,
+            max_rows=_number(options, "maxRowsPerBatch", None),
+            include_body=_flag(options, "includeBody", True),
+        )
+
+
+class RowRange(InputPartition):
+    """One partition of a read: the rows whose order column is in ``(low, high]``."""
+
+    def __init__(self, low: int, high: int) -> None:
+        super().__init__((low, high))
+        self.low = low
+        self.high = high
+
+
+def split_range(low: int, high: int, partitions: int) -> list[RowRange]:
+    """``(low, high]`` in at most *partitions* contiguous ranges of about equal width."""
+    width = high - low
+    count = max(0, min(partitions, width))
+    bounds = [low + width * i // count for i in range(count)] + [high] if count else []
+    return [RowRange(bounds[i], bounds[i + 1]) for i in range(count)]
+
+
+def read_range(options: SourceOptions, low: int, high: int) -> Iterator[tuple[object, ...]]:
+    """Executor side: the dataset rows of ``(low, high]``, over a connection of this task."""
+    engine = session.task_engine(options.url)
+    table = queue_table(options.table, options.schema, engine)
+    order = table.c.RowVersion
+    statement = sa.select(table.c.Id, order, table.c.Headers, table.c.Body).order_by(order)
+    ingested_at = dt.datetime.now(dt.UTC)
+    cursor = low
+    try:
+        while cursor < high:
+            with db.wrap_db_errors(options.queue), engine.connect() as connection:
+                rows = connection.execute(
+                    statement.where(order > cursor, order <= high).limit(PAGE_SIZE)
+                ).all()
+            for native_id, row_version, raw_headers, body in rows:
+                yield dataset.parse_row(
+                    options.queue,
+                    str(native_id),
+                    int(row_version),
+                    raw_headers,
+                    bytes(body) if body is not None and options.include_body else None,
+                    ingested_at,
+                )
+            if len(rows) < PAGE_SIZE:
+                break
+            cursor = int(rows[-1][1])
+    finally:
+        engine.dispose()
+
+
+# -- fences: the highest offset below which nothing can still commit -----------------------------
+class OffsetFence:
+    """The highest order value at or below which every row that will ever commit has committed.
+
+    One subclass per dialect, registered by ``__dialect__`` (as Alembic's ``DefaultImpl``).
+    """
+
+    __dialect__: ClassVar[str] = ""
+    _by_dialect: ClassVar[dict[str, type[OffsetFence]]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.__dialect__:
+            OffsetFence._by_dialect[cls.__dialect__] = cls
+
+    def __init__(self, table: sa.Table) -> None:
+        self.table = table
+
+    @classmethod
+    def for_dialect(cls, name: str, table: sa.Table) -> OffsetFence:
+        """The fence of dialect *name* over *table*."""
+        try:
+            return cls._by_dialect[name](table)
+        except KeyError:
+            raise exceptions.ConfigurationError(
+                f"database dialect {name!r} is not supported; use sqlite, postgresql or mssql"
+            ) from None
+
+    def highest(self, connection: sa.Connection, start: int) -> int | None:
+        """The highest committed order value (``None``: no rows), as the dialect reads it."""
+        order = self.table.c.RowVersion
+        return connection.execute(sa.select(sa.func.max(order))).scalar()
+
+    def bound(self, connection: sa.Connection, start: int) -> int:
+        """The fence now (at least *start*)."""
+        top = self.highest(connection, start)
+        return start if top is None else max(start, int(top))
+
+
+class _SqliteFence(OffsetFence):
+    """SQLite: one writer at a time, so rows commit in RowVersion order."""
+
+    __dialect__ = "sqlite"
+
+
+class _MssqlFence(OffsetFence):
+    """SQL Server: scan ``(start, ...)`` with shared locks, waiting for rows being inserted."""
+
+    __dialect__ = "mssql"
+
+    def highest(self, connection: sa.Connection, start: int) -> int | None:
+        """COUNT_BIG and MAX over the range: the count makes it read (and lock) every key."""
+        count, top = connection.execute(range_scan_statement(self.table, start)).one()
+        return None if not count else int(top)
+
+
+def range_scan_statement(table: sa.Table, start: int) -> sa.Select[Any]:
+    """SQL Server's fence: count and highest RowVersion above *start*, under shared locks."""
+    order = table.c.RowVersion
+    return (
+        sa.select(sa.func.count_big(sa.literal_column("*")), sa.func.max(order))
+        .where(order > start)
+        .with_hint(table, "WITH (READCOMMITTEDLOCK)", "mssql")
+    )
+
+
+class _PostgresqlFence(OffsetFence):
+    """PostgreSQL: a seen ``seq`` becomes the fence once the transactions then in flight end."""
+
+    __dialect__ = "postgresql"
+    #: Candidates waiting for their transactions (more are merged into the newest).
+    MAX_PENDING = 64
+    SNAPSHOT = sa.text("SELECT CAST(pg_current_snapshot() AS text)")
+    IN_PROGRESS = sa.text(
+        "SELECT count(*) FROM pg_snapshot_xip(CAST(:snapshot AS pg_snapshot)) AS x(xid) "
+        "WHERE pg_xact_status(x.xid) = 'in progress'"
+    )
+
+    def __init__(self, table: sa.Table) -> None:
+        super().__init__(table)
+        self.pending: list[tuple[int, str]] = []
+        self.safe = 0
+
+    def bound(self, connection: sa.Connection, start: int) -> int:
+        """The newest candidate whose snapshot's transactions have all ended.
+
+        Each call adds a candidate: the highest seq, with a snapshot taken after it was read.
+        """
+        self.safe = max(self.safe, start)
+        top = self.highest(connection, start)
+        connection.commit()  # the snapshot below is taken after the max was read
+        snapshot = str(connection.execute(self.SNAPSHOT).scalar())
+        if top is not None and int(top) > self.safe:
+            if self.pending and self.pending[-1][0] == int(top):
+                pass  # the older snapshot of the same candidate resolves first
+            elif len(self.pending) >= self.MAX_PENDING:
+                self.pending[-1] = (int(top), snapshot)
+            else:
+                self.pending.append((int(top), snapshot))
+        while self.pending:
+            candidate, taken = self.pending[0]
+            busy = connection.execute(self.IN_PROGRESS, {"snapshot": taken}).scalar()
+            if busy:
+                break
+            self.safe = max(self.safe, candidate)
+            self.pending.pop(0)
+        connection.commit()
+        return self.safe
+
+
+# -- the source ----------------------------------------------------------------------------------
+class QueueBatchReader(DataSourceReader):
+    """``spark.read.format("sqlqueue")``: the queue's committed rows now; nothing is deleted."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> list[RowRange]:
+        """Ranges of the order column between the lowest and highest row now."""
+        engine = db.create_engine(self.options.url, poolclass=sa.pool.NullPool)
+        try:
+            table = queue_table(self.options.table, self.options.schema, engine)
+            checks.require_queue(engine, addressing.QueueAddress.coerce(self.options.queue))
+            order = table.c.RowVersion
+            with db.wrap_db_errors(self.options.queue), engine.connect() as connection:
+                low, high = connection.execute(
+                    sa.select(sa.func.min(order), sa.func.max(order))
+                ).one()
+        finally:
+            engine.dispose()
+        if low is None:
+            return []
+        return split_range(int(low) - 1, int(high), self.options.partitions)
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[object, ...]]:
+        """The rows of one range."""
+        assert isinstance(partition, RowRange)
+        return read_range(self.options, partition.low, partition.high)
+
+
+class QueueStreamReader(DataSourceStreamReader):
+    """``spark.readStream.format("sqlqueue")``: RowVersion ranges, deleted once committed."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._engine: sa.Engine | None = None
+        self._lock: ingesting.IngestLock | None = None
+        self._fence: OffsetFence | None = None
+        self._deleted_through = 0  # RowVersion and seq start at 1
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Executors need only the options; the engine, lock and fence stay on the driver.
+        return {"options": self.options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["options"])  # type: ignore[misc]
+
+    def _start(self) -> tuple[sa.Engine, OffsetFence]:
+        if self._engine is None or self._fence is None:
+            engine = db.create_engine(self.options.url)
+            address = addressing.QueueAddress.coerce(self.options.queue)
+            checks.require_queue(engine, address)
+            lock = ingesting.ingest_lock(engine, sa.make_url(self.options.url), address)
+            deadline = time.monotonic() + LOCK_WAIT_SECONDS
+            while not lock.acquire():
+                if time.monotonic() > deadline:
+                    engine.dispose()
+                    raise ingesting.IngestInProgress(
+                        f"queue {self.options.queue!r}: another stream or ingestion of this queue "
+                        f"is running (lock {lock.resource!r}); stop it first"
+                    )
+                time.sleep(0.5)
+            table = queue_table(self.options.table, self.options.schema, engine)
+            self._engine, self._lock = engine, lock
+            self._fence = OffsetFence.for_dialect(engine.dialect.name, table)
+            log.info("queue %s: streaming from it (one stream per queue)", self.options.queue)
+        return self._engine, self._fence
+
+    def initialOffset(self) -> dict[str, int]:
+        """A new query starts before every row."""
+        return {"row_version": 0}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """``maxRowsPerBatch`` when given, else everything available."""
+        if self.options.max_rows is not None:
+            return ReadMaxRows(self.options.max_rows)
+        return super().getDefaultReadLimit()
+
+    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+        """The fence, or the *limit*-th row after *start* if that is lower.
+
+        Spark calls this only once the batch ending at *start* is committed, so the rows up to
+        *start* are deleted first (a commit that a crash or a stop prevented).
+        """
+        begin = int(start["row_version"])
+        try:
+            return {"row_version": self._latest(begin, limit)}
+        except exceptions.DatabaseError as error:
+            if not error.transient:
+                raise
+            # A lock timeout or a lost connection: no new batch this time; Spark asks again.
+            log.warning("queue %s: no new batch this time: %s", self.options.queue, error)
+            return {"row_version": begin}
+
+    def _latest(self, begin: int, limit: ReadLimit) -> int:
+        engine, fence = self._start()
+        self.delete_through(begin)
+        order = fence.table.c.RowVersion
+        with db.wrap_db_errors(self.options.queue), engine.connect() as connection:
+            end = fence.bound(connection, begin)
+            if end > begin and isinstance(limit, ReadMaxRows):
+                window = (
+                    sa.select(order).where(order > begin, order <= end)
+                    .order_by(order).limit(limit.max_rows).subquery()
+                )
+                top = connection.execute(sa.select(sa.func.max(window.c[0]))).scalar()
+                end = begin if top is None else int(top)
+        return end
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[RowRange]:
+        """``(start, end]`` in ranges of the order column, one Spark task (connection) each."""
+        return split_range(
+            int(start["row_version"]), int(end["row_version"]), self.options.partitions
+        )
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[object, ...]]:
+        """The rows of one range."""
+        assert isinstance(partition, RowRange)
+        return read_range(self.options, partition.low, partition.high)
+
+    def commit(self, end: dict[str, int]) -> None:
+        """Spark committed every batch up to *end*: delete those rows from the queue."""
+        self.delete_through(int(end["row_version"]))
+
+    def delete_through(self, end: int) -> None:
+        """Delete the rows up to *end* (committed by Spark); idempotent."""
+        if end <= self._deleted_through:
+            return
+        engine, fence = self._start()
+        deleted = delete_through(engine, fence.table, self.options.queue, end)
+        self._deleted_through = end
+        if deleted:
+            log.info("queue %s: deleted %d message(s) up to %d, committed by Spark",
+                     self.options.queue, deleted, end)
+
+    def stop(self) -> None:
+        """Release the queue's lock and connections."""
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            lock.release()
+        if self._engine is not None:
+            self._engine.dispose()
+            self._engine = None
+
+
+def delete_through_statement(table: sa.Table) -> sa.Delete:
+    """DELETE the rows up to the bound ``end`` (Spark committed them)."""
+    return table.delete().where(table.c.RowVersion <= sa.bindparam("end"))
+
+
+def delete_through(engine: sa.Engine, table: sa.Table, queue: str, end: int) -> int:
+    """Delete *table*'s rows whose order value is at most *end*; how many went."""
+    with db.wrap_db_errors(queue), engine.begin() as connection:
+        result = connection.execute(delete_through_statement(table), {"end": end})
+    return int(result.rowcount or 0)
+
+
+# -- the sink ------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class SinkOptions:
+    """What the sink needs, from the writer's options (pickled to the executors)."""
+
+    url: str
+    destination: str
+    key_column: str | None
+    body_column: str | None
+    headers: tuple[tuple[str, str], ...]
+    header_columns: tuple[tuple[str, str], ...]
+    batch_size: int
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str], schema: StructType) -> SinkOptions:
+        """Read and check the sink's options against the DataFrame's *schema*.
+
+        ``url``, ``queue``, ``keyColumn``, ``bodyColumn``, ``headers``, ``headerColumns``,
+        ``batchSize``.
+
+        :raises ConfigurationError: naming the first bad option.
+        """
+        url = _required(options, "url")
+        checks.check_url(url)
+        destination = str(addressing.QueueAddress.coerce(_required(options, "queue")))
+        columns = set(schema.fieldNames())
+        constant = _json_object(options, "headers")
+        mapped = _json_object(options, "headerColumns")
+        key_column = _option(options, "keyColumn")
+        body_column = _option(options, "bodyColumn")
+        for what, column in [("keyColumn", key_column), ("bodyColumn", body_column),
+                             *(("headerColumns", value) for value in mapped.values())]:
+            if column is not None and column not in columns:
+                raise exceptions.ConfigurationError(
+                    f"option {what}: column {column!r} is not in the DataFrame; its columns are "
+                    f"{sorted(columns)}"
+                )
+        if body_column is None or isinstance(
+            schema[body_column].dataType, T.StructType | T.MapType | T.ArrayType
+        ):
+            constant.setdefault(nsb_headers.CONTENT_TYPE, "application/json")  # sent as JSON
+        return cls(
+            url=url,
+            destination=destination,
+            key_column=key_column,
+            body_column=body_column,
+            headers=tuple(constant.items()),
+            header_columns=tuple(mapped.items()),
+            batch_size=_number(options, "batchSize", sending.SEND_BATCH_SIZE)
+            or sending.SEND_BATCH_SIZE,
+        )
+
+
+def _json_object(options: Mapping[str, str], name: str) -> dict[str, str]:
+    text = _option(options, name)
+    if text is None:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as error:
+        raise exceptions.ConfigurationError(f"option {name!r} is not JSON: {error}") from None
+    if not isinstance(value, dict) or not all(
+        isinstance(key, str) and isinstance(item, str) for key, item in value.items()
+    ):
+        raise exceptions.ConfigurationError(
+            f"option {name!r} must be a JSON object of strings, not {text!r}"
+        )
+    return value
+
+
+@dataclasses.dataclass
+class SentMessage(WriterCommitMessage):
+    """What one write task did: messages *sent*, rows *skipped* (already in the ledger)."""
+
+    sent: int
+    skipped: int
+
+
+def _body(options: SinkOptions, row: Row) -> bytes | str | None:
+    if options.body_column is None:
+        return json.dumps(row.asDict(recursive=True), default=str, separators=(",", ":"))
+    value = row[options.body_column]
+    if value is None or isinstance(value, bytes | str):
+        return value
+    if isinstance(value, bytearray):
+        return bytes(value)
+    if hasattr(value, "asDict"):
+        value = value.asDict(recursive=True)
+    return json.dumps(value, default=str, separators=(",", ":"))
+
+
+def write_rows(options: SinkOptions, rows: Iterator[Row], row_key: Any) -> SentMessage:
+    """Executor side: send one message per row in ledgered batches over this task's connection.
+
+    :param row_key: ``(position, row) -> key or None``: the ledger key of each row.
+    """
+    plan = sending._SendPlan(
+        url=options.url,
+        destination=options.destination,
+        default_schema=None,
+        key_column="key",
+        constant_headers=options.headers,
+        header_names=tuple(name for name, _ in options.header_columns),
+        batch_size=options.batch_size,
+    )
+    engine = session.task_engine(options.url)
+    transport = transport_module.Transport(engine, verify_schema=False)
+    sent = skipped = 0
+    try:
+        position = 0
+        for batch in session.chunks(rows, options.batch_size):
+            messages: list[OutgoingMessage] = []
+            for row in batch:
+                key = row_key(position, row)
+                position += 1
+                values = [
+                    None if row[column] is None else str(row[column])
+                    for _, column in options.header_columns
+                ]
+                fields = (_body(options, row), key, *values)
+                messages.append(sending._to_message(plan, cast("Row", fields)))
+            done, already = sending._send_batch(engine, transport, plan, messages)
+            sent += done
+            skipped += already
+    finally:
+        engine.dispose()
+    return SentMessage(sent, skipped)
+
+
+def _key_of(options: SinkOptions) -> Any:
+    column = options.key_column
+
+    def key(position: int, row: Row) -> str | None:
+        return None if row[column] is None else str(row[column])
+
+    return key
+
+
+class QueueBatchWriter(DataSourceWriter):
+    """``df.write.format("sqlqueue")``: one message per row (exactly once per ``keyColumn``)."""
+
+    def __init__(self, options: SinkOptions) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[Row]) -> SentMessage:
+        """Send this task's rows; without a key column each row gets a fresh id."""
+        if self.options.key_column is not None:
+            return write_rows(self.options, iterator, _key_of(self.options))
+        import uuid
+
+        return write_rows(self.options, iterator, lambda position, row: str(uuid.uuid4()))
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Log what was sent."""
+        _log_sent(self.options, messages, None)
+
+
+class QueueStreamWriter(DataSourceStreamWriter):
+    """``df.writeStream.format("sqlqueue")``: exactly once per key across retried batches."""
+
+    def __init__(self, options: SinkOptions) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[Row]) -> SentMessage:
+        """Send this task's rows, keyed by ``keyColumn`` or by (query, batch, partition, row)."""
+        if self.options.key_column is not None:
+            return write_rows(self.options, iterator, _key_of(self.options))
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        if context is None:  # pragma: no cover - Spark always runs writers in a task
+            raise exceptions.ConfigurationError("the sqlqueue sink runs only in a Spark task")
+        query = context.getLocalProperty("sql.streaming.queryId")
+        batch = context.getLocalProperty("streaming.sql.batchId")
+        prefix = f"{query}/{batch}/{context.partitionId()}/"
+        return write_rows(self.options, iterator, lambda position, row: f"{prefix}{position}")
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Log what the batch sent."""
+        _log_sent(self.options, messages, batchId)
+
+
+def _log_sent(
+    options: SinkOptions, messages: list[WriterCommitMessage | None], batch: int | None
+) -> None:
+    sent = sum(message.sent for message in messages if isinstance(message, SentMessage))
+    skipped = sum(message.skipped for message in messages if isinstance(message, SentMessage))
+    where = "" if batch is None else f" in batch {batch}"
+    log.info("queue %s: sent %d message(s)%s, skipped %d already sent",
+             options.destination, sent, where, skipped)
+
+
+class QueueDataSource(DataSource):
+    """The ``sqlqueue`` format: a queue as a source (:data:`DATASET_SCHEMA`) and as a sink."""
+
+    @classmethod
+    def name(cls) -> str:
+        """``sqlqueue``."""
+        return FORMAT
+
+    def schema(self) -> StructType:
+        """One row per message: the dataset's typed columns."""
+        return dataset.DATASET_SCHEMA
+
+    def reader(self, schema: StructType) -> QueueBatchReader:
+        """A snapshot of the queue; nothing is deleted."""
+        return QueueBatchReader(SourceOptions.parse(self.options))
+
+    def streamReader(self, schema: StructType) -> QueueStreamReader:
+        """A stream of the queue's messages, deleted as Spark commits them."""
+        return QueueStreamReader(SourceOptions.parse(self.options))
+
+    def writer(self, schema: StructType, overwrite: bool) -> QueueBatchWriter:
+        """One message per row of a batch write."""
+        return QueueBatchWriter(prepare_sink(SinkOptions.parse(self.options, schema)))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> QueueStreamWriter:
+        """One message per row of each micro-batch, exactly once per key."""
+        return QueueStreamWriter(prepare_sink(SinkOptions.parse(self.options, schema)))
+
+
+def prepare_sink(options: SinkOptions) -> SinkOptions:
+    """Driver side, once: the destination must exist; the send ledger is created if missing.
+
+    :raises QueueNotFound: if the destination does not exist.
+    """
+    engine = db.create_engine(options.url, poolclass=sa.pool.NullPool)
+    try:
+        checks.require_queue(engine, addressing.QueueAddress.coerce(options.destination))
+        with db.wrap_db_errors(options.destination), engine.begin() as connection:
+            sending._ledger_table().create(connection, checkfirst=True)
+    finally:
+        engine.dispose()
+    return options
