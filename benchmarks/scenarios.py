@@ -33,7 +33,7 @@ from sqlqueue_orm.config import DispatcherSettings
 from sqlqueue_orm.sending.outbox import OutboxOperation
 
 #: What ``--only`` can name.
-NAMES = ("send", "receive", "outbox", "depth", "migrate", "pump", "instrumentation")
+NAMES = ("send", "receive", "outbox", "depth", "migrate", "pump", "instrumentation", "batch")
 
 _FILL_CHUNK = 5_000
 # fork: a consumer starts in milliseconds, where spawn re-imports SQLAlchemy (seconds on a busy
@@ -58,6 +58,8 @@ class Settings:
     peer_messages: int = 1_000
     peers: bool = True
     only: frozenset[str] = frozenset(NAMES)
+    #: Backlog the batched pump burns down (scenario ``batch``; issue 17's figure).
+    burn_down: int = 1_000_000
 
 
 class Run:
@@ -483,6 +485,12 @@ def _pump(run: Run) -> None:
     bench_endpoint.pump_scenario(run)
 
 
+def _batch(run: Run) -> None:
+    from benchmarks import bench_batch  # it imports Run from here
+
+    bench_batch.batch_scenario(run)
+
+
 def _wakeup(run: Run) -> None:
     from benchmarks import bench_endpoint
 
@@ -506,7 +514,11 @@ def run_all(database: Database, settings: Settings, results: list[Result],
     """Every selected scenario on *database*; a failing scenario is reported, not fatal."""
     run = Run(database, settings, results, log)
     try:
-        for name, function in [*ALL, *(("pump", f) for _, f in ENDPOINT_SCENARIOS)]:
+        for name, function in [
+            *ALL,
+            *(("pump", f) for _, f in ENDPOINT_SCENARIOS),
+            ("batch", _batch),
+        ]:
             if name not in settings.only:
                 continue
             started = time.perf_counter()
