@@ -9,6 +9,7 @@ every sub-command gets, with one Transport made on first use. Where things are:
   a traceback only with ``--verbose``);
 * ``queues``: create-queue, send, receive, browse, peek, purge-expired, purge-all, list-queues;
 * ``ddl``: the DDL of queue tables for a DBA;
+* ``verify``: drifts of the tables from their layout, with their repairs;
 * feature areas add their own sub-commands with a ``register(subparsers)`` function
   (``migrate``, ``outbox``, ``run``, ``errors``, ``subscriptions``, ``spark``, ``dashboard``)
   and import only
@@ -22,7 +23,7 @@ import importlib
 import logging
 from collections.abc import Sequence
 
-from sqlqueue_orm.cli import arguments, context, ddl, errors, queues
+from sqlqueue_orm.cli import arguments, context, ddl, errors, queues, verify
 from sqlqueue_orm.cli.arguments import key_value, positive_int, positive_seconds, resolve_url
 from sqlqueue_orm.cli.ddl import ddl_dialect
 
@@ -64,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     queues.register(commands)
     ddl.register(commands)
+    verify.register(commands)
     for module_name in EXTENSIONS:
         try:
             module = importlib.import_module(module_name)

@@ -145,6 +145,23 @@ class DialectSupport:
     #: The subscribers of some topics: ``{table}``, ``{topics}`` (a list of parameters).
     subscribers: str = SUBSCRIBERS
 
+    # -- schema verification (sqlqueue_orm.verify) -------------------------------------
+    #: The indexes of one table, one row per index and included column: name, partial-index
+    #: predicate (or the whole ``CREATE INDEX`` holding it), clustered (0/1), an ``INCLUDE``
+    #: column or NULL. ``:table`` is the table quoted by SQLAlchemy, ``:name`` its bare name.
+    index_catalog: str = ""
+    #: How a column's type or nullability is repaired: ``"alter"`` (each on its own),
+    #: ``"restate"`` (one ALTER COLUMN naming type and nullability) or ``"rebuild"`` (the
+    #: table is copied into a new one: SQLite cannot alter a column).
+    alter_column: str = "alter"
+    #: Storage settings of every queue table (``CREATE TABLE ... WITH``, ``ALTER TABLE ... SET``),
+    #: as (name, value) pairs; ``()``: the database's own (see docs/scale.md for the figure).
+    queue_storage: tuple[tuple[str, str], ...] = ()
+    #: The storage settings a table has, one ``name=value`` a row: ``:table`` quoted.
+    storage_catalog: str = ""
+    #: Sets storage settings: ``{table}`` quoted by SQLAlchemy, ``{settings}`` ``name=value, ...``.
+    storage_ddl: str = ""
+
     # -- statements to come (issues for the endpoint) -------------------------------------
     # PostgreSQL NOTIFY / LISTEN on send, to wake idle receivers.
     # Each becomes a field here, filled in by every dialect module.

@@ -70,6 +70,17 @@ def lock_resource(catalog: str, schema: str, table: str) -> str:
     """
     return f"{_bracket(catalog)}.{_bracket(schema)}.{_bracket(table)}_lock"
 
+#: Indexes of ``:table`` (its quoted name, for OBJECT_ID): the filter of a filtered index,
+#: whether it is the clustered one (type 1), and its INCLUDE columns, one a row.
+INDEX_CATALOG = (
+    "SELECT i.name, i.filter_definition, CASE WHEN i.type = 1 THEN 1 ELSE 0 END, c.name "
+    "FROM sys.indexes AS i "
+    "LEFT JOIN sys.index_columns AS ic ON ic.object_id = i.object_id "
+    "AND ic.index_id = i.index_id AND ic.is_included_column = 1 "
+    "LEFT JOIN sys.columns AS c ON c.object_id = ic.object_id AND c.column_id = ic.column_id "
+    "WHERE i.object_id = OBJECT_ID(:table)"
+)
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class MssqlSupport(base.DialectSupport):
@@ -139,6 +150,8 @@ SUPPORT = MssqlSupport(
     delayed_move=(DELAYED_MOVE,),
     delayed_next_due=DELAYED_NEXT_DUE,
     name="mssql",
+    index_catalog=INDEX_CATALOG,
+    alter_column="restate",
     identifier_limit=128,
     cross_catalog=True,
     creates_schemas=True,

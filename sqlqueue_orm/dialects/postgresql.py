@@ -43,6 +43,30 @@ DELAYED_NEXT_DUE = (
     f"SELECT EXTRACT(EPOCH FROM (due - {_PG_DELAYED_NOW})) FROM {{table}} ORDER BY due LIMIT 1"
 )
 
+#: Indexes of ``:table`` (a regclass): the predicate as ``pg_get_expr`` prints ``indpred``; the
+#: INCLUDE columns are the key positions from ``indnkeyatts`` on (``indkey`` counts from 0).
+INDEX_CATALOG = (
+    "SELECT c.relname, pg_get_expr(i.indpred, i.indrelid), 0, a.attname "
+    "FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid "
+    "LEFT JOIN pg_attribute AS a ON a.attrelid = i.indrelid "
+    "AND a.attnum = ANY ((CAST(i.indkey AS int2[]))[i.indnkeyatts:]) "
+    "WHERE i.indrelid = CAST(:table AS regclass)"
+)
+
+#: A queue table only ever has rows inserted and deleted, so its dead tuples are its churn:
+#: vacuum it after a fixed number of them (not 20% of a backlog that may be millions), without
+#: throttling, and fill its pages (no updates, so no room is kept for HOT). Measured in
+#: docs/scale.md: with a 50,000-message backlog churned at ~1,600 receives/s, dead tuples
+#: averaged 912 instead of 4,641.
+QUEUE_STORAGE = (
+    ("fillfactor", "100"),
+    ("autovacuum_vacuum_scale_factor", "0"),
+    ("autovacuum_vacuum_threshold", "1000"),
+    ("autovacuum_vacuum_cost_delay", "0"),
+)
+STORAGE_CATALOG = "SELECT unnest(reloptions) FROM pg_class WHERE oid = CAST(:table AS regclass)"
+STORAGE_DDL = "ALTER TABLE {table} SET ({settings})"
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PostgresqlSupport(base.DialectSupport):
@@ -59,6 +83,10 @@ SUPPORT = PostgresqlSupport(
     delayed_move=(DELAYED_MOVE,),
     delayed_next_due=DELAYED_NEXT_DUE,
     name="postgresql",
+    index_catalog=INDEX_CATALOG,
+    queue_storage=QUEUE_STORAGE,
+    storage_catalog=STORAGE_CATALOG,
+    storage_ddl=STORAGE_DDL,
     listen_notify=True,
     identifier_limit=IDENTIFIER_LIMIT,
     identifier_unit="bytes",

@@ -43,6 +43,11 @@ DELAYED_NEXT_DUE = (
     'ORDER BY "Due" LIMIT 1'
 )
 
+#: Indexes of table ``:name``: their ``CREATE INDEX`` text holds the partial-index predicate.
+INDEX_CATALOG = (
+    "SELECT name, sql, 0, NULL FROM sqlite_master WHERE type = 'index' AND tbl_name = :name"
+)
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SqliteSupport(base.DialectSupport):
@@ -95,6 +100,8 @@ SUPPORT = SqliteSupport(
     delayed_next_due=DELAYED_NEXT_DUE,
     delayed_move_takes_now=True,
     name="sqlite",
+    index_catalog=INDEX_CATALOG,
+    alter_column="rebuild",
     identifier_limit=1024,
     begin=BEGIN,
     embedded=True,

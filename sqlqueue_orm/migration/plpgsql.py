@@ -554,9 +554,11 @@ def _nsb_down(target: _Target) -> _Plan:
 def _is_queue(target: _Target, relation: str, revision: str) -> str:
     """The condition that *relation* is a queue table step *revision* deals with."""
     old = f"{_signature_count(target, relation)} = {len(steps.SIGNATURE)}"
+    new = _signature_count(target, relation, steps.NSB_SIGNATURE)
+    if revision == steps.QUEUE_STORAGE:  # after 0008: NServiceBus's PostgreSQL layout
+        return f"{new} = {len(steps.NSB_SIGNATURE)}"
     if revision != steps.NSB_LAYOUT:
         return old
-    new = _signature_count(target, relation, steps.NSB_SIGNATURE)
     return f"({old} OR {new} = {len(steps.NSB_SIGNATURE)})"
 
 
@@ -727,6 +729,23 @@ def delayed_index_statement(schemas: Sequence[str | None]) -> str:
                                  "ix text;"], loop)
 
 
+def _storage_up(target: _Target) -> _Plan:
+    # Catalog only (ALTER TABLE ... SET takes a SHARE UPDATE EXCLUSIVE lock, rewrites nothing).
+    settings = ", ".join(f"{name}={value}" for name, value in dialects.postgresql.QUEUE_STORAGE)
+    return _Plan(
+        [
+            _execute(target, f"ALTER TABLE %s SET ({settings})", "tbl"),
+            "RAISE NOTICE 'queue %: storage settings set', tbl;",
+        ],
+        {},
+    )
+
+
+def _storage_down(target: _Target) -> _Plan:
+    names = ", ".join(name for name, _ in dialects.postgresql.QUEUE_STORAGE)
+    return _Plan([_execute(target, f"ALTER TABLE %s RESET ({names})", "tbl")], {})
+
+
 class PostgresqlImpl(impl.QueueTableImpl):
     """PostgreSQL: a ``DO`` block per table and step, then the index ``CONCURRENTLY``."""
 
@@ -744,6 +763,8 @@ class PostgresqlImpl(impl.QueueTableImpl):
     downgrade_rowversion_layout = staticmethod(_row_version_down)
     upgrade_postgresql_nsb_layout = staticmethod(_nsb_up)
     downgrade_postgresql_nsb_layout = staticmethod(_nsb_down)
+    upgrade_queue_storage = staticmethod(_storage_up)
+    downgrade_queue_storage = staticmethod(_storage_down)
 
     def delayed_index_loop(self, schemas: Sequence[str | None]) -> str | None:
         """One ``DO`` block: :func:`delayed_index_statement`."""
@@ -771,7 +792,10 @@ class PostgresqlImpl(impl.QueueTableImpl):
         return [loop_statement(revision, direction, schemas)]
 
     def layout(self, connection: Connection, address: addressing.QueueAddress) -> impl.Layout:
-        """Column types, NOT NULL, identity and defaults; each index's definition and validity.
+        """Columns, indexes and storage settings, as the steps leave them.
+
+        Column types, NOT NULL, identity and defaults; each index's definition and validity;
+        the table's ``reloptions`` (0011_queue_storage).
 
         A failed ``CONCURRENTLY`` build leaves an invalid index that the steps rebuild.
         """
@@ -786,7 +810,10 @@ class PostgresqlImpl(impl.QueueTableImpl):
             "SELECT 'index', c.relname::text, pg_get_indexdef(i.indexrelid) || ' ' "
             "|| i.indisvalid::text || ' ' || i.indisclustered::text "
             "FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid "
-            "WHERE i.indrelid = to_regclass(:table) ORDER BY 1, 2"
+            "WHERE i.indrelid = to_regclass(:table) "
+            "UNION ALL "  # storage settings (0011_queue_storage)
+            "SELECT 'storage', '', coalesce(array_to_string(reloptions, ','), '') "
+            "FROM pg_class WHERE oid = to_regclass(:table) ORDER BY 1, 2"
         ).bindparams(table=queue_sql.format_table(connection.dialect, address))
         return [tuple(row) for row in connection.execute(statement)]
 
@@ -797,7 +824,7 @@ class PostgresqlImpl(impl.QueueTableImpl):
 
         Those know only the SQL Server column layout.
         """
-        if revision == steps.NSB_LAYOUT:
+        if revision in (steps.NSB_LAYOUT, steps.QUEUE_STORAGE):
             return None
         if set(steps.NSB_SIGNATURE) <= db.column_names(connection, address):
             return "in NServiceBus's PostgreSQL layout"

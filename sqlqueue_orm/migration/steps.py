@@ -26,6 +26,8 @@ SIGNATURE = ("Id", "Expires", "Headers", "Body", "RowVersion")
 
 #: The revision that moves PostgreSQL queue tables to NServiceBus's PostgreSQL layout.
 NSB_LAYOUT = "0008_postgresql_nsb_layout"
+#: The revision that gives PostgreSQL queue tables their storage settings.
+QUEUE_STORAGE = "0011_queue_storage"
 #: The columns of that layout (unquoted lower case), by the SQL Server layout's name.
 NSB_RENAMES = {
     "Id": "id",
@@ -100,6 +102,13 @@ STEPS = {
             "postgresql_nsb_layout",
             "PostgreSQL: to NServiceBus's PostgreSQL layout (id ... seq)",
             "PostgreSQL: back to the SQL Server column layout (\"Id\" ... \"RowVersion\")",
+            only_on="postgresql",
+        ),
+        Step(
+            QUEUE_STORAGE,
+            "queue_storage",
+            "PostgreSQL: storage settings of a churning table (fillfactor, autovacuum)",
+            "PostgreSQL: the server's storage defaults again",
             only_on="postgresql",
         ),
     )

@@ -254,6 +254,8 @@ def _build_postgresql_table(metadata: sa.MetaData, name: str, schema: str | None
             autoincrement=True,
         ),
         schema=None if schema is None else _quoted(schema),
+        # Vacuum thresholds for a churning table (dialects.postgresql.QUEUE_STORAGE).
+        postgresql_with=dict(dialects.postgresql.QUEUE_STORAGE),
     )
     table.append_constraint(sa.PrimaryKeyConstraint(table.c.Id, name=index_name(name, "pkey")))
     table.append_constraint(

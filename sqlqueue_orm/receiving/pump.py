@@ -1,12 +1,14 @@
 """The message pump: peek, then receive tasks on worker threads, as NServiceBus's MessageReceiver.
 
 The loop thread peeks (the estimated count, cheap at any queue size). Nothing waiting: it
-sleeps ``peek_delay`` (or until woken) and peeks again. Otherwise it starts
-``min(count, peek_batch_size)`` receive tasks, each waiting for a free worker (NServiceBus starts
-*count* tasks, each behind its concurrency semaphore), and waits until each has run its receive
-(NServiceBus 9 waits the same way, so it does not peek over rows its own tasks are taking); a
-receive that finds nothing cancels the rest and the loop peeks again at once. There are exactly
-``concurrency`` worker threads, so that many messages at most are handled at once.
+sleeps ``peek_delay`` (or until woken) and peeks again; with ``wakeup="poll"`` only
+``burst_delay`` while a burst lasts (``burst_window`` seconds after a peek found messages).
+Otherwise it starts ``min(count, peek_batch_size)`` receive tasks, each waiting for a free
+worker (NServiceBus starts *count* tasks, each behind its concurrency semaphore), and waits
+until each has run its receive (NServiceBus 9 waits the same way, so it does not peek over rows
+its own tasks are taking); a receive that finds nothing cancels the rest and the loop peeks
+again at once. There are exactly ``concurrency`` worker threads, so that many messages at most
+are handled at once.
 
 Peek and receive each have a circuit breaker (:class:`CircuitBreaker`): while the database
 fails, the failing thread backs off (doubling, capped); after ``critical_error_after`` seconds
@@ -62,6 +64,8 @@ class PumpStats:
     poison: int = 0
     in_flight: int = 0
     max_in_flight: int = 0
+    #: Peeks that reached the database (how often an idle queue is polled).
+    peeks: int = 0
     started: float = dataclasses.field(default_factory=time.monotonic)
 
     @property
@@ -250,6 +254,8 @@ class MessagePump:
         self._listener: wakeup.NotifyListener | None = None
         self._local_wakeups: wakeup.LocalWakeups | None = None
         self._address: addressing.QueueAddress | None = None
+        #: When a peek last found messages (monotonic seconds): a burst lasts from there.
+        self._last_found = float("-inf")
         self.peek_breaker = CircuitBreaker(
             "peek", str(self.queue), self.settings, self._stopping, endpoint.on_critical_error
         )
@@ -306,12 +312,14 @@ class MessagePump:
                     self.peek_breaker.failure(error)
                     continue
                 self.peek_breaker.success()
+                self.stats.peeks += 1
                 if count <= 0:
                     if not self.drained.is_set() and self._confirm_empty():
                         continue  # the receive found what the peek did not count: go on
-                    self._wake.wait(self.settings.peek_delay)
+                    self._wake.wait(self._idle_delay())
                     self._wake.clear()
                     continue
+                self._last_found = time.monotonic()
                 # Up to *count* receive tasks, each waiting for a free worker (NServiceBus
                 # starts that many, each behind its concurrency semaphore): a worker that
                 # handled one message takes the next ticket without a peek in between.
@@ -331,6 +339,20 @@ class MessagePump:
         finally:
             for _ in self._threads:
                 self._tickets.put(None)
+
+    def _idle_delay(self) -> float:
+        """Seconds to sleep after an empty peek: ``burst_delay`` in a burst, else ``peek_delay``.
+
+        Only with ``wakeup="poll"``: there no notification ends the sleep early, so while
+        messages keep arriving the pump peeks again soon.
+        """
+        settings = self.settings
+        if (
+            settings.wakeup == "poll"
+            and time.monotonic() - self._last_found < settings.burst_window
+        ):
+            return settings.burst_delay
+        return settings.peek_delay
 
     def _confirm_empty(self) -> bool:
         """After an empty peek, until ``drained`` is set: one receive, to be sure it is empty.

@@ -26,6 +26,10 @@ MAX_DELAYED_RETRY = 24 * 3600.0
 MAX_QUIET_PEEK_DELAY = 10.0
 #: Longest a batch may keep topping itself up before it commits (issue 17: 50 ms at most).
 MAX_BATCH_FLUSH = 0.05
+#: The wake-up modes (:attr:`EndpointSettings.wakeup`).
+WAKEUP_MODES = ("auto", "poll")
+#: Shortest burst delay: below it an empty queue is peeked hundreds of times a second.
+MIN_BURST_DELAY = 0.005
 
 
 class TransactionMode(enum.Enum):
@@ -119,6 +123,16 @@ class EndpointSettings:
     :param key_fifo: handle the messages of one key strictly in queue order (needs
         ``key_concurrency=1``).
     :param key_window: oldest messages one receive looks at to find a key with a free slot.
+    :param wakeup: ``"auto"`` (default): wake on this process's sends, and on ``NOTIFY`` with
+        *notify*. ``"poll"``: for connections through a pooler in transaction mode
+        (PgBouncer ``pool_mode = transaction``), where a ``LISTEN`` does not survive the
+        transaction: never listen (*notify* must be off), and poll in bursts instead: for
+        *burst_window* seconds after a peek found messages, an empty peek waits only
+        *burst_delay* before the next, so a stream of sends is picked up as it arrives; once
+        the window passes without a message, peeks are *peek_delay* apart again.
+    :param burst_delay: seconds between peeks during a burst (``wakeup="poll"``; default 0.02).
+    :param burst_window: seconds a burst lasts after the last peek that found messages
+        (``wakeup="poll"``; default 2).
     :param auto_subscribe: subscribe at start-up to the event types the endpoint handles
         (registered with ``handle(..., event=True)``), as NServiceBus does.
     """
@@ -141,6 +155,9 @@ class EndpointSettings:
     purge_expired_at_startup: bool = False
     create_queues: bool = True
     notify: bool = False
+    wakeup: str = "auto"
+    burst_delay: float = 0.02
+    burst_window: float = 2.0
     auto_subscribe: bool = True
     instance_name: str | None = None
     instance_concurrency: int = 1
@@ -241,6 +258,22 @@ class EndpointSettings:
                 f"batch_flush {self.batch_flush!r} is above 0.05 seconds: a batch holds its "
                 "messages' locks and acknowledgements that long"
             )
+        if self.wakeup not in WAKEUP_MODES:
+            raise exceptions.ConfigurationError(
+                f"wakeup {self.wakeup!r} must be one of {', '.join(WAKEUP_MODES)}"
+            )
+        if self.wakeup == "poll" and self.notify:
+            raise exceptions.ConfigurationError(
+                "notify=True listens for NOTIFY, which wakeup='poll' is for connections that "
+                "cannot (a pooler in transaction mode): choose one"
+            )
+        burst = config.seconds("burst_delay", self.burst_delay, minimum=0, allow_equal=False)
+        if burst < MIN_BURST_DELAY or burst > self.peek_delay:
+            raise exceptions.ConfigurationError(
+                f"burst_delay {self.burst_delay!r} must be from {MIN_BURST_DELAY} seconds to "
+                f"peek_delay ({self.peek_delay!r})"
+            )
+        config.seconds("burst_window", self.burst_window, minimum=0)
         config.seconds("shutdown_timeout", self.shutdown_timeout, minimum=0)
         config.seconds("critical_error_after", self.critical_error_after, minimum=0)
         config.seconds("initial_backoff", self.initial_backoff, minimum=0, allow_equal=False)

@@ -42,12 +42,14 @@ FUNCTION = "sqlqueue_wakeup_notify"
 
 
 # -- PostgreSQL: every statement of the wake-up, in one place ------------------------------
+#: The call the trigger function makes (``sqlqueue verify`` looks for it in the function).
+POSTGRESQL_NOTIFY_CALL = f"pg_notify('{CHANNEL}', TG_TABLE_NAME)"
 #: Creates (or replaces) the trigger function. The payload is the table name only: a wake-up
 #: is a hint, and a spurious one costs one peek.
 POSTGRESQL_FUNCTION = f"""
 CREATE OR REPLACE FUNCTION {FUNCTION}() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pg_notify('{CHANNEL}', TG_TABLE_NAME);
+    PERFORM {POSTGRESQL_NOTIFY_CALL};
     RETURN NULL;
 END
 $$"""
@@ -58,6 +60,13 @@ POSTGRESQL_CREATE_TRIGGER = (
     f"FOR EACH STATEMENT EXECUTE FUNCTION {FUNCTION}()"
 )
 POSTGRESQL_LISTEN = f"LISTEN {CHANNEL}"
+#: The trigger :data:`TRIGGER` on ``:table`` (quoted, as a regclass): its definition and the
+#: source of the function it calls.
+POSTGRESQL_TRIGGER_CATALOG = (
+    "SELECT pg_get_triggerdef(t.oid), p.prosrc FROM pg_trigger AS t "
+    "JOIN pg_proc AS p ON p.oid = t.tgfoid "
+    "WHERE t.tgrelid = CAST(:table AS regclass) AND t.tgname = :trigger"
+)
 
 
 def _quoted_table(engine: Engine, address: addressing.QueueAddress) -> str:

@@ -132,9 +132,10 @@ def test_a_legacy_table_that_appears_after_head_is_upgraded_by_the_next_run(
 
     # One line per table and run, saying what was done. 0001 builds the Expires index filtered
     # at once, so 0003 finds nothing to do on a v1 table (docs/migrations.md).
-    # On PostgreSQL, 0008 then moves each legacy table to NServiceBus's PostgreSQL layout.
+    # On PostgreSQL, 0008 then moves each legacy table to NServiceBus's PostgreSQL layout, and
+    # 0011 gives it the storage settings.
     dialect = database.engine.dialect.name
-    nsb = ", 0008_postgresql_nsb_layout" if dialect == "postgresql" else ""
+    nsb = ", 0008_postgresql_nsb_layout, 0011_queue_storage" if dialect == "postgresql" else ""
     assert first == {CURRENT: "already current"}
     assert second == {
         CURRENT: "already current",

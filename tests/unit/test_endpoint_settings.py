@@ -37,6 +37,11 @@ def test_defaults_are_nservicebus_defaults():
         ({"shutdown_timeout": -1}, "shutdown_timeout -1"),
         ({"instance_name": " "}, "instance_name ' '"),
         ({"instance_concurrency": 0}, "instance_concurrency 0"),
+        ({"wakeup": "listen"}, "wakeup 'listen' must be one of auto, poll"),
+        ({"wakeup": "poll", "notify": True}, "notify=True listens for NOTIFY"),
+        ({"burst_delay": 0.001}, "burst_delay 0.001 must be from 0.005"),
+        ({"burst_delay": 2.0}, r"burst_delay 2.0 must be .* to peek_delay \(1.0\)"),
+        ({"burst_window": -1}, "burst_window -1"),
     ],
 )
 def test_bad_values_are_refused_by_name(changes, named):
