@@ -33,13 +33,10 @@ from sqlqueue_orm.config import DispatcherSettings
 from sqlqueue_orm.sending.outbox import OutboxOperation
 
 #: What ``--only`` can name.
-<<<<<<< HEAD
-NAMES = ("send", "receive", "outbox", "depth", "migrate", "pump", "instrumentation", "batch")
-=======
 NAMES = (
-    "send", "receive", "outbox", "depth", "migrate", "pump", "instrumentation", "snapshot",
+    "send", "receive", "outbox", "depth", "migrate", "pump", "instrumentation", "batch",
+    "snapshot",
 )
->>>>>>> wt/verify
 
 _FILL_CHUNK = 5_000
 # fork: a consumer starts in milliseconds, where spawn re-imports SQLAlchemy (seconds on a busy
