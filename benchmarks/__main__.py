@@ -39,6 +39,8 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, scenarios.Setting
     parser.add_argument("--messages", type=int, help="messages per send/receive cell")
     parser.add_argument("--deep", type=int, help="messages waiting in the deep-queue cell")
     parser.add_argument("--migrate-rows", type=int, help="rows of the v1 table to migrate")
+    parser.add_argument("--burn-down", type=int,
+                        help="backlog the batched pump burns down (default 1,000,000)")
     parser.add_argument("--peer-messages", type=int, help="messages per kombu/PGQueuer cell")
     parser.add_argument("--no-peers", action="store_true", help="skip kombu and PGQueuer")
     parser.add_argument("--no-write", action="store_true", help="print only; write no files")
@@ -46,10 +48,11 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, scenarios.Setting
     settings = scenarios.Settings(only=args.only, peers=not args.no_peers)
     if args.quick:
         settings = dataclasses.replace(settings, messages=2_000, deep=100_000, peer_messages=500,
-                                       migrate_rows=100_000)
+                                       migrate_rows=100_000, burn_down=100_000)
     for field, value in (("messages", args.messages), ("deep", args.deep),
                          ("migrate_rows", args.migrate_rows),
-                         ("peer_messages", args.peer_messages)):
+                         ("peer_messages", args.peer_messages),
+                         ("burn_down", args.burn_down)):
         if value is not None:
             if value < 1:
                 parser.error(f"--{field.replace('_', '-')} {value} must be at least 1")

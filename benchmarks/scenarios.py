@@ -34,7 +34,8 @@ from sqlqueue_orm.sending.outbox import OutboxOperation
 
 #: What ``--only`` can name.
 NAMES = (
-    "send", "receive", "outbox", "depth", "migrate", "pump", "instrumentation", "snapshot",
+    "send", "receive", "outbox", "depth", "migrate", "pump", "instrumentation", "batch",
+    "snapshot",
 )
 
 _FILL_CHUNK = 5_000
@@ -62,6 +63,8 @@ class Settings:
     peer_messages: int = 1_000
     peers: bool = True
     only: frozenset[str] = frozenset(NAMES)
+    #: Backlog the batched pump burns down (scenario ``batch``; issue 17's figure).
+    burn_down: int = 1_000_000
 
 
 class Run:
@@ -534,6 +537,12 @@ def _pump(run: Run) -> None:
     bench_endpoint.pump_scenario(run)
 
 
+def _batch(run: Run) -> None:
+    from benchmarks import bench_batch  # it imports Run from here
+
+    bench_batch.batch_scenario(run)
+
+
 def _wakeup(run: Run) -> None:
     from benchmarks import bench_endpoint
 
@@ -558,7 +567,11 @@ def run_all(database: Database, settings: Settings, results: list[Result],
     """Every selected scenario on *database*; a failing scenario is reported, not fatal."""
     run = Run(database, settings, results, log)
     try:
-        for name, function in [*ALL, *(("pump", f) for _, f in ENDPOINT_SCENARIOS)]:
+        for name, function in [
+            *ALL,
+            *(("pump", f) for _, f in ENDPOINT_SCENARIOS),
+            ("batch", _batch),
+        ]:
             if name not in settings.only:
                 continue
             started = time.perf_counter()

@@ -46,7 +46,9 @@ class ThreadConnections:
         # Weak: a thread that ends drops its _HeldConnection, whose __del__ gives it back.
         self._held_all: weakref.WeakSet[_HeldConnection] = weakref.WeakSet()
         self._held_count = 0
-        pool_size = getattr(engine.pool, "size", lambda: 2)()
+        # QueuePool.size() is a method; SingletonThreadPool (in-memory SQLite) has an int.
+        size = getattr(engine.pool, "size", 2)
+        pool_size = size() if callable(size) else size
         self._held_limit = max(1, int(pool_size) // 2)
         self._lock = threading.Lock()
         self._dispatch = engine.dispatch

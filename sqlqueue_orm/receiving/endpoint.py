@@ -626,16 +626,18 @@ class Endpoint:
         everything finished in time.
         """
         pumps = self._pumps()
-        moving, self._mover = self._mover, None
-        if moving is not None:
-            moving.stop()
         limit = self.settings.shutdown_timeout if timeout is None else timeout
         for each in pumps:
             each.stop_taking()  # both queues stop taking before either waits
+        moving, self._mover = self._mover, None
+        if moving is not None:
+            moving.stop_moving()  # its join waits below: it may wait for SQLite's write lock
         deadline = time.monotonic() + limit
         finished = True
         for each in pumps:
             finished = each.stop(max(0.0, deadline - time.monotonic())) and finished
+        if moving is not None:
+            moving.stop()
         return finished
 
     def wait(self, timeout: float | None = None) -> bool:

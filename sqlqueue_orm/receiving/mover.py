@@ -64,11 +64,15 @@ class DelayedMessageMover:
         )
         self._thread.start()
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Stop the thread (a move in flight finishes or rolls back)."""
+    def stop_moving(self) -> None:
+        """Tell the thread to stop after the move in flight (returns at once)."""
         self._stopping.set()
         with self._condition:
             self._condition.notify_all()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the thread and wait for it (a move in flight finishes or rolls back)."""
+        self.stop_moving()
         try:
             self.transport.delayed_hooks.remove(self._stored)
         except ValueError:

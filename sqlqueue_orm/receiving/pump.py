@@ -324,6 +324,8 @@ class MessagePump:
                 # starts that many, each behind its concurrency semaphore): a worker that
                 # handled one message takes the next ticket without a peek in between.
                 size = min(count, self.settings.peek_batch_size or count, _MAX_TICKETS)
+                # a batched receive takes up to batch_size messages per ticket
+                size = -(-size // self.settings.batch_size)
                 if self.receive_breaker.armed:
                     size = 1
                 batch = _Batch(size)

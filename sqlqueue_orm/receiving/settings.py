@@ -24,6 +24,8 @@ MIN_PEEK_DELAY = 0.1
 MAX_DELAYED_RETRY = 24 * 3600.0
 #: Longest peek delay accepted without a warning (messages may back up for that long).
 MAX_QUIET_PEEK_DELAY = 10.0
+#: Longest a batch may keep topping itself up before it commits (issue 17: 50 ms at most).
+MAX_BATCH_FLUSH = 0.05
 #: The wake-up modes (:attr:`EndpointSettings.wakeup`).
 WAKEUP_MODES = ("auto", "poll")
 #: Shortest burst delay: below it an empty queue is peeked hundreds of times a second.
@@ -100,6 +102,27 @@ class EndpointSettings:
         (installed at start-up) instead of waiting for the next peek. Off by default: the
         trigger cost 5% to 24% of concurrent send throughput when measured (docs/endpoint.md).
         Sends of this process wake its endpoints on every database regardless.
+    :param batch_size: messages one transaction receives (one receive statement with this row
+        limit) and handles, each under its own SAVEPOINT, committing once (1: no batching). Only
+        TRANSACTION_SCOPE and OUTBOX can batch; see ``docs/scale.md``.
+    :param batch_flush: seconds a batch that received fewer than ``batch_size`` messages may
+        go on receiving more in the same transaction before it commits (at most 0.05).
+    :param global_concurrency: messages of the queue handled at once across every process
+        receiving from it (PostgreSQL, SQL Server: advisory or application locks held by the
+        receive's transaction; SQLite: within this process); ``None``: no limit but
+        ``concurrency`` per process. See ``docs/scale.md``.
+    :param rate_limit: most messages received per ``rate_interval`` across every process on
+        the queue (a token bucket: PostgreSQL and SQL Server, a row of
+        ``sqlqueue_rate_limits``; SQLite: within this process); ``None``: no limit.
+    :param rate_interval: seconds of the rate limit's interval (default 1).
+    :param rate_burst: tokens the bucket holds at most, so messages a window may take above
+        the rate (default a tenth of ``rate_limit``, at least 1).
+    :param key_header: the header whose value is a message's key (a customer id, say) for the
+        per-key limit; ``None``: no per-key limit. A message without it is not limited.
+    :param key_concurrency: messages of one key handled at once across every process.
+    :param key_fifo: handle the messages of one key strictly in queue order (needs
+        ``key_concurrency=1``).
+    :param key_window: oldest messages one receive looks at to find a key with a free slot.
     :param wakeup: ``"auto"`` (default): wake on this process's sends, and on ``NOTIFY`` with
         *notify*. ``"poll"``: for connections through a pooler in transaction mode
         (PgBouncer ``pool_mode = transaction``), where a ``LISTEN`` does not survive the
@@ -138,6 +161,16 @@ class EndpointSettings:
     auto_subscribe: bool = True
     instance_name: str | None = None
     instance_concurrency: int = 1
+    batch_size: int = 1
+    batch_flush: float = 0.02
+    global_concurrency: int | None = None
+    rate_limit: int | None = None
+    rate_interval: float = 1.0
+    rate_burst: int | None = None
+    key_header: str | None = None
+    key_concurrency: int = 1
+    key_fifo: bool = False
+    key_window: int = 100
 
     def __post_init__(self) -> None:
         _whole("concurrency", self.concurrency, 1, 1_000)
@@ -197,6 +230,34 @@ class EndpointSettings:
                 f"instance_name {self.instance_name!r} must be a non-blank name (or None)"
             )
         _whole("instance_concurrency", self.instance_concurrency, 1, 1_000)
+        _whole("batch_size", self.batch_size, 1, 10_000)
+        if self.global_concurrency is not None:
+            _whole("global_concurrency", self.global_concurrency, 1, 10_000)
+        if self.rate_limit is not None:
+            _whole("rate_limit", self.rate_limit, 1, 1_000_000)
+        config.seconds("rate_interval", self.rate_interval, minimum=0, allow_equal=False)
+        if self.rate_burst is not None:
+            _whole("rate_burst", self.rate_burst, 1, 1_000_000)
+        if self.key_header is not None and (
+            not isinstance(self.key_header, str) or not self.key_header.strip()
+        ):
+            raise exceptions.ConfigurationError(
+                f"key_header {self.key_header!r} must name a header (or be None)"
+            )
+        _whole("key_concurrency", self.key_concurrency, 1, 10_000)
+        _whole("key_window", self.key_window, 1, 100_000)
+        if not isinstance(self.key_fifo, bool):
+            raise exceptions.ConfigurationError(f"key_fifo {self.key_fifo!r} must be True or False")
+        if self.key_fifo and self.key_concurrency != 1:
+            raise exceptions.ConfigurationError(
+                f"key_fifo needs key_concurrency=1 (not {self.key_concurrency}): two messages "
+                "of one key in flight at once finish in any order"
+            )
+        if config.seconds("batch_flush", self.batch_flush, minimum=0) > MAX_BATCH_FLUSH:
+            raise exceptions.ConfigurationError(
+                f"batch_flush {self.batch_flush!r} is above 0.05 seconds: a batch holds its "
+                "messages' locks and acknowledgements that long"
+            )
         if self.wakeup not in WAKEUP_MODES:
             raise exceptions.ConfigurationError(
                 f"wakeup {self.wakeup!r} must be one of {', '.join(WAKEUP_MODES)}"

@@ -21,6 +21,14 @@ What the error-queue and audit rows hold is in :mod:`sqlqueue_orm.receiving.forw
 SQLite has one writer at a time: a second connection that writes while the receive's
 transaction is open would wait for it forever. So modes that need one are refused there at
 start-up (:func:`for_endpoint`), with the mode to use instead.
+
+**Batches** (``batch_size`` above 1, modes TRANSACTION_SCOPE and OUTBOX only): one transaction
+receives up to ``batch_size`` messages with one receive statement, handles each under a
+SAVEPOINT of its own and commits once. A failing handler rolls back its SAVEPOINT only; its
+immediate retries run at once in the same transaction (each under a new SAVEPOINT, so the
+message keeps its row version, its place and its ``Expires``), then it takes the delayed
+retry or the error queue in that transaction. No other message of the batch is affected. A
+crash re-delivers at most the uncommitted batch (``docs/scale.md``).
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import collections
 import datetime as dt
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
@@ -37,7 +46,7 @@ from sqlalchemy.orm import Session
 
 from sqlqueue_orm import addressing, dialects, exceptions
 from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage
-from sqlqueue_orm.receiving import forwarding, recoverability
+from sqlqueue_orm.receiving import flow, forwarding, recoverability
 from sqlqueue_orm.receiving.settings import TransactionMode
 
 if TYPE_CHECKING:
@@ -112,6 +121,41 @@ class ReceiveStrategy:
         self.queue: str | addressing.QueueAddress = endpoint.name if queue is None else queue
         self.failures = FailureCounts()
         self._local = threading.local()
+        limit = endpoint.settings.global_concurrency
+        #: The global concurrency limit (:mod:`flow`), or None.
+        self.gate = (
+            None
+            if limit is None
+            else flow.GlobalConcurrency(
+                self.transport.engine, self.transport.address_text(self.queue), limit
+            )
+        )
+        settings = endpoint.settings
+        #: The rate limit (:mod:`flow`), or None.
+        self.rate = (
+            None
+            if settings.rate_limit is None
+            else flow.RateLimit(
+                self.transport.engine,
+                self.transport.address_text(self.queue),
+                settings.rate_limit,
+                settings.rate_interval,
+                settings.rate_burst or max(1, -(-settings.rate_limit // 10)),
+            )
+        )
+        #: The per-key concurrency limit (:mod:`flow`), or None.
+        self.keys = (
+            None
+            if settings.key_header is None
+            else flow.KeyConcurrency(
+                self.transport.engine,
+                self.transport.address_text(self.queue),
+                settings.key_header,
+                settings.key_concurrency,
+                settings.key_fifo,
+                settings.key_window,
+            )
+        )
 
     def _transactional_sender(self, connection: Connection) -> Sender:
         """Send in *connection*'s transaction, noting where (to wake after the commit)."""
@@ -137,11 +181,51 @@ class ReceiveStrategy:
                     hook(address)
 
     def prepare(self) -> None:
-        """Create what the mode needs at start-up (nothing, unless a subclass says)."""
+        """Create what the mode needs at start-up (the rate limit's bucket, if any)."""
+        if self.rate is not None:
+            self.rate.prepare()
 
     def process(self, slot: Slot) -> None:
-        """Receive at most one message and process it (the pump calls this on a worker)."""
+        """Receive at most one message (or batch) and process it (the pump calls this)."""
+        self._local.allowance = None
+        if self.rate is not None and self.endpoint.settings.batch_size > 1:
+            # a batch takes its tokens first, then receives as many messages (one message
+            # takes its token after the receive: its handler starts right after the token)
+            granted = self.rate.take(self.endpoint.settings.batch_size)
+            if not granted:
+                slot.received(False)
+                return
+            self._local.allowance = granted  # messages this receive may take
+        gate = self.gate
+        if gate is not None and not gate.enter():  # SQLite: a slot of this process
+            slot.received(False)
+            return
+        try:
+            self._process(slot)
+        finally:
+            if gate is not None:
+                gate.leave()
+            if self.keys is not None:
+                self.keys.release()
+
+    def _paced(self) -> bool:
+        """One message received: take its token (True without a rate limit)."""
+        if self.rate is None or self.endpoint.settings.batch_size > 1:
+            return True
+        return self.rate.take(1) > 0
+
+    def _receive(self, connection: Connection, count: int) -> list[IncomingMessage]:
+        """The receive, through the per-key limit when there is one."""
+        if self.keys is None:
+            return self.transport.receive(self.queue, count, connection=connection)
+        return self.keys.receive(self.transport, self.queue, connection, count)
+
+    def _process(self, slot: Slot) -> None:
         raise NotImplementedError
+
+    def _claim(self, connection: Connection) -> bool:
+        """Take a global slot in *connection*'s transaction (True without a limit)."""
+        return self.gate is None or self.gate.claim(connection)
 
     def _context(
         self, message: IncomingMessage, sender: Sender, session: Callable[[], Session]
@@ -245,15 +329,15 @@ class NoTransaction(ReceiveStrategy):
 
     mode = TransactionMode.NONE
 
-    def process(self, slot: Slot) -> None:
+    def _process(self, slot: Slot) -> None:
         """Receive (committed), then handle outside any transaction of the queue."""
         with self.transport.engine.connect() as connection:
             slot.track(connection)
             transaction = connection.begin()
-            messages = self.transport.receive(self.queue, 1, connection=connection)
+            messages = self._receive(connection, 1)
             slot.received(bool(messages))
-            if not messages:
-                transaction.rollback()
+            if not messages or not self._paced():
+                transaction.rollback()  # no token in time: the message returns to its place
                 return
             message = messages[0]
             if message.headers_error is not None:
@@ -299,15 +383,22 @@ class NoTransaction(ReceiveStrategy):
 class _NativeTransaction(ReceiveStrategy):
     """The receive's transaction spans the handling; subclasses say how sends and sessions go."""
 
-    def process(self, slot: Slot) -> None:
+    def _process(self, slot: Slot) -> None:
         """Receive in a transaction, handle inside a SAVEPOINT, commit or retry or move."""
+        if self.endpoint.settings.batch_size > 1:
+            self._process_batch(slot)
+            return
         with self.transport.engine.connect() as connection:
             slot.track(connection)
             transaction = connection.begin()
-            messages = self.transport.receive(self.queue, 1, connection=connection)
-            slot.received(bool(messages))
-            if not messages:
+            if not self._claim(connection):
                 transaction.rollback()
+                slot.received(False)
+                return
+            messages = self._receive(connection, 1)
+            slot.received(bool(messages))
+            if not messages or not self._paced():
+                transaction.rollback()  # no token in time: the message returns to its place
                 return
             message = messages[0]
             if message.expired:
@@ -369,6 +460,115 @@ class _NativeTransaction(ReceiveStrategy):
             self._wake_destinations()
             self.failures.forget(str(message.id))
             slot.outcome("handled")
+
+    def _process_batch(self, slot: Slot) -> None:
+        """Receive up to ``batch_size`` messages in one transaction; commit them together.
+
+        Each is handled under a SAVEPOINT of its own (see the module docstring).
+        """
+        settings = self.endpoint.settings
+        most = getattr(self._local, "allowance", None) or settings.batch_size
+        outcomes: list[tuple[str, IncomingMessage]] = []
+        sent: list[str | addressing.QueueAddress] = []
+        forwarded: list[addressing.QueueAddress] = []
+        with self.transport.engine.connect() as connection:
+            slot.track(connection)
+            transaction = connection.begin()
+            if not self._claim(connection):
+                transaction.rollback()
+                slot.received(False)
+                return
+            opened = time.monotonic()
+            taken = 0
+            while taken < most:
+                messages = self._receive(connection, most - taken)
+                if not taken:
+                    slot.received(bool(messages))
+                if not messages:
+                    break
+                taken += len(messages)
+                for message in messages:
+                    outcome = self._batch_one(connection, message, outcomes)
+                    outcomes.append((outcome, message))
+                    sent.extend(getattr(self._local, "sent", None) or ())
+                    self._local.sent = None
+                    destination = getattr(self._local, "forwarded", None)
+                    if destination is not None:
+                        forwarded.append(destination)
+                        self._local.forwarded = None
+                if time.monotonic() - opened >= settings.batch_flush:
+                    break
+            if not taken:
+                transaction.rollback()
+                return
+            slot.commit(transaction)
+        log.debug("queue %s: batch of %d committed", self.queue, taken)
+        self._local.sent = sent
+        self._wake_destinations()
+        for destination in set(forwarded):
+            for hook in self.transport.sent_hooks:
+                hook(destination)
+        for outcome, message in outcomes:
+            if outcome in ("handled", "delayed"):
+                self.failures.forget(str(message.id))
+            slot.outcome(outcome)
+
+    def _batch_one(
+        self,
+        connection: Connection,
+        message: IncomingMessage,
+        outcomes: list[tuple[str, IncomingMessage]],
+    ) -> str:
+        """Process one message of a batch in *connection*'s transaction; return its outcome.
+
+        Its immediate retries are appended to *outcomes* as they happen.
+        """
+        self._local.sent = None
+        if message.expired:
+            self._discard_expired(message)
+            return "expired"
+        if message.headers_error is not None:
+            self._dead_letter(connection, message)
+            return "poison"
+        local = self._forward_delayed(connection, message)
+        if local is None:
+            return "handled"
+        message = local
+        while True:
+            started = dt.datetime.now(dt.UTC)
+            savepoint = connection.begin_nested()
+            try:
+                self._handle(connection, message)
+                self._audit(connection, message, started)
+            except Exception as error:
+                if savepoint.is_active:
+                    savepoint.rollback()
+                self._local.sent = None  # rolled back with the SAVEPOINT
+                attempts = self.failures.record(str(message.id))
+                decision = recoverability.decide(
+                    self.endpoint, message, attempts, _is_permanent(error)
+                )
+                if decision.action == recoverability.IMMEDIATE:
+                    log.warning(
+                        "queue %s: message %s failed in a batch (attempt %d), retrying: %s: %s",
+                        self.queue,
+                        message.message_id,
+                        attempts,
+                        type(error).__name__,
+                        error,
+                    )
+                    outcomes.append(("retried", message))  # counted once the batch commits
+                    continue
+                if decision.action == recoverability.DELAYED:
+                    recoverability.retry_later(
+                        self.endpoint, connection, message, decision, self.queue
+                    )
+                    return "delayed"
+                self._to_error_queue(connection, message, error)
+                return "failed"
+            if savepoint.is_active:
+                savepoint.commit()
+            return "handled"
 
     def _handle(self, connection: Connection, message: IncomingMessage) -> None:
         raise NotImplementedError
@@ -449,6 +649,7 @@ class OutboxStrategy(_NativeTransaction):
 
     def prepare(self) -> None:
         """Create the outbox table if it is missing."""
+        super().prepare()
         if self.endpoint.settings.create_queues:
             self.outbox.create_table()
 
@@ -496,6 +697,18 @@ STRATEGIES: dict[TransactionMode, type[ReceiveStrategy]] = {
 }
 
 
+#: The modes that keep their guarantee when messages are committed in batches.
+BATCHING_MODES = (TransactionMode.TRANSACTION_SCOPE, TransactionMode.OUTBOX)
+_NO_BATCH = {
+    TransactionMode.NONE: "it commits each receive before the handler runs, so a crash would "
+    "lose a whole batch",
+    TransactionMode.RECEIVE_ONLY: "its sends leave at once, so a crash before the batch "
+    "commits would repeat every send of the batch (ghost messages)",
+    TransactionMode.SENDS_ATOMIC_WITH_RECEIVE: "its ORM session commits apart, message by "
+    "message, so a crash before the batch commits would repeat every handler's data writes",
+}
+
+
 def _same_database(endpoint: Endpoint) -> bool:
     mine, theirs = endpoint.transport.engine, endpoint.user_transport.engine
     return mine is theirs or str(mine.url) == str(theirs.url)
@@ -508,11 +721,19 @@ def for_endpoint(
 
     :param queue: the queue it receives from (default the endpoint's input queue).
 
-    :raises ConfigurationError: TRANSACTION_SCOPE with user data in another database (use the
-        outbox); on SQLite, a mode that would need a second writer while the receive is open.
+    :raises ConfigurationError: a ``batch_size`` above 1 in a mode that cannot batch (NONE,
+        RECEIVE_ONLY, SENDS_ATOMIC_WITH_RECEIVE); TRANSACTION_SCOPE with user data in another
+        database (use the outbox); on SQLite, a mode that would need a second writer while
+        the receive is open.
     """
     mode = endpoint.mode
     same = _same_database(endpoint)
+    if endpoint.settings.batch_size > 1 and mode not in BATCHING_MODES:
+        raise exceptions.ConfigurationError(
+            f"endpoint {endpoint.name!r}: batch_size {endpoint.settings.batch_size} cannot "
+            f"run in {mode.name}: {_NO_BATCH[mode]}; batch in TRANSACTION_SCOPE or OUTBOX, "
+            "or set batch_size=1"
+        )
     if mode is TransactionMode.TRANSACTION_SCOPE and not same:
         raise exceptions.ConfigurationError(
             f"endpoint {endpoint.name!r}: TRANSACTION_SCOPE keeps the receive, your data and "
@@ -520,7 +741,22 @@ def for_endpoint(
             f"database is {endpoint.user_transport.engine.url!r}; use the OUTBOX mode for data "
             "in another database"
         )
-    if dialects.for_dialect(endpoint.transport.engine).single_writer:
+    single_writer = dialects.for_dialect(endpoint.transport.engine).single_writer
+    limited = [
+        name
+        for name, value in (
+            ("global_concurrency", endpoint.settings.global_concurrency),
+            ("key_header", endpoint.settings.key_header),
+        )
+        if value is not None
+    ]
+    if limited and mode is TransactionMode.NONE and not single_writer:
+        raise exceptions.ConfigurationError(
+            f"endpoint {endpoint.name!r}: {' and '.join(limited)} cannot run in NONE: their "
+            "slots are held by the receive's transaction, which NONE commits before the "
+            "handlers run; use a transactional mode"
+        )
+    if single_writer:
         refused = None
         if mode in (TransactionMode.RECEIVE_ONLY, TransactionMode.OUTBOX):
             refused = "its sends or its unit of work write on a second connection"

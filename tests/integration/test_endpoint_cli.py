@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import threading
-import time
 
 from sqlqueue_orm import Transport
 from sqlqueue_orm.receiving import Endpoint
@@ -70,22 +69,22 @@ def test_run_once_ends_when_stopped_before_the_queue_is_drained(database):
     send_jobs(transport, "jobs", 40)
     endpoint = Endpoint("jobs", transport, peek_delay=0.1, concurrency=1)
     handled: list[int] = []
+    started, release = threading.Event(), threading.Event()
 
     @endpoint.handle(Job)
     def handle(job: Job, context: object) -> None:
         handled.append(job.number)
-        time.sleep(0.05)
+        started.set()
+        release.wait(10)  # the first handler is still running when the stop comes
 
     runner = threading.Thread(target=endpoint.run, kwargs={"once": True}, daemon=True)
     runner.start()
-    deadline = time.monotonic() + 30
-    while not handled:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
-    assert endpoint.stop(10)
+    assert started.wait(30)
+    threading.Timer(0.3, release.set).start()
+    assert endpoint.stop(10)  # takes no more messages; lets the running one finish
     runner.join(10)
     assert not runner.is_alive()
-    assert len(handled) < 40
+    assert len(handled) == 1
     assert len(transport.browse("jobs", 100)) == 40 - len(handled)
 
 

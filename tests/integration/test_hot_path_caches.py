@@ -129,7 +129,7 @@ def test_a_killed_thread_connection_is_not_pooled_again(database, postgres_admin
     """The server ends the held connection: one transient error, then a new connection."""
     engine = db.create_engine(database.url, pool_size=2, max_overflow=0)  # holds 1
     try:
-        from sqlqueue_orm import Transport
+        from sqlqueue_orm import OutgoingMessage, Transport
 
         transport = Transport(engine)
         transport.create_queue("killed")
@@ -147,3 +147,16 @@ def test_a_killed_thread_connection_is_not_pooled_again(database, postgres_admin
         transport.close()
     finally:
         engine.dispose()
+
+
+def test_an_in_memory_sqlite_transport_sends_and_receives() -> None:
+    """``sqlite://`` gets SQLAlchemy's SingletonThreadPool, whose ``size`` is not a method."""
+    from sqlqueue_orm import OutgoingMessage, Transport
+
+    transport = Transport("sqlite://")
+    transport.create_queue("memory")
+    transport.send("memory", OutgoingMessage(b"kept"))
+    [message] = transport.receive("memory")
+    assert message.body == b"kept"
+    assert transport.receive("memory") == []
+    transport.engine.dispose()

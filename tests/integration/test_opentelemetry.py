@@ -281,7 +281,9 @@ def test_start_new_trace_on_receive_makes_a_root_linked_to_the_sender(database, 
 
 def test_metrics_count_fetches_successes_failures_and_times(database, telemetry):
     transport = database.transport(instrumentation=telemetry.instrumentation)
-    endpoint = Endpoint("orders", transport, settings=settings(immediate_retries=1))
+    endpoint = Endpoint(
+        "orders", transport, settings=settings(immediate_retries=1, delayed_retries=0)
+    )
     endpoint.handle(PlaceOrder, _maybe_fail, type_name="Sales.PlaceOrder")
     transport.create_queue("orders")
     transport.send_many(

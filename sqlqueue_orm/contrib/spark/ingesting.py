@@ -461,7 +461,7 @@ def _last_committed(query: Any) -> tuple[int, int] | None:
     last: tuple[int, int] | None = None
     for progress in query.recentProgress:
         for source in progress.sources:
-            if source.endOffset and progress.numInputRows:
+            if source.endOffset:  # a replayed batch may report no input rows
                 end = source.endOffset
                 end = json.loads(end) if isinstance(end, str) else end
                 last = max(last or (-1, -1), (int(progress.batchId), int(end["row_version"])))

@@ -1,0 +1,401 @@
+"""Flow control shared by every process on a queue (issue 17): global and per-key concurrency.
+
+``EndpointSettings(global_concurrency=K)``: at most K messages of the queue are handled at once,
+counted across every process and every endpoint instance receiving from it with the same limit.
+Its state lives in locks, never in a column of the queue table (which .NET endpoints share):
+
+* **PostgreSQL**: K transaction-scoped advisory locks, ``(hashtext('sqlqueue.slots.' ||
+  <queue address>), 0..K-1)``. The receive's transaction takes the first free one
+  (``pg_try_advisory_xact_lock``, one statement) before it receives, and holds it until it
+  commits or rolls back, so the slot covers the receive, the handlers and the commit; a crash
+  frees it with the connection.
+* **SQL Server**: the same with ``sp_getapplock`` (``@LockOwner = 'Transaction'``, no wait) on
+  K resources named after a SHA-256 of the queue address.
+* **SQLite**: one process only (the database has no shared locks to hold): a semaphore of K
+  per database file and queue, shared by the endpoints of this process.
+
+A worker that finds every slot taken keeps its transaction open without locks and tries again
+every 5 to 20 ms for up to :data:`SLOT_WAIT` seconds, then gives up (the pump peeks again).
+The limit needs a mode whose transaction spans the handling: NONE is refused on PostgreSQL and
+SQL Server.
+
+**Per key** (``key_header="customer", key_concurrency=K``): at most K messages with one value
+of that header in flight, while other keys pass a slow one. The receive reads the oldest
+``key_window`` rows without taking them (a plain read, pages of 10 or more), and for each,
+under a SAVEPOINT, takes the row by its native id (skipped if another receiver holds it), then
+a slot of its key with the same locks as the global limit, named after the queue and the key
+(on PostgreSQL the name is hashed to 32 bits: two keys may share a limit, which can only
+restrict, never exceed). A busy key's row is released by rolling back the SAVEPOINT, and no
+later row of that key is tried in the same scan. With ``key_fifo=True`` (needs K = 1) a key
+whose oldest visible row another receiver holds is also skipped for the rest of the scan, so
+its messages are handled one after the other in queue order (immediate retries included; a
+delayed retry or a move to the error queue lets the next one go). A message **without the
+header** (one a .NET endpoint sent) has no key: it is not limited (only by ``concurrency`` and
+``global_concurrency``). SQLite: the key slots are counted within this process.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from typing import TYPE_CHECKING, Final
+
+import sqlalchemy as sa
+
+from sqlqueue_orm import dialects, exceptions
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection, Engine
+
+    from sqlqueue_orm import addressing
+    from sqlqueue_orm.messages import IncomingMessage
+    from sqlqueue_orm.transport import Transport
+
+log = logging.getLogger(__name__)
+
+#: Longest a worker waits for a free slot before it gives up this receive.
+SLOT_WAIT = 0.5
+#: Prefix of the lock names (PostgreSQL: hashed into the advisory lock's first key).
+LOCK_PREFIX = "sqlqueue.slots."
+#: Prefix of a key's lock names: then the queue, U+001F, the key.
+KEY_PREFIX = "sqlqueue.key."
+#: Fewest rows read per page of the per-key scan.
+MIN_KEY_PAGE = 10
+
+#: Claim the first free slot of ``:k`` in the caller's transaction; the slot number, or no row
+#: (PostgreSQL) or -1 (SQL Server) when all are held. LIMIT 1 stops the scan at the first lock
+#: taken, so one slot at most is claimed.
+CLAIM_SLOT: Final[dict[str, str]] = {
+    "postgresql": (
+        "SELECT slot FROM generate_series(0, CAST(:k AS integer) - 1) AS slot "
+        "WHERE pg_try_advisory_xact_lock(hashtext(:name), slot) LIMIT 1"
+    ),
+    # EXEC takes variables, not expressions: the resource name is built in @resource first.
+    "mssql": (
+        "SET NOCOUNT ON; "
+        "DECLARE @k int = :k, @slot int = 0, @result int, @resource nvarchar(255), "
+        "@base nvarchar(64) = CONVERT(nvarchar(64), HASHBYTES('SHA2_256', "
+        "CAST(:name AS nvarchar(4000))), 2); "
+        "WHILE @slot < @k BEGIN "
+        "SET @resource = N'sqlqueue.slots.' + @base + N'.' + CAST(@slot AS nvarchar(10)); "
+        "EXEC @result = sp_getapplock @Resource = @resource, @LockMode = 'Exclusive', "
+        "@LockOwner = 'Transaction', @LockTimeout = 0; "
+        "IF @result >= 0 BREAK; "
+        "SET @slot += 1; "
+        "END; "
+        "SELECT CASE WHEN @slot < @k THEN @slot ELSE -1 END;"
+    ),
+}
+
+_local_lock = threading.Lock()
+_local_semaphores: dict[tuple[str, str], tuple[int, threading.BoundedSemaphore]] = {}
+
+
+def _semaphore(engine: Engine, name: str, limit: int) -> threading.BoundedSemaphore:
+    """The process-wide semaphore of *name* in *engine*'s database (SQLite)."""
+    key = (engine.url.render_as_string(hide_password=True), name)
+    with _local_lock:
+        found = _local_semaphores.get(key)
+        if found is None:
+            found = _local_semaphores[key] = (limit, threading.BoundedSemaphore(limit))
+        elif found[0] != limit:
+            raise exceptions.ConfigurationError(
+                f"queue {name}: global_concurrency {limit} differs from the {found[0]} another "
+                "endpoint of this process set on the same queue"
+            )
+        return found[1]
+
+
+def _try_slot(connection: Connection, statement: sa.TextClause, limit: int, name: str) -> bool:
+    """Take the first free of *limit* slots named *name*, for the transaction; no waiting."""
+    number = connection.execute(statement, {"k": limit, "name": name}).scalar()
+    return number is not None and int(number) >= 0
+
+
+_local_key_counts: dict[tuple[str, str], dict[str, int]] = {}
+
+
+def _key_counts(engine: Engine, name: str) -> dict[str, int]:
+    """The process-wide messages in flight per key of *name* in *engine*'s database (SQLite)."""
+    key = (engine.url.render_as_string(hide_password=True), name)
+    with _local_lock:
+        return _local_key_counts.setdefault(key, {})
+
+
+class GlobalConcurrency:
+    """At most *limit* messages of one queue in flight across processes (module docstring).
+
+    :param engine: the queue's database.
+    :param name: the queue's address as text (what the lock names are made of).
+    :param limit: slots.
+    """
+
+    def __init__(self, engine: Engine, name: str, limit: int) -> None:
+        self.name = name
+        self.limit = limit
+        self.local = dialects.for_dialect(engine).single_writer
+        self._semaphore = _semaphore(engine, name, limit) if self.local else None
+        self._statement = None if self.local else sa.text(CLAIM_SLOT[engine.dialect.name])
+
+    def enter(self) -> bool:
+        """SQLite: take a slot of this process (wait up to :data:`SLOT_WAIT`); else True."""
+        if self._semaphore is None:
+            return True
+        return self._semaphore.acquire(timeout=SLOT_WAIT)
+
+    def leave(self) -> None:
+        """SQLite: give the slot :meth:`enter` took back."""
+        if self._semaphore is not None:
+            self._semaphore.release()
+
+    def claim(self, connection: Connection) -> bool:
+        """Take a free slot for the life of *connection*'s transaction; False if none came."""
+        if self._statement is None:
+            return True
+        deadline = time.monotonic() + SLOT_WAIT
+        while True:
+            if _try_slot(connection, self._statement, self.limit, LOCK_PREFIX + self.name):
+                return True
+            if time.monotonic() >= deadline:
+                log.debug(
+                    "queue %s: all %d global slots busy for %.1f s",
+                    self.name,
+                    self.limit,
+                    SLOT_WAIT,
+                )
+                return False
+            time.sleep(random.uniform(0.005, 0.02))  # noqa: S311  (jitter, not secrets)
+
+
+class KeyConcurrency:
+    """At most *limit* messages per value of the header *header* in flight (module docstring).
+
+    :param engine: the queue's database.
+    :param name: the queue's address as text (part of the lock names).
+    :param header: the header whose value is the key.
+    :param limit: messages of one key at once.
+    :param fifo: strict order per key (needs *limit* 1).
+    :param window: most rows one receive looks at.
+    """
+
+    def __init__(
+        self, engine: Engine, name: str, header: str, limit: int, fifo: bool, window: int
+    ) -> None:
+        self.name = name
+        self.header = header
+        self.limit = limit
+        self.fifo = fifo
+        self.window = window
+        self.local = dialects.for_dialect(engine).single_writer
+        self._statement = None if self.local else sa.text(CLAIM_SLOT[engine.dialect.name])
+        # SQLite: in flight per key, shared by every endpoint of this process on the queue
+        self._counts = _key_counts(engine, name)
+        self._counts_lock = _local_lock
+        self._thread = threading.local()
+
+    def key_of(self, message: IncomingMessage) -> str | None:
+        """The message's key, or None (no header, or headers nobody can read: not limited)."""
+        if message.headers_error is not None:
+            return None
+        return message.headers.get(self.header)
+
+    def receive(
+        self,
+        transport: Transport,
+        queue: str | addressing.QueueAddress,
+        connection: Connection,
+        count: int,
+    ) -> list[IncomingMessage]:
+        """Take up to *count* of the oldest messages whose key has a free slot, in order."""
+        table_queue = transport.queue(queue)
+        taken: list[IncomingMessage] = []
+        blocked: set[str] = set()
+        seen = 0
+        after: int | None = None
+        page = max(MIN_KEY_PAGE, 2 * count)
+        self._thread.busy = False
+        while len(taken) < count and seen < self.window:
+            candidates = transport.browse(
+                queue, min(page, self.window - seen), connection, after=after
+            )
+            if not candidates:
+                break
+            seen += len(candidates)
+            after = candidates[-1].row_version
+            for candidate in candidates:
+                if len(taken) >= count:
+                    break
+                key = self.key_of(candidate)
+                if key is not None and key in blocked:
+                    continue
+                savepoint = connection.begin_nested()
+                message = table_queue.receive_by_id(connection, candidate.id)
+                if message is None:  # another receiver has it (or took it already)
+                    savepoint.rollback()
+                    if key is not None and self.fifo:
+                        blocked.add(key)
+                    continue
+                if key is not None and not self._claim(connection, key):
+                    savepoint.rollback()  # the row returns to its place
+                    blocked.add(key)
+                    continue
+                savepoint.commit()
+                taken.append(message)
+        if not taken and blocked:
+            log.debug("queue %s: every waiting key is at its limit", self.name)
+            self._thread.busy = True
+        return taken
+
+    def _claim(self, connection: Connection, key: str) -> bool:
+        if self._statement is not None:
+            return _try_slot(connection, self._statement, self.limit, self._lock_name(key))
+        with self._counts_lock:  # SQLite: this process's count, released by release()
+            if self._counts.get(key, 0) >= self.limit:
+                return False
+            self._counts[key] = self._counts.get(key, 0) + 1
+        held = getattr(self._thread, "held", None)
+        if held is None:
+            held = self._thread.held = []
+        held.append(key)
+        return True
+
+    def _lock_name(self, key: str) -> str:
+        return f"{KEY_PREFIX}{self.name}\x1f{key}"  # unit separator: PostgreSQL text has no NUL
+
+    def release(self) -> None:
+        """Give back the key slots this thread took (SQLite); back off if all keys were busy.
+
+        The back-off (5 to 20 ms) keeps the pump from spinning on a queue whose every waiting
+        key is at its limit.
+        """
+        held = getattr(self._thread, "held", None)
+        if held:
+            with self._counts_lock:
+                for key in held:
+                    self._counts[key] -= 1
+                    if not self._counts[key]:
+                        del self._counts[key]
+            held.clear()
+        if getattr(self._thread, "busy", False):
+            self._thread.busy = False
+            time.sleep(random.uniform(0.005, 0.02))  # noqa: S311  (jitter, not secrets)
+
+
+# -- the rate limit -------------------------------------------------------------------------
+#: The schedules of the rate limits (PostgreSQL, SQL Server): one row per queue, found by its
+#: primary key, so the check costs the same however long the queue has run.
+RATE_METADATA = sa.MetaData()
+RATE_TABLE = sa.Table(
+    "sqlqueue_rate_limits",
+    RATE_METADATA,
+    sa.Column("name", sa.String(450), primary_key=True),
+    # when the next message may start (seconds since 1970, the server's clock): GCRA's
+    # "theoretical arrival time"
+    sa.Column("next_at", sa.Float, nullable=False),
+)
+
+#: Reserve the next ``:step`` seconds of the schedule ``:name`` (``n / rate``), at most
+#: ``:wait`` seconds ahead, ``:tau`` (``(burst - 1) / rate``) of idle time usable at once: the
+#: seconds until the reserved start (0 or less: now), or no row / NULL when none is that close.
+#: One short transaction of its own; the row lock is never held through a handler.
+RESERVE: Final[dict[str, str]] = {
+    # The clock is read before the row lock is granted: a caller that waited reserves after
+    # the one it waited for (next_at only grows) and sleeps a little longer than it needs.
+    "postgresql": (
+        "WITH now AS (SELECT EXTRACT(EPOCH FROM clock_timestamp()) AS t) "
+        "UPDATE {table} SET next_at = GREATEST(next_at, (SELECT t FROM now) - "
+        "CAST(:tau AS float8)) + CAST(:step AS float8) "
+        "WHERE name = :name AND GREATEST(next_at, (SELECT t FROM now) - CAST(:tau AS float8)) "
+        "- (SELECT t FROM now) <= CAST(:wait AS float8) "
+        "RETURNING next_at - CAST(:step AS float8) - (SELECT t FROM now)"
+    ),
+    # The row is locked first, the clock read after.
+    "mssql": (
+        "SET NOCOUNT ON; "
+        "DECLARE @tau float = :tau, @step float = :step, @wait float = :wait, @next float, "
+        "@now float, @slot float; "
+        "SELECT @next = next_at FROM {table} WITH (UPDLOCK, ROWLOCK) WHERE name = :name; "
+        "SET @now = DATEDIFF_BIG(microsecond, '19700101', SYSUTCDATETIME()) / 1e6; "
+        "SET @slot = CASE WHEN @next > @now - @tau THEN @next ELSE @now - @tau END; "
+        "IF @slot - @now <= @wait "
+        "UPDATE {table} SET next_at = @slot + @step WHERE name = :name; "
+        "ELSE SET @slot = NULL; "
+        "SELECT @slot - @now;"
+    ),
+}
+
+
+class RateLimit:
+    """At most *rate* messages per *interval* seconds from one queue, across processes.
+
+    A shared schedule (the generic cell rate algorithm, GCRA): each receive reserves the next
+    free start time, ``1 / rate`` after the previous one, and sleeps until it; a queue idle for
+    a while may start *burst* messages at once. So any window of one interval holds at most
+    *rate* + *burst* starts. A reservation is made at most :data:`SLOT_WAIT` seconds ahead;
+    beyond, the receive gives up (its message returns to the queue) and tries again.
+    PostgreSQL and SQL Server: one row of ``sqlqueue_rate_limits`` per queue, created at
+    start-up; SQLite: within this process.
+    """
+
+    def __init__(
+        self, engine: Engine, name: str, rate: int, interval: float, burst: int
+    ) -> None:
+        self.engine = engine
+        self.name = name
+        self.per_second = rate / interval
+        self.burst = burst
+        self.local = dialects.for_dialect(engine).single_writer
+        self._lock = threading.Lock()
+        self._next_at = 0.0
+        self._statement: sa.TextClause | None = None
+        if not self.local:
+            table = engine.dialect.identifier_preparer.format_table(RATE_TABLE)
+            self._statement = sa.text(RESERVE[engine.dialect.name].format(table=table))
+
+    def prepare(self) -> None:
+        """Create the schedule's table and row if missing (PostgreSQL, SQL Server)."""
+        if self.local:
+            return
+        RATE_METADATA.create_all(self.engine, checkfirst=True)
+        with self.engine.begin() as connection:
+            found = connection.execute(
+                sa.select(RATE_TABLE.c.name).where(RATE_TABLE.c.name == self.name)
+            ).first()
+            if found is None:
+                try:
+                    with connection.begin_nested():
+                        connection.execute(
+                            RATE_TABLE.insert().values(name=self.name, next_at=0.0)
+                        )
+                except sa.exc.IntegrityError:
+                    pass  # another process created it first
+
+    def take(self, wanted: int) -> int:
+        """Reserve *wanted* messages' starts and sleep until the first; 0 if none is near."""
+        wait = self._reserve(wanted)
+        if wait is None:
+            time.sleep(random.uniform(0.01, 0.05))  # noqa: S311  (jitter, not secrets)
+            return 0
+        if wait > 0:
+            time.sleep(wait)
+        return wanted
+
+    def _reserve(self, wanted: int) -> float | None:
+        step = wanted / self.per_second
+        tau = (self.burst - 1) / self.per_second  # an idle queue starts *burst* at once
+        if self._statement is None:
+            with self._lock:
+                now = time.time()
+                start = max(self._next_at, now - tau)
+                if start - now > SLOT_WAIT:
+                    return None
+                self._next_at = start + step
+                return start - now
+        with self.engine.begin() as connection:
+            value = connection.execute(
+                self._statement,
+                {"name": self.name, "step": step, "tau": tau, "wait": SLOT_WAIT},
+            ).scalar()
+        return None if value is None else float(value)

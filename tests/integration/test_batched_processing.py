@@ -1,0 +1,184 @@
+"""Batched processing: one transaction receives up to N messages, one SAVEPOINT per handler.
+
+A failing handler rolls back its SAVEPOINT only; its retries and its move to the error queue
+happen in the batch's transaction, and no other message of the batch notices. A crash (SIGKILL)
+re-delivers at most the uncommitted batch: nothing is lost, and in TRANSACTION_SCOPE (the
+handler's rows roll back with the batch) and OUTBOX (de-duplicated on the message id) nothing
+is handled twice.
+"""
+
+from __future__ import annotations
+
+import collections
+import subprocess
+import sys
+import time
+
+import pytest
+import sqlalchemy as sa
+
+from sqlqueue_orm import OutgoingMessage, exceptions
+from sqlqueue_orm.receiving import Endpoint, EndpointSettings, HandlerContext, TransactionMode
+from sqlqueue_orm.sending.outbox import Outbox
+from tests import batch_app
+from tests.endpoint_app import Handled, Job, UserBase, handled_ids
+from tests.outbox_app import REPO, count
+
+BATCH = 10
+RETRIES = 1
+
+
+class Boom(Exception):
+    pass
+
+
+def _modes(database):  # type: ignore[no-untyped-def]
+    # OUTBOX writes its unit of work on a second connection: refused on SQLite (one writer)
+    if database.dialect == "sqlite":
+        return [TransactionMode.TRANSACTION_SCOPE]
+    return [TransactionMode.TRANSACTION_SCOPE, TransactionMode.OUTBOX]
+
+
+def _run_until(endpoint: Endpoint, done, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
+    endpoint.start()
+    try:
+        deadline = time.monotonic() + timeout
+        while not done():
+            assert time.monotonic() < deadline, f"timed out: {endpoint.stats}"
+            time.sleep(0.02)
+    finally:
+        assert endpoint.stop(10)
+
+
+def test_settings_bound_the_batch():
+    assert EndpointSettings().batch_size == 1
+    with pytest.raises(exceptions.ConfigurationError, match=r"batch_flush 0\.1"):
+        EndpointSettings(batch_flush=0.1)
+    with pytest.raises(exceptions.ConfigurationError, match="batch_size 0"):
+        EndpointSettings(batch_size=0)
+
+
+@pytest.mark.parametrize(
+    "mode",
+    [
+        TransactionMode.NONE,
+        TransactionMode.RECEIVE_ONLY,
+        TransactionMode.SENDS_ATOMIC_WITH_RECEIVE,
+    ],
+    ids=lambda mode: mode.name,
+)
+def test_modes_that_cannot_keep_a_batch_are_refused(database, mode):
+    endpoint = Endpoint(
+        "refused", database.transport(), transaction_mode=mode, batch_size=5, peek_delay=0.1
+    )
+    endpoint.handle(Job, lambda job, context: None)
+    with pytest.raises(exceptions.ConfigurationError, match=f"cannot run in {mode.name}"):
+        endpoint.start()
+    endpoint.stop(1)
+
+
+def test_a_failing_handler_affects_no_other_message_of_its_batch(database):
+    for mode in _modes(database):
+        _every_seventh_fails(database, mode)
+
+
+def _every_seventh_fails(database, mode: TransactionMode) -> None:  # type: ignore[no-untyped-def]
+    transport = database.transport()
+    engine = transport.engine
+    queue = f"seventh_{mode.value}"
+    UserBase.metadata.drop_all(engine)
+    UserBase.metadata.create_all(engine)
+    for name in (queue, "out", "error"):
+        transport.create_queue(name)
+        transport.purge_all(name)
+    if mode is TransactionMode.OUTBOX:
+        Outbox(transport).create_table()
+    settings = EndpointSettings(
+        concurrency=2,
+        transaction_mode=mode,
+        peek_delay=0.1,
+        batch_size=BATCH,
+        batch_flush=0.05,
+        immediate_retries=RETRIES,
+        delayed_retries=0,
+    )
+    endpoint = Endpoint(queue, transport, settings=settings)
+    runs: collections.Counter[int] = collections.Counter()
+    transactions: dict[str, int] = {}
+
+    @endpoint.handle(Job)
+    def handle(job: Job, context: HandlerContext) -> None:
+        runs[job.number] += 1
+        context.session.add(Handled(message_id=context.message_id))
+        context.send("out", OutgoingMessage(f"from {job.number}"))
+        if database.dialect == "postgresql" and mode is TransactionMode.TRANSACTION_SCOPE:
+            # the session shares the batch's transaction: messages of one batch share its id
+            transactions[context.message_id] = context.session.execute(
+                sa.text("SELECT txid_current()")
+            ).scalar_one()
+        if job.number % 7 == 0:
+            raise Boom(f"job {job.number} fails")
+
+    total = 40
+    sent = transport.send_many(queue, [OutgoingMessage(Job(number=n)) for n in range(1, total + 1)])
+    failing = [message_id for number, message_id in enumerate(sent, 1) if number % 7 == 0]
+    _run_until(endpoint, lambda: endpoint.stats.handled + endpoint.stats.failed == total)
+
+    assert sorted(handled_ids(engine)) == sorted(set(sent) - set(failing))  # each once
+    assert count(engine, queue) == 0
+    assert count(engine, "out") == total - len(failing)  # the failing ones' sends rolled back
+    errors = transport.receive("error", len(failing) + 1)
+    assert sorted(message.message_id for message in errors) == sorted(failing)
+    assert all(runs[number] == 1 + RETRIES for number in range(7, total + 1, 7))
+    assert all(runs[number] == 1 for number in range(1, total + 1) if number % 7)
+    stats = endpoint.stats
+    assert (stats.handled, stats.failed, stats.retried) == (
+        total - len(failing),
+        len(failing),
+        len(failing) * RETRIES,
+    )
+    if transactions:
+        # batches happened: far fewer transactions than messages
+        assert len(set(transactions.values())) < total / 2
+
+
+def _start(url: str, mode: TransactionMode, kill_at: int) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.batch_app", url, mode.value, str(BATCH), str(kill_at)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_sigkill_mid_batch_loses_nothing_and_repeats_nothing(database):
+    for mode in _modes(database):
+        _killed_mid_batch(database, mode)
+
+
+def _killed_mid_batch(database, mode: TransactionMode) -> None:  # type: ignore[no-untyped-def]
+    transport = database.transport()
+    engine = transport.engine
+    UserBase.metadata.drop_all(engine)
+    UserBase.metadata.create_all(engine)
+    transport.create_queue(batch_app.QUEUE)
+    transport.purge_all(batch_app.QUEUE)
+    if mode is TransactionMode.OUTBOX:
+        Outbox(transport).create_table()
+    total = 120
+    sent = transport.send_many(
+        batch_app.QUEUE, [OutgoingMessage(Job(number=n)) for n in range(total)]
+    )
+    # Each run dies at its K-th handler run: in the middle of a batch (K is not a multiple of
+    # the batch size), after the batch's earlier messages ran their handlers.
+    for kill_at in (25, 37, 16):
+        process = _start(database.url, mode, kill_at)
+        _, stderr = process.communicate(timeout=60)
+        assert process.returncode == -9, stderr  # killed, not finished
+    assert count(engine, batch_app.QUEUE) < total  # the runs committed batches before dying
+    endpoint = batch_app.build(transport, mode, BATCH)
+    _run_until(endpoint, lambda: count(engine, batch_app.QUEUE) == 0)
+    handled = handled_ids(engine)
+    assert sorted(set(handled)) == sorted(sent)  # nothing lost
+    assert len(handled) == len(sent)  # nothing handled twice

@@ -1,0 +1,50 @@
+"""Golden test: the T-SQL of the global concurrency limit's slot claim (sp_getapplock).
+
+No SQL Server runs here, so the text compiled by the mssql+pyodbc dialect is the contract.
+"""
+
+import sqlalchemy as sa
+
+from sqlqueue_orm.receiving import flow
+
+
+def test_the_slot_claim():
+    dialect = sa.create_engine("mssql+pyodbc://user:pw@host/db?driver=FreeTDS").dialect
+    compiled = sa.text(flow.CLAIM_SLOT["mssql"]).compile(dialect=dialect)
+    assert str(compiled) == (
+        "SET NOCOUNT ON; "
+        "DECLARE @k int = ?, @slot int = 0, @result int, @resource nvarchar(255), "
+        "@base nvarchar(64) = CONVERT(nvarchar(64), HASHBYTES('SHA2_256', "
+        "CAST(? AS nvarchar(4000))), 2); "
+        "WHILE @slot < @k BEGIN "
+        "SET @resource = N'sqlqueue.slots.' + @base + N'.' + CAST(@slot AS nvarchar(10)); "
+        "EXEC @result = sp_getapplock @Resource = @resource, @LockMode = 'Exclusive', "
+        "@LockOwner = 'Transaction', @LockTimeout = 0; "
+        "IF @result >= 0 BREAK; "
+        "SET @slot += 1; "
+        "END; "
+        "SELECT CASE WHEN @slot < @k THEN @slot ELSE -1 END;"
+    )
+    assert compiled.positiontup == ["k", "name"]
+
+
+def test_the_rate_limit_reservation():
+    dialect = sa.create_engine("mssql+pyodbc://user:pw@host/db?driver=FreeTDS").dialect
+    statement = flow.RESERVE["mssql"].format(
+        table=dialect.identifier_preparer.format_table(flow.RATE_TABLE)
+    )
+    compiled = sa.text(statement).compile(dialect=dialect)
+    assert str(compiled) == (
+        "SET NOCOUNT ON; "
+        "DECLARE @tau float = ?, @step float = ?, @wait float = ?, @next float, "
+        "@now float, @slot float; "
+        "SELECT @next = next_at FROM sqlqueue_rate_limits WITH (UPDLOCK, ROWLOCK) "
+        "WHERE name = ?; "
+        "SET @now = DATEDIFF_BIG(microsecond, '19700101', SYSUTCDATETIME()) / 1e6; "
+        "SET @slot = CASE WHEN @next > @now - @tau THEN @next ELSE @now - @tau END; "
+        "IF @slot - @now <= @wait "
+        "UPDATE sqlqueue_rate_limits SET next_at = @slot + @step WHERE name = ?; "
+        "ELSE SET @slot = NULL; "
+        "SELECT @slot - @now;"
+    )
+    assert compiled.positiontup == ["tau", "step", "wait", "name", "name"]
