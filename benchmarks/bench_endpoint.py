@@ -229,9 +229,10 @@ def pump_and_raw(
 
 
 def prepare_pump(transport: Transport, queue: str) -> None:
-    """The queues and the outbox table the pump cells use."""
+    """The queues, the delayed table and the outbox table the pump cells use."""
     transport.create_queue(queue)
     transport.create_queue("error")
+    transport.create_delayed_table(queue)  # the endpoint's mover polls it (create_queues=False)
     Outbox(transport).create_table()
 
 
