@@ -174,3 +174,26 @@ def only(*dialects: str):  # type: ignore[no-untyped-def]
         return function
 
     return mark
+
+
+# -- Spark (tests/integration/test_spark*.py) -------------------------------------------------
+@pytest.fixture(scope="session")
+def spark():  # type: ignore[no-untyped-def]
+    """One SparkSession for the whole test session (no UI, 4 shuffle partitions)."""
+    from pyspark.sql import SparkSession
+
+    import tests.integration.spark_support  # noqa: F401  (the environment Spark needs)
+    from sqlqueue_orm.contrib.spark import streaming
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("sqlqueue-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    streaming.register(session)  # the sqlqueue data source
+    yield session
+    session.stop()

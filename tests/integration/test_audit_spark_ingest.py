@@ -13,12 +13,11 @@ from tests.integration.test_endpoint_transaction_modes import run_until
 pytest.importorskip("pyspark")
 
 from sqlqueue_orm.contrib.spark import dataset, ingesting
-from tests.integration.test_spark import spark  # noqa: F401  (the session's SparkSession)
 
 pytestmark = pytest.mark.spark
 
 
-def test_spark_ingest_parses_the_audit_headers_an_endpoint_writes(spark, database, tmp_path):  # noqa: F811
+def test_spark_ingest_parses_the_audit_headers_an_endpoint_writes(spark, database, tmp_path):
     transport = database.transport()
     transport.create_queue("inbox")
     sent = [transport.send("inbox", OutgoingMessage(b"{}")) for _ in range(3)]

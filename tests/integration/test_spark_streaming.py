@@ -34,33 +34,10 @@ from tests.conftest import only
 
 pytest.importorskip("pyspark")
 
-from sqlqueue_orm.contrib.spark import dataset, sample, streaming
+from sqlqueue_orm.contrib.spark import dataset, sample
+from tests.integration.spark_support import REPO
 
 pytestmark = pytest.mark.spark
-
-os.environ["PYSPARK_PYTHON"] = sys.executable
-os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-@pytest.fixture(scope="module")
-def spark():
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("sqlqueue-streaming-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "4")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    streaming.register(session)
-    return session
-
 
 def queue_count(engine, name):
     table = queue_table(name, dialect=engine)
