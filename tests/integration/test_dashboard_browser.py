@@ -26,10 +26,10 @@ from sqlqueue_orm.contrib.dashboard import create_app
 
 By: Any
 try:
-    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
     from selenium.webdriver.common.by import By
 except ImportError:  # pragma: no cover - the dev extra installs it
-    By = StaleElementReferenceException = None
+    By = StaleElementReferenceException = WebDriverException = None
 
 _MISSING = browser.missing_browser() or (None if By else "selenium is not installed")
 
@@ -81,6 +81,11 @@ def click(driver: Any, element: Any) -> None:
         try:
             page.is_enabled()  # raises once the old page is gone
         except StaleElementReferenceException:
+            break
+        except WebDriverException as error:
+            # chromedriver's other word for the same thing, caught mid-navigation
+            if "does not belong to the document" not in str(error):
+                raise
             break
         assert time.monotonic() < deadline, "the click led to no new page"
         time.sleep(0.02)
