@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Final
 import sqlalchemy as sa
 
 from sqlqueue_orm import dialects, exceptions
+from sqlqueue_orm.models import rate_limit
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
@@ -285,16 +286,9 @@ class KeyConcurrency:
 
 # -- the rate limit -------------------------------------------------------------------------
 #: The schedules of the rate limits (PostgreSQL, SQL Server): one row per queue, found by its
-#: primary key, so the check costs the same however long the queue has run.
-RATE_METADATA = sa.MetaData()
-RATE_TABLE = sa.Table(
-    "sqlqueue_rate_limits",
-    RATE_METADATA,
-    sa.Column("name", sa.String(450), primary_key=True),
-    # when the next message may start (seconds since 1970, the server's clock): GCRA's
-    # "theoretical arrival time"
-    sa.Column("next_at", sa.Float, nullable=False),
-)
+#: primary key, so the check costs the same however long the queue has run. Declared once, in
+#: :mod:`sqlqueue_orm.models.rate_limit` (revision ``0012_rate_limits``).
+RATE_TABLE = rate_limit.rate_limit_table()
 
 #: Reserve the next ``:step`` seconds of the schedule ``:name`` (``n / rate``), at most
 #: ``:wait`` seconds ahead, ``:tau`` (``(burst - 1) / rate``) of idle time usable at once: the
@@ -358,7 +352,12 @@ class RateLimit:
         """Create the schedule's table and row if missing (PostgreSQL, SQL Server)."""
         if self.local:
             return
-        RATE_METADATA.create_all(self.engine, checkfirst=True)
+        try:
+            RATE_TABLE.create(self.engine, checkfirst=True)
+        except sa.exc.DBAPIError:
+            # another process created it between the check and the CREATE
+            if not sa.inspect(self.engine).has_table(RATE_TABLE.name):
+                raise
         with self.engine.begin() as connection:
             found = connection.execute(
                 sa.select(RATE_TABLE.c.name).where(RATE_TABLE.c.name == self.name)

@@ -1,9 +1,14 @@
-"""Golden test: the T-SQL of the global concurrency limit's slot claim (sp_getapplock).
+"""Golden tests: the T-SQL of flow control (slot claims, the rate reservation, revision 0012).
 
 No SQL Server runs here, so the text compiled by the mssql+pyodbc dialect is the contract.
 """
 
+import importlib
+import io
+
 import sqlalchemy as sa
+from alembic.migration import MigrationContext
+from alembic.operations import Operations
 
 from sqlqueue_orm.receiving import flow
 
@@ -48,3 +53,24 @@ def test_the_rate_limit_reservation():
         "SELECT @slot - @now;"
     )
     assert compiled.positiontup == ["tau", "step", "wait", "name", "name"]
+
+
+def test_revision_0012_offline_tsql():
+    module = importlib.import_module("sqlqueue_orm.migrations_versions.0012_rate_limits")
+    output = io.StringIO()
+    context = MigrationContext.configure(
+        dialect_name="mssql", opts={"as_sql": True, "output_buffer": output}
+    )
+    with Operations.context(context):
+        module.upgrade()
+        module.downgrade()
+    statements = [part.strip() for part in output.getvalue().split("GO") if part.strip()]
+    assert statements == [
+        "IF OBJECT_ID(N'sqlqueue_rate_limits', N'U') IS NULL\nBEGIN\n"
+        "CREATE TABLE sqlqueue_rate_limits (\n"
+        "    name NVARCHAR(450) NOT NULL, \n"  # 900 bytes: SQL Server's key limit
+        "    next_at DOUBLE PRECISION NOT NULL, \n"
+        "    CONSTRAINT pk_sqlqueue_rate_limits PRIMARY KEY (name)\n"
+        ")\nEND;",
+        "DROP TABLE sqlqueue_rate_limits;",
+    ]
