@@ -36,16 +36,19 @@ header** (one a .NET endpoint sent) has no key: it is not limited (only by ``con
 
 from __future__ import annotations
 
+import itertools
+import json
 import logging
 import random
 import threading
 import time
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import sqlalchemy as sa
 
 from sqlqueue_orm import dialects, exceptions
 from sqlqueue_orm.models import rate_limit
+from sqlqueue_orm.queuing import sql, table_queue
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
@@ -65,28 +68,79 @@ KEY_PREFIX = "sqlqueue.key."
 #: Fewest rows read per page of the per-key scan.
 MIN_KEY_PAGE = 10
 
-#: Claim the first free slot of ``:k`` in the caller's transaction; the slot number, or no row
-#: (PostgreSQL) or -1 (SQL Server) when all are held. LIMIT 1 stops the scan at the first lock
-#: taken, so one slot at most is claimed.
+#: Claim a free slot of ``:k`` in the caller's transaction, trying ``:first`` first, then the
+#: next ones (modulo ``:k``); the slot number, or no row (PostgreSQL) or -1 (SQL Server) when all
+#: are held. LIMIT 1 stops the scan at the first lock taken, so one slot at most is claimed.
+#: Each worker has its own ``:first`` (see :func:`_first_slot`), so while the limit is far from
+#: binding the first try succeeds.
 CLAIM_SLOT: Final[dict[str, str]] = {
     "postgresql": (
-        "SELECT slot FROM generate_series(0, CAST(:k AS integer) - 1) AS slot "
-        "WHERE pg_try_advisory_xact_lock(hashtext(:name), slot) LIMIT 1"
+        "SELECT mod(slot + CAST(:first AS integer), CAST(:k AS integer)) "
+        "FROM generate_series(0, CAST(:k AS integer) - 1) AS slot "
+        "WHERE pg_try_advisory_xact_lock(hashtext(:name), "
+        "mod(slot + CAST(:first AS integer), CAST(:k AS integer))) LIMIT 1"
     ),
     # EXEC takes variables, not expressions: the resource name is built in @resource first.
     "mssql": (
         "SET NOCOUNT ON; "
-        "DECLARE @k int = :k, @slot int = 0, @result int, @resource nvarchar(255), "
+        "DECLARE @k int = :k, @first int = :first, @slot int = 0, @result int, "
+        "@resource nvarchar(255), "
         "@base nvarchar(64) = CONVERT(nvarchar(64), HASHBYTES('SHA2_256', "
         "CAST(:name AS nvarchar(4000))), 2); "
         "WHILE @slot < @k BEGIN "
-        "SET @resource = N'sqlqueue.slots.' + @base + N'.' + CAST(@slot AS nvarchar(10)); "
+        "SET @resource = N'sqlqueue.slots.' + @base + N'.' "
+        "+ CAST((@slot + @first) % @k AS nvarchar(10)); "
         "EXEC @result = sp_getapplock @Resource = @resource, @LockMode = 'Exclusive', "
         "@LockOwner = 'Transaction', @LockTimeout = 0; "
         "IF @result >= 0 BREAK; "
         "SET @slot += 1; "
         "END; "
-        "SELECT CASE WHEN @slot < @k THEN @slot ELSE -1 END;"
+        "SELECT CASE WHEN @slot < @k THEN (@slot + @first) % @k ELSE -1 END;"
+    ),
+}
+
+#: Claim one slot of each of several limits in one statement (the per-key limit's optimistic
+#: path: the slots of the received messages' keys and the global slot together), each tried from
+#: ``:first`` on as :data:`CLAIM_SLOT` does; how many limits got one. The locks and their names
+#: are those of :data:`CLAIM_SLOT`, so both statements count the same slots. A limit refused
+#: leaves the others' locks taken: the caller rolls the whole transaction back.
+CLAIM_SLOTS: Final[dict[str, str]] = {
+    # :names and :limits are arrays of the same length (the driver sends lists as arrays).
+    "postgresql": (
+        "SELECT count(taken.slot) FROM unnest(CAST(:names AS text[]), "
+        "CAST(:limits AS integer[])) AS wanted(name, k) "
+        "LEFT JOIN LATERAL (SELECT slot FROM generate_series(0, wanted.k - 1) AS slot "
+        "WHERE pg_try_advisory_xact_lock(hashtext(wanted.name), "
+        "mod(slot + CAST(:first AS integer), wanted.k)) LIMIT 1) AS taken ON true"
+    ),
+    # :claims is a JSON array of [name, limit, index] (SQL Server 2016+: OPENJSON; a schema,
+    # not JSON_VALUE, which gives NULL past 4,000 characters); the loop stops at the first
+    # limit refused.
+    "mssql": (
+        "SET NOCOUNT ON; "
+        "DECLARE @first int = :first, @i int = 0, @n int, @k int, @slot int, @result int, "
+        "@name nvarchar(max), @base nvarchar(64), @resource nvarchar(255); "
+        "DECLARE @wanted TABLE (i int PRIMARY KEY, name nvarchar(max), k int); "
+        "INSERT INTO @wanted (i, name, k) SELECT i, name, k "
+        "FROM OPENJSON(CAST(:claims AS nvarchar(max))) "
+        "WITH (name nvarchar(max) '$[0]', k int '$[1]', i int '$[2]'); "
+        "SELECT @n = COUNT(*) FROM @wanted; "
+        "WHILE @i < @n BEGIN "
+        "SELECT @name = name, @k = k FROM @wanted WHERE i = @i; "
+        "SET @base = CONVERT(nvarchar(64), HASHBYTES('SHA2_256', "
+        "CAST(@name AS nvarchar(4000))), 2); "
+        "SET @slot = 0; SET @result = -1; "
+        "WHILE @slot < @k AND @result < 0 BEGIN "
+        "SET @resource = N'sqlqueue.slots.' + @base + N'.' "
+        "+ CAST((@slot + @first) % @k AS nvarchar(10)); "
+        "EXEC @result = sp_getapplock @Resource = @resource, @LockMode = 'Exclusive', "
+        "@LockOwner = 'Transaction', @LockTimeout = 0; "
+        "SET @slot += 1; "
+        "END; "
+        "IF @result < 0 BREAK; "
+        "SET @i += 1; "
+        "END; "
+        "SELECT @i;"
     ),
 }
 
@@ -109,10 +163,78 @@ def _semaphore(engine: Engine, name: str, limit: int) -> threading.BoundedSemaph
         return found[1]
 
 
-def _try_slot(connection: Connection, statement: sa.TextClause, limit: int, name: str) -> bool:
-    """Take the first free of *limit* slots named *name*, for the transaction; no waiting."""
-    number = connection.execute(statement, {"k": limit, "name": name}).scalar()
+_worker_numbers = itertools.count()
+_process_offset = random.randrange(1 << 16)  # noqa: S311  (spreads processes, not secrets)
+_worker = threading.local()
+
+
+def _first_slot(limit: int) -> int:
+    """The slot this worker thread tries first: its number in the process, offset per process.
+
+    Workers of one process prefer different slots, so with a limit far above the load each
+    first try succeeds (one lock, no scan past slots others hold).
+    """
+    number = getattr(_worker, "number", None)
+    if number is None:
+        number = _worker.number = next(_worker_numbers)
+    return (_process_offset + number) % limit
+
+
+def _rendered(template: str, connection: Connection) -> sql.Statement:
+    """*template* rendered once per dialect for its driver (hot path: the driver's cursor)."""
+    dialect = connection.dialect
+    key = (template, dialect.name, dialect.paramstyle)
+    statement = _rendered_statements.get(key)
+    if statement is None:
+        statement = _rendered_statements[key] = sql.render(template, dialect, "")
+    return statement
+
+
+_rendered_statements: dict[tuple[str, str, str], sql.Statement] = {}
+
+
+def _scalar(connection: Connection, template: str, values: dict[str, Any]) -> Any:
+    """The first column of the first row of *template* run in *connection*'s transaction.
+
+    Through the driver's cursor, as the receive runs (SQLAlchemy's statement machinery costs
+    as much as the round trip), unless something listens to the statements.
+    """
+    statement = _rendered(template, connection)
+    params = statement.params(values)
+    cursor = table_queue._driver_cursor(connection)  # the receive's own (same module family)
+    if cursor is None:
+        return connection.exec_driver_sql(statement.text, params).scalar()
+    try:
+        cursor.execute(statement.text, params)
+        row = cursor.fetchone()
+    finally:
+        cursor.close()
+    return None if row is None else row[0]
+
+
+def _try_slot(connection: Connection, template: str, limit: int, name: str) -> bool:
+    """Take a free one of *limit* slots named *name*, for the transaction; no waiting."""
+    values = {"k": limit, "name": name, "first": _first_slot(limit)}
+    number = _scalar(connection, template, values)
     return number is not None and int(number) >= 0
+
+
+def _try_slots(connection: Connection, wanted: dict[str, int]) -> bool:
+    """Take one slot of each limit in *wanted* (name: slots) in one statement; all or False.
+
+    On False some were taken: the caller rolls the transaction back.
+    """
+    name = connection.dialect.name
+    first = _first_slot(max(wanted.values()))
+    if name == "postgresql":
+        values: dict[str, Any] = {
+            "names": list(wanted), "limits": list(wanted.values()), "first": first
+        }
+    else:
+        claims = [[key, limit, index] for index, (key, limit) in enumerate(wanted.items())]
+        values = {"claims": json.dumps(claims), "first": first}
+    taken = _scalar(connection, CLAIM_SLOTS[name], values)
+    return taken is not None and int(taken) == len(wanted)
 
 
 _local_key_counts: dict[tuple[str, str], dict[str, int]] = {}
@@ -138,7 +260,12 @@ class GlobalConcurrency:
         self.limit = limit
         self.local = dialects.for_dialect(engine).single_writer
         self._semaphore = _semaphore(engine, name, limit) if self.local else None
-        self._statement = None if self.local else sa.text(CLAIM_SLOT[engine.dialect.name])
+        self._statement = None if self.local else CLAIM_SLOT[engine.dialect.name]
+
+    @property
+    def lock_name(self) -> str:
+        """The name the slots' locks are made of."""
+        return LOCK_PREFIX + self.name
 
     def enter(self) -> bool:
         """SQLite: take a slot of this process (wait up to :data:`SLOT_WAIT`); else True."""
@@ -157,7 +284,7 @@ class GlobalConcurrency:
             return True
         deadline = time.monotonic() + SLOT_WAIT
         while True:
-            if _try_slot(connection, self._statement, self.limit, LOCK_PREFIX + self.name):
+            if _try_slot(connection, self._statement, self.limit, self.lock_name):
                 return True
             if time.monotonic() >= deadline:
                 log.debug(
@@ -190,11 +317,19 @@ class KeyConcurrency:
         self.fifo = fifo
         self.window = window
         self.local = dialects.for_dialect(engine).single_writer
-        self._statement = None if self.local else sa.text(CLAIM_SLOT[engine.dialect.name])
+        self._statement = None if self.local else CLAIM_SLOT[engine.dialect.name]
+        #: Whether a receive first takes rows as the plain receive does, then their slots
+        #: (PostgreSQL, SQL Server; never with *fifo*: see the module docstring).
+        self.optimistic = not self.local and not fifo
         # SQLite: in flight per key, shared by every endpoint of this process on the queue
         self._counts = _key_counts(engine, name)
         self._counts_lock = _local_lock
         self._thread = threading.local()
+
+    @property
+    def takes_global_slot(self) -> bool:
+        """Whether :meth:`receive` takes the global slot itself (the caller must not)."""
+        return not self.local
 
     def key_of(self, message: IncomingMessage) -> str | None:
         """The message's key, or None (no header, or headers nobody can read: not limited)."""
@@ -208,8 +343,43 @@ class KeyConcurrency:
         queue: str | addressing.QueueAddress,
         connection: Connection,
         count: int,
+        gate: GlobalConcurrency | None = None,
+        first: bool = True,
     ) -> list[IncomingMessage]:
-        """Take up to *count* of the oldest messages whose key has a free slot, in order."""
+        """Take up to *count* of the oldest messages whose key has a free slot, in order.
+
+        :param gate: the global limit, whose slot this receive takes with the key slots
+            (PostgreSQL, SQL Server; see :attr:`takes_global_slot`).
+        :param first: whether the transaction holds nothing yet (no row, no slot): only then
+            may the optimistic path roll it back; a later receive of a batch is careful.
+        """
+        gate = None if gate is None or gate.local else gate
+        if first and self.optimistic:
+            taken = transport.receive(queue, count, connection=connection)
+            if not taken:
+                return taken
+            wanted = {self._lock_name(key): self.limit for key in
+                      {self.key_of(message) for message in taken} if key is not None}
+            if gate is not None:
+                wanted[gate.lock_name] = gate.limit
+            if not wanted or _try_slots(connection, wanted):
+                return taken
+            # A slot was refused: put every row back (nothing was handled) and take the
+            # careful path for this attempt. The transaction holds only this receive, so the
+            # driver's rollback is the whole of it; the next statement begins a new one.
+            connection.connection.dbapi_connection.rollback()  # type: ignore[union-attr]
+        if first and gate is not None and not gate.claim(connection):
+            return []
+        return self._careful(transport, queue, connection, count)
+
+    def _careful(
+        self,
+        transport: Transport,
+        queue: str | addressing.QueueAddress,
+        connection: Connection,
+        count: int,
+    ) -> list[IncomingMessage]:
+        """The scan: browse the oldest rows, take each by id with its key's slot."""
         table_queue = transport.queue(queue)
         taken: list[IncomingMessage] = []
         blocked: set[str] = set()
@@ -321,6 +491,13 @@ RESERVE: Final[dict[str, str]] = {
 }
 
 
+#: Longest stretch of the schedule one reservation of a block covers, and how long after its
+#: first start a block's starts may still be used (the rest are dropped, never used late).
+BLOCK_SPAN = 0.02
+#: Most starts one reservation takes for the process (one message each).
+MAX_BLOCK = 100
+
+
 class RateLimit:
     """At most *rate* messages per *interval* seconds from one queue, across processes.
 
@@ -331,6 +508,14 @@ class RateLimit:
     beyond, the receive gives up (its message returns to the queue) and tries again.
     PostgreSQL and SQL Server: one row of ``sqlqueue_rate_limits`` per queue, created at
     start-up; SQLite: within this process.
+
+    **Blocks** (PostgreSQL, SQL Server, one message per receive, a rate of 100 per second or
+    more): one reservation takes the next :attr:`block` starts (at most :data:`MAX_BLOCK`,
+    covering at most :data:`BLOCK_SPAN` of the schedule) for this process; its workers take
+    them one by one, each sleeping until its start. A start not taken within
+    :data:`BLOCK_SPAN` of the block's first one is dropped (under-delivery, never over). Taken
+    late by up to :data:`BLOCK_SPAN`, starts may bunch: a window of one interval holds at most
+    *rate* + *burst* + *rate* x :data:`BLOCK_SPAN` (2% of the rate) starts.
     """
 
     def __init__(
@@ -343,6 +528,14 @@ class RateLimit:
         self.local = dialects.for_dialect(engine).single_writer
         self._lock = threading.Lock()
         self._next_at = 0.0
+        #: Starts one reservation takes for single messages (1: no blocks).
+        self.block = 1 if self.local else max(
+            1, min(MAX_BLOCK, int(self.per_second * BLOCK_SPAN))
+        )
+        # the block being used: next start (epoch seconds), starts left, used until
+        self._block_next = 0.0
+        self._block_left = 0
+        self._block_until = 0.0
         self._statement: sa.TextClause | None = None
         if not self.local:
             table = engine.dialect.identifier_preparer.format_table(RATE_TABLE)
@@ -373,6 +566,8 @@ class RateLimit:
 
     def take(self, wanted: int) -> int:
         """Reserve *wanted* messages' starts and sleep until the first; 0 if none is near."""
+        if wanted == 1 and self.block > 1:
+            return self._take_from_block()
         wait = self._reserve(wanted)
         if wait is None:
             time.sleep(random.uniform(0.01, 0.05))  # noqa: S311  (jitter, not secrets)
@@ -380,6 +575,36 @@ class RateLimit:
         if wait > 0:
             time.sleep(wait)
         return wanted
+
+    def _take_from_block(self) -> int:
+        """One start of the process's block (a new block reserved when it is used up)."""
+        step = 1 / self.per_second
+        with self._lock:
+            now = time.time()
+            if not self._block_left or now > self._block_until:
+                wait = self._reserve(self.block)  # under the lock: one reservation at a time
+                if wait is None:
+                    self._block_left = 0
+                    start = None
+                else:
+                    now = time.time()
+                    start = now + wait
+                    # usable for BLOCK_SPAN from when it is first usable (a start in the
+                    # past is idle credit, the burst)
+                    self._block_until = max(start, now) + BLOCK_SPAN
+                    self._block_next = start + step
+                    self._block_left = self.block - 1
+            else:
+                start = self._block_next
+                self._block_next += step
+                self._block_left -= 1
+        if start is None:
+            time.sleep(random.uniform(0.01, 0.05))  # noqa: S311  (jitter, not secrets)
+            return 0
+        wait = start - time.time()
+        if wait > 0:
+            time.sleep(wait)
+        return 1
 
     def _reserve(self, wanted: int) -> float | None:
         step = wanted / self.per_second

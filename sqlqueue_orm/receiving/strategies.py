@@ -188,6 +188,7 @@ class ReceiveStrategy:
     def process(self, slot: Slot) -> None:
         """Receive at most one message (or batch) and process it (the pump calls this)."""
         self._local.allowance = None
+        self._local.fresh = True  # the transaction about to begin holds nothing yet
         if self.rate is not None and self.endpoint.settings.batch_size > 1:
             # a batch takes its tokens first, then receives as many messages (one message
             # takes its token after the receive: its handler starts right after the token)
@@ -215,17 +216,28 @@ class ReceiveStrategy:
         return self.rate.take(1) > 0
 
     def _receive(self, connection: Connection, count: int) -> list[IncomingMessage]:
-        """The receive, through the per-key limit when there is one."""
+        """The receive, through the per-key limit when there is one.
+
+        The per-key limit also takes the global slot (:meth:`_claim` leaves it to it), in one
+        statement with the key slots; the first receive of a transaction may roll it back.
+        """
         if self.keys is None:
             return self.transport.receive(self.queue, count, connection=connection)
-        return self.keys.receive(self.transport, self.queue, connection, count)
+        first = self._local.__dict__.pop("fresh", True)
+        self._local.fresh = False  # a later receive of this batch holds rows already
+        return self.keys.receive(self.transport, self.queue, connection, count, self.gate, first)
 
     def _process(self, slot: Slot) -> None:
         raise NotImplementedError
 
     def _claim(self, connection: Connection) -> bool:
-        """Take a global slot in *connection*'s transaction (True without a limit)."""
-        return self.gate is None or self.gate.claim(connection)
+        """Take a global slot in *connection*'s transaction (True without a limit).
+
+        True at once when the per-key receive takes the slot itself (:meth:`_receive`).
+        """
+        if self.gate is None or (self.keys is not None and self.keys.takes_global_slot):
+            return True
+        return self.gate.claim(connection)
 
     def _context(
         self, message: IncomingMessage, sender: Sender, session: Callable[[], Session]
