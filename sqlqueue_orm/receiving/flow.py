@@ -5,10 +5,12 @@ counted across every process and every endpoint instance receiving from it with 
 Its state lives in locks, never in a column of the queue table (which .NET endpoints share):
 
 * **PostgreSQL**: K transaction-scoped advisory locks, ``(hashtext('sqlqueue.slots.' ||
-  <queue address>), 0..K-1)``. The receive's transaction takes the first free one
+  <queue address>), 0..K-1)``. The receive's transaction takes a free one
   (``pg_try_advisory_xact_lock``, one statement) before it receives, and holds it until it
   commits or rolls back, so the slot covers the receive, the handlers and the commit; a crash
-  frees it with the connection.
+  frees it with the connection. Each worker thread tries its own slot first (its number in the
+  process plus a random offset per process, modulo K), then the next ones: while the limit is
+  far from binding the first lock tried is free.
 * **SQL Server**: the same with ``sp_getapplock`` (``@LockOwner = 'Transaction'``, no wait) on
   K resources named after a SHA-256 of the queue address.
 * **SQLite**: one process only (the database has no shared locks to hold): a semaphore of K
@@ -17,21 +19,35 @@ Its state lives in locks, never in a column of the queue table (which .NET endpo
 A worker that finds every slot taken keeps its transaction open without locks and tries again
 every 5 to 20 ms for up to :data:`SLOT_WAIT` seconds, then gives up (the pump peeks again).
 The limit needs a mode whose transaction spans the handling: NONE is refused on PostgreSQL and
-SQL Server.
+SQL Server. The claims run on the driver's cursor, as the receive does.
 
 **Per key** (``key_header="customer", key_concurrency=K``): at most K messages with one value
-of that header in flight, while other keys pass a slow one. The receive reads the oldest
-``key_window`` rows without taking them (a plain read, pages of 10 or more), and for each,
-under a SAVEPOINT, takes the row by its native id (skipped if another receiver holds it), then
-a slot of its key with the same locks as the global limit, named after the queue and the key
-(on PostgreSQL the name is hashed to 32 bits: two keys may share a limit, which can only
-restrict, never exceed). A busy key's row is released by rolling back the SAVEPOINT, and no
-later row of that key is tried in the same scan. With ``key_fifo=True`` (needs K = 1) a key
-whose oldest visible row another receiver holds is also skipped for the rest of the scan, so
-its messages are handled one after the other in queue order (immediate retries included; a
-delayed retry or a move to the error queue lets the next one go). A message **without the
-header** (one a .NET endpoint sent) has no key: it is not limited (only by ``concurrency`` and
-``global_concurrency``). SQLite: the key slots are counted within this process.
+of that header in flight, while other keys pass a slow one. Slots are the same locks as the
+global limit's, named after the queue and the key (on PostgreSQL the name is hashed to 32 bits:
+two keys may share a limit, which can only restrict, never exceed). Two paths:
+
+* **Optimistic** (PostgreSQL, SQL Server, not ``key_fifo``; the first receive of a
+  transaction): the plain receive (``FOR UPDATE SKIP LOCKED``) takes the rows, their keys are
+  read in Python, and ONE statement (:data:`CLAIM_SLOTS`) takes a slot of every key and the
+  global slot. If any is refused, the transaction, which holds nothing but those rows and
+  locks, is rolled back (the rows are back in their places, unhandled) and this attempt takes
+  the careful path. So a limit far from binding costs one statement per receive.
+* **Careful**: the global slot first, then the oldest ``key_window`` rows read without taking
+  them (a plain read, pages of 10 or more), and for each, under a SAVEPOINT, the row taken by
+  its native id (skipped if another receiver holds it), then a slot of its key. A busy key's
+  row is released by rolling back the SAVEPOINT, and no later row of that key is tried in the
+  same scan. With ``key_fifo=True`` (needs K = 1, always careful: the optimistic receive could
+  take a later message of a key while another worker holds its earlier one, not yet locked) a
+  key whose oldest visible row another receiver holds is also skipped for the rest of the scan,
+  so its messages are handled one after the other in queue order (immediate retries included;
+  a delayed retry or a move to the error queue lets the next one go).
+
+A batch holds **one slot per key** however many of its messages have that key (the locks are
+re-entrant within a transaction): with K = 1 a batch may take two messages of one key, which it
+handles one after the other, never at once, while no other worker gets that key until the batch
+commits. A message **without the header** (one a .NET endpoint sent) has no key: it is not
+limited (only by ``concurrency`` and ``global_concurrency``). SQLite: the key slots are counted
+within this process (always the careful path).
 """
 
 from __future__ import annotations
@@ -74,11 +90,15 @@ MIN_KEY_PAGE = 10
 #: Each worker has its own ``:first`` (see :func:`_first_slot`), so while the limit is far from
 #: binding the first try succeeds.
 CLAIM_SLOT: Final[dict[str, str]] = {
+    # CASE runs the scan (a generate_series of K rows) only when the first slot is taken.
     "postgresql": (
-        "SELECT mod(slot + CAST(:first AS integer), CAST(:k AS integer)) "
-        "FROM generate_series(0, CAST(:k AS integer) - 1) AS slot "
+        "SELECT CASE WHEN pg_try_advisory_xact_lock(hashtext(:name), "
+        "mod(CAST(:first AS integer), CAST(:k AS integer))) "
+        "THEN mod(CAST(:first AS integer), CAST(:k AS integer)) "
+        "ELSE (SELECT mod(slot + CAST(:first AS integer), CAST(:k AS integer)) "
+        "FROM generate_series(1, CAST(:k AS integer) - 1) AS slot "
         "WHERE pg_try_advisory_xact_lock(hashtext(:name), "
-        "mod(slot + CAST(:first AS integer), CAST(:k AS integer))) LIMIT 1"
+        "mod(slot + CAST(:first AS integer), CAST(:k AS integer))) LIMIT 1) END"
     ),
     # EXEC takes variables, not expressions: the resource name is built in @resource first.
     "mssql": (
@@ -107,11 +127,13 @@ CLAIM_SLOT: Final[dict[str, str]] = {
 CLAIM_SLOTS: Final[dict[str, str]] = {
     # :names and :limits are arrays of the same length (the driver sends lists as arrays).
     "postgresql": (
-        "SELECT count(taken.slot) FROM unnest(CAST(:names AS text[]), "
+        "SELECT count(*) FROM unnest(CAST(:names AS text[]), "
         "CAST(:limits AS integer[])) AS wanted(name, k) "
-        "LEFT JOIN LATERAL (SELECT slot FROM generate_series(0, wanted.k - 1) AS slot "
+        "WHERE CASE WHEN pg_try_advisory_xact_lock(hashtext(wanted.name), "
+        "mod(CAST(:first AS integer), wanted.k)) THEN true "
+        "ELSE EXISTS (SELECT FROM generate_series(1, wanted.k - 1) AS slot "
         "WHERE pg_try_advisory_xact_lock(hashtext(wanted.name), "
-        "mod(slot + CAST(:first AS integer), wanted.k)) LIMIT 1) AS taken ON true"
+        "mod(slot + CAST(:first AS integer), wanted.k))) END"
     ),
     # :claims is a JSON array of [name, limit, index] (SQL Server 2016+: OPENJSON; a schema,
     # not JSON_VALUE, which gives NULL past 4,000 characters); the loop stops at the first

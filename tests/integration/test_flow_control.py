@@ -415,3 +415,29 @@ def test_rate_starts_reserved_in_blocks_keep_to_the_rate(database):
     )
     assert most <= 100 + burst + 20 + JITTER, most
     assert ordered[-1] - ordered[0] >= (240 - burst - 20) / rate
+
+
+@only("postgresql")
+def test_a_worker_whose_own_slot_is_held_takes_the_next_free_one(database):
+    transport = database.transport()
+    _keyed(transport, "preferred", ["k"], 1)
+    name, keys, gate = _limits(transport, "preferred", 2, 3)
+    own = flow._first_slot(3)  # this thread's first try, for the global limit (3 slots)
+    holder = _held_elsewhere(transport.engine, flow.LOCK_PREFIX + name, range(own, own + 1))
+    key_holder = _held_elsewhere(transport.engine, f"{flow.KEY_PREFIX}{name}\x1fk",
+                                 range(flow._first_slot(3) % 2, flow._first_slot(3) % 2 + 1))
+    try:
+        with transport.engine.connect() as connection:
+            transaction = connection.begin()
+            assert gate.claim(connection)  # the single claim scans on past its own slot
+            assert _advisory_locks(connection) == 1
+            transaction.rollback()
+            transaction = connection.begin()
+            # the one-statement claim too: the key's other slot and another global slot
+            taken = keys.receive(transport, "preferred", connection, 1, gate)
+            assert [message.headers["customer"] for message in taken] == ["k"]
+            assert _advisory_locks(connection) == 2
+            transaction.commit()
+    finally:
+        holder.close()
+        key_holder.close()
