@@ -513,9 +513,10 @@ RESERVE: Final[dict[str, str]] = {
 }
 
 
-#: Longest stretch of the schedule one reservation of a block covers, and how long after its
-#: first start a block's starts may still be used (the rest are dropped, never used late).
+#: Longest stretch of the schedule one reservation of a block covers.
 BLOCK_SPAN = 0.02
+#: How long a block's starts stay usable once it is usable; the rest are then dropped.
+BLOCK_LIFE = 0.1
 #: Most starts one reservation takes for the process (one message each).
 MAX_BLOCK = 100
 
@@ -532,12 +533,13 @@ class RateLimit:
     start-up; SQLite: within this process.
 
     **Blocks** (PostgreSQL, SQL Server, one message per receive, a rate of 100 per second or
-    more): one reservation takes the next :attr:`block` starts (at most :data:`MAX_BLOCK`,
-    covering at most :data:`BLOCK_SPAN` of the schedule) for this process; its workers take
-    them one by one, each sleeping until its start. A start not taken within
-    :data:`BLOCK_SPAN` of the block's first one is dropped (under-delivery, never over). Taken
-    late by up to :data:`BLOCK_SPAN`, starts may bunch: a window of one interval holds at most
-    *rate* + *burst* + *rate* x :data:`BLOCK_SPAN` (2% of the rate) starts.
+    more): one reservation takes the next :attr:`block` starts for this process (at most
+    :data:`MAX_BLOCK`, covering at most :data:`BLOCK_SPAN` of the schedule); its workers take
+    them one by one, each sleeping until its start. A process holds one block at a time: its
+    starts not taken within :data:`BLOCK_LIFE` of the block becoming usable, or when a worker
+    reserves the next block, are dropped (under-delivery, never over). A start taken late may
+    bunch with later ones, so a window of one interval holds at most *rate* + *burst* starts
+    plus, per process, the block less one (and never more than *rate* x :data:`BLOCK_LIFE`).
     """
 
     def __init__(
@@ -611,9 +613,9 @@ class RateLimit:
                 else:
                     now = time.time()
                     start = now + wait
-                    # usable for BLOCK_SPAN from when it is first usable (a start in the
+                    # usable for BLOCK_LIFE from when it is first usable (a start in the
                     # past is idle credit, the burst)
-                    self._block_until = max(start, now) + BLOCK_SPAN
+                    self._block_until = max(start, now) + BLOCK_LIFE
                     self._block_next = start + step
                     self._block_left = self.block - 1
             else:

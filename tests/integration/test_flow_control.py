@@ -408,13 +408,13 @@ def test_rate_starts_reserved_in_blocks_keep_to_the_rate(database):
     assert len(starts) == 240
     assert reservations <= 240 // 20 + 4  # one per block, not one per message
     ordered = sorted(starts)
-    # any 0.1 s holds at most 100 starts plus the burst plus the block's 20 ms (20), + jitter
+    # any 0.1 s holds at most 100 starts plus the burst plus the block less one, + jitter
     most = max(
         sum(1 for other in ordered[index:] if other < start + 0.1)
         for index, start in enumerate(ordered)
     )
-    assert most <= 100 + burst + 20 + JITTER, most
-    assert ordered[-1] - ordered[0] >= (240 - burst - 20) / rate
+    assert most <= 100 + burst + limit.block - 1 + JITTER, most
+    assert ordered[-1] - ordered[0] >= (240 - burst - limit.block) / rate
 
 
 @only("postgresql")
