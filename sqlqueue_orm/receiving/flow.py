@@ -166,6 +166,31 @@ CLAIM_SLOTS: Final[dict[str, str]] = {
     ),
 }
 
+#: Most limits claimed with :func:`_claim_few` (one statement per count, no arrays) on
+#: PostgreSQL; more go through :data:`CLAIM_SLOTS`.
+FEW = 8
+
+
+def _claim_few(count: int) -> str:
+    """PostgreSQL: the claim of *count* limits (``:name_a``, ``:k_a``, ...); how many got one.
+
+    Scalar parameters: cheaper than :data:`CLAIM_SLOTS`' arrays for the one or two limits of a
+    single message's receive.
+    """
+    parts = []
+    for letter in "abcdefgh"[:count]:
+        name, limit = f"hashtext(:name_{letter})", f"CAST(:k_{letter} AS integer)"
+        parts.append(
+            f"(CASE WHEN pg_try_advisory_xact_lock({name}, mod(CAST(:first AS integer), {limit})) "
+            f"THEN 1 ELSE (SELECT count(*) FROM (SELECT FROM generate_series(1, {limit} - 1) "
+            f"AS slot WHERE pg_try_advisory_xact_lock({name}, "
+            f"mod(slot + CAST(:first AS integer), {limit})) LIMIT 1) AS taken) END)"
+        )
+    return "SELECT " + (" + ".join(parts) or "0")
+
+
+_FEW_CLAIMS = [_claim_few(count) for count in range(FEW + 1)]
+
 _local_lock = threading.Lock()
 _local_semaphores: dict[tuple[str, str], tuple[int, threading.BoundedSemaphore]] = {}
 
@@ -248,14 +273,19 @@ def _try_slots(connection: Connection, wanted: dict[str, int]) -> bool:
     """
     name = connection.dialect.name
     first = _first_slot(max(wanted.values()))
-    if name == "postgresql":
-        values: dict[str, Any] = {
-            "names": list(wanted), "limits": list(wanted.values()), "first": first
-        }
+    template = CLAIM_SLOTS[name]
+    if name == "postgresql" and len(wanted) <= FEW:
+        template = _FEW_CLAIMS[len(wanted)]
+        values: dict[str, Any] = {"first": first}
+        for letter, (lock, limit) in zip("abcdefgh", wanted.items(), strict=False):
+            values[f"name_{letter}"] = lock
+            values[f"k_{letter}"] = limit
+    elif name == "postgresql":
+        values = {"names": list(wanted), "limits": list(wanted.values()), "first": first}
     else:
         claims = [[key, limit, index] for index, (key, limit) in enumerate(wanted.items())]
         values = {"claims": json.dumps(claims), "first": first}
-    taken = _scalar(connection, CLAIM_SLOTS[name], values)
+    taken = _scalar(connection, template, values)
     return taken is not None and int(taken) == len(wanted)
 
 

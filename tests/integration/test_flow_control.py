@@ -441,3 +441,17 @@ def test_a_worker_whose_own_slot_is_held_takes_the_next_free_one(database):
     finally:
         holder.close()
         key_holder.close()
+
+
+@only("postgresql")
+def test_a_batch_of_many_keys_takes_each_key_slot_and_the_global_one(database):
+    transport = database.transport()
+    keys_sent = [f"k{number}" for number in range(12)]  # 13 limits: past the scalar form
+    _keyed(transport, "many", keys_sent, 1)
+    _name, keys, gate = _limits(transport, "many", 1, 3)
+    with transport.engine.connect() as connection:
+        transaction = connection.begin()
+        taken = keys.receive(transport, "many", connection, 12, gate)
+        assert sorted(message.headers["customer"] for message in taken) == sorted(keys_sent)
+        assert _advisory_locks(connection) == 13
+        transaction.commit()
