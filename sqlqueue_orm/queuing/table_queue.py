@@ -34,6 +34,7 @@ _ADVISORY_WINDOW = 256
 #: How many receive statements (one per row limit asked for) a queue keeps rendered.
 _CACHED_LIMITS = 64
 _NO_PARAMETERS: dict[str, Any] = {}
+_FROM_ZERO: dict[str, Any] = {"floor": 0}
 
 
 def _driver_cursor(connection: Connection) -> Any | None:
@@ -326,8 +327,9 @@ class TableQueue:
             template = (text.receive_from_floor or text.receive) if self.floor else text.receive
             literals = {"n": limit}
         statement = sql.render(template, self._dialect, self.quoted_table, literals)
-        # From the floor: its one parameter is given per call (_receive_from_floor).
-        params = None if self.floor is not None else statement.params(_NO_PARAMETERS)
+        # From the floor: these parameters scan from 0 (always correct); the receive itself
+        # gives the floor's position per call (_receive_from_floor).
+        params = statement.params(_FROM_ZERO if self.floor is not None else _NO_PARAMETERS)
         args = (statement, params, False)
         if len(self._receive_by_limit) < _CACHED_LIMITS:
             self._receive_by_limit[(int(limit), advisory)] = args
