@@ -67,7 +67,7 @@ class ReceiveFloor:
         # Bumped whenever the floor is lowered: a receive that started before must not raise
         # the floor again past the row that came back (see advance()).
         self._epoch = 0
-        self._rescan_at = 0.0
+        self._rescan_at = time.monotonic() + rescan  # until then, position 0 scans anyway
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
