@@ -217,10 +217,11 @@ def test_with_a_snapshot_held_the_receive_and_peek_do_not_walk_the_dead_rows(dat
     table = queue.quoted_table.replace("%%", "%")
     dead = 20_000
     transport.send_many("bloat", _bodies(dead + 100))
-    holder = database.engine.connect()
+    holder = database.engine.connect().execution_options(isolation_level="REPEATABLE READ")
     try:
-        holder.exec_driver_sql("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        holder.begin()
         holder.exec_driver_sql(f"SELECT count(*) FROM {table}").scalar_one()  # the snapshot
+        assert holder.exec_driver_sql("SHOW transaction_isolation").scalar() == "repeatable read"
         taken = 0
         while taken < dead:  # the hot path's own receives: each leaves a dead row behind
             taken += len(transport.receive("bloat", 500))

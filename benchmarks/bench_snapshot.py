@@ -1,0 +1,150 @@
+"""The pressure line of issue 17: a burn-down while an old snapshot holds every dead row.
+
+Scenario ``snapshot`` of ``python -m benchmarks`` (PostgreSQL; ``--deep N`` sets the backlog,
+default 1,000,000, ``--quick`` 100,000). The endpoint pump (TRANSACTION_SCOPE, :data:`THREADS`
+workers, batches of :data:`BATCH`, an empty handler) burns down the backlog twice, filled
+untimed each time (5,000 sends, then copied on the server):
+
+1. with no snapshot held: the normal rate;
+2. while another session holds a ``REPEATABLE READ`` snapshot taken before the first receive,
+   for the whole burn-down, capped at :data:`HOLD_CAP` seconds. Vacuum may remove none of the
+   rows received meanwhile, so without the receive floor each receive would walk all of them
+   (``docs/scale.md``). Then the snapshot is released and the pump goes on with a tail of
+   ``N / 5`` more messages (filled with the backlog), the rate sampled every
+   :data:`SAMPLE` seconds.
+
+Printed beside the targets: the rate under the snapshot as a share of the normal rate (target
+>= 0.8x) and the seconds from the release until a one-second window runs at 0.8x the normal
+rate or better (target <= 60 s). Cost: two fills and about 2.2 burn-downs of N (at 1,000,000
+and 4,000 msg/s, about 10 minutes; ``--quick`` about 1 minute).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from benchmarks import workers, workload
+from benchmarks.workload import Result
+from sqlqueue_orm import OutgoingMessage
+from sqlqueue_orm.receiving import Endpoint, TransactionMode
+
+if TYPE_CHECKING:
+    from benchmarks.scenarios import Run
+
+BATCH = 100
+THREADS = 4
+#: Longest the snapshot is held (issue 17: "for 5 minutes").
+HOLD_CAP = 300.0
+#: Seconds between two samples of the handled count.
+SAMPLE = 0.25
+#: Share of the normal rate a window must reach to count as back to normal.
+NORMAL = 0.8
+TARGET = "target >= 0.80x the run without a snapshot; back to normal <= 60 s after release"
+
+
+def _fill(run: Run, queue: str, n: int) -> None:
+    run.transport.purge_all(queue)
+    first = min(n, 5_000)
+    run.transport.send_many(queue, [OutgoingMessage(b"x") for _ in range(first)])
+    if n > first:
+        run.replicate(run.transport.address(queue).table, n)
+
+
+def _endpoint(run: Run, queue: str) -> Endpoint:
+    endpoint = Endpoint(
+        queue,
+        run.transport,
+        transaction_mode=TransactionMode.TRANSACTION_SCOPE,
+        concurrency=THREADS,
+        batch_size=BATCH,
+        batch_flush=0.05,
+        peek_delay=0.1,
+        delayed_delivery=False,
+    )
+    endpoint.handle_raw(lambda body, context: None)
+    return endpoint
+
+
+def _wait(endpoint: Endpoint, until: int, deadline: float,
+          samples: list[tuple[float, int]]) -> None:
+    """Sample ``(time, handled)`` until *until* are handled or *deadline* (perf_counter) passes."""
+    while endpoint.stats.handled < until and time.perf_counter() < deadline:
+        if endpoint.stats.failed:
+            raise AssertionError(f"snapshot cell: {endpoint.stats}")
+        time.sleep(SAMPLE)
+        samples.append((time.perf_counter(), endpoint.stats.handled))
+
+
+def _back_to_normal(samples: list[tuple[float, int]], released: float,
+                    normal: float) -> float | None:
+    """Seconds from *released* to the end of the first one-second window at NORMAL x *normal*."""
+    after = [(moment, handled) for moment, handled in samples if moment >= released]
+    for index, (start, handled) in enumerate(after):
+        for end, later in after[index + 1:]:
+            if end - start >= 1.0:
+                if (later - handled) / (end - start) >= NORMAL * normal:
+                    return end - released
+                break
+    return None
+
+
+def snapshot_scenario(run: Run) -> None:
+    """The burn-down without and with an old snapshot held (see the module docstring)."""
+    scenario = "burn-down, snapshot held"
+    if run.database.name != "postgresql":
+        run.skip(scenario, workers.PUMP, "PostgreSQL only (MVCC dead rows)")
+        return
+    n = run.settings.deep
+    tail = max(n // 5, 5_000)
+    queue = run.new_queue("snapshot")
+    table = run.transport.queue(queue).quoted_table.replace("%%", "%")
+
+    _fill(run, queue, n)
+    endpoint = _endpoint(run, queue)
+    began = time.perf_counter()
+    endpoint.start()
+    try:
+        _wait(endpoint, n, began + 3_600, [])
+        free_seconds = time.perf_counter() - began
+    finally:
+        endpoint.stop(30)
+    if endpoint.stats.handled != n:
+        raise AssertionError(f"snapshot cell, no snapshot: {endpoint.stats}")
+    normal = n / free_seconds
+
+    _fill(run, queue, n + tail)
+    holder = run.transport.engine.connect().execution_options(isolation_level="REPEATABLE READ")
+    samples: list[tuple[float, int]] = []
+    endpoint = _endpoint(run, queue)
+    try:
+        holder.begin()
+        holder.exec_driver_sql(f"SELECT count(*) FROM {table}").scalar_one()  # the snapshot
+        began = time.perf_counter()
+        endpoint.start()
+        _wait(endpoint, n, began + HOLD_CAP, samples)
+        held_seconds = time.perf_counter() - began
+        held = endpoint.stats.handled
+        holder.rollback()  # the release
+        released = time.perf_counter()
+        _wait(endpoint, n + tail, released + 3_600, samples)
+    finally:
+        holder.close()
+        endpoint.stop(30)
+    if endpoint.stats.handled != n + tail or run.count(queue) != 0:
+        raise AssertionError(f"snapshot cell, held: {endpoint.stats}, {run.count(queue)} left")
+    ratio = (held / held_seconds) / normal
+    recovered = _back_to_normal(samples, released, normal)
+    run.add(Result.of(
+        run.database.name, scenario, f"{workers.PUMP} (batch {BATCH}), no snapshot",
+        workload.Timing(n, free_seconds, []),
+        note=f"{n:,} waiting, {THREADS} workers; the normal rate",
+    ))
+    back = f"{recovered:.1f} s" if recovered is not None else "not within the tail"
+    run.add(Result.of(
+        run.database.name, scenario, f"{workers.PUMP} (batch {BATCH}), snapshot held",
+        workload.Timing(held, held_seconds, []),
+        note=f"held {held_seconds:.0f} s (cap {HOLD_CAP:.0f}), {held:,} received under it "
+        f"; {ratio:.2f}x the normal rate; back to >= {NORMAL:.1f}x normal "
+        f"{back} after release; {TARGET}",
+    ))
