@@ -132,7 +132,6 @@ def derived_figures(results: list[Result]) -> Iterable[tuple[str, str, str]]:
         if units[0] and units[1]:
             yield (database, "unit of work with outbox ÷ direct",
                    f"{units[0].rate / units[1].rate:.2f}")
-        yield from _snapshot_figures(database, by_cell)
         for result in results:
             if result.database == database and result.side == workers.PUMP:
                 raw = by_cell.get((database, result.scenario, workers.RAW_LOOP))
@@ -187,19 +186,3 @@ def chart(results: list[Result], path: str) -> str | None:
     figure.savefig(path, dpi=90)
     plt.close(figure)
     return path
-
-
-def _snapshot_figures(
-    database: str, by_cell: dict[tuple[str, str, str], Result]
-) -> Iterable[tuple[str, str, str]]:
-    """Issue 17's pressure line (``bench_snapshot.py``), beside its targets."""
-    from benchmarks import bench_snapshot
-
-    free = by_cell.get((database, bench_snapshot.SCENARIO, bench_snapshot.FREE))
-    held = by_cell.get((database, bench_snapshot.SCENARIO, bench_snapshot.HELD))
-    if free and held and free.rate > 0:
-        yield (database, "burn-down with a snapshot held ÷ without (target >= 0.80)",
-               f"{held.rate / free.rate:.2f}")
-        back = by_cell.get((database, bench_snapshot.SCENARIO, bench_snapshot.RECOVERED))
-        yield (database, "seconds back to normal after release (target <= 60)",
-               f"{back.seconds:.1f}" if back else "not reached")
