@@ -91,6 +91,12 @@ def markdown(results: list[Result], ours_only: bool = False) -> str:
             f"| {result.database} | {result.scenario} | {result.side} | {result.rate:,.0f} | "
             f"{_fmt(result.p50_ms)} | {_fmt(result.p99_ms)} | " + " | ".join(ratios) + " |"
         )
+    aimed = [r for r in results if r.target and not r.skipped]
+    if aimed:
+        lines += ["", "Targets (the issues' figures, measured in this run):", "",
+                  "| database | line | measured | target | met |", "|---|---|---|---|---|"]
+        lines += [f"| {r.database} | {r.scenario} | {r.measured} | {r.target} | "
+                  f"{'yes' if r.met else 'NO'} |" for r in aimed]
     derived = list(derived_figures(results))
     if derived:
         lines += ["", "| database | derived figure | value |", "|---|---|---:|"]

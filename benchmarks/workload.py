@@ -131,6 +131,11 @@ class Result:
     p99_ms: float | None = None
     note: str = ""
     skipped: str | None = None
+    #: An issue's target for this cell ("issue 17: >= 15,000 msg/s"), what was measured against
+    #: it ("16,200 msg/s, 0.93x raw") and whether it was met: printed in the targets block.
+    target: str = ""
+    measured: str = ""
+    met: bool | None = None
 
     @classmethod
     def of(cls, database: str, scenario: str, side: str, timing: Timing,
@@ -145,3 +150,7 @@ class Result:
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def aiming(self, target: str, measured: str, met: bool) -> Result:
+        """This result with an issue's *target* beside what was *measured*, and whether *met*."""
+        return dataclasses.replace(self, target=target, measured=measured, met=met)
