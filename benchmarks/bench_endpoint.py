@@ -382,20 +382,28 @@ def wakeup_scenario(run: Run) -> None:
     samples = max(5, min(30, run.settings.messages // 100))
     for side, notify, own in WAKE_UPS.get(run.database.name, []):
         seconds = idle_latencies(run.database.url, samples, notify=notify, own_transport=own)
-        run.add(Result.of(run.database.name, "idle send-to-handler", f"{workers.OURS} {side}",
-                          workload.Timing(len(seconds), sum(seconds), seconds),
-                          note=f"{samples} messages sent one at a time, from the send's commit; "
-                               f"target p50 < {IDLE_TARGET_P50_MS:.0f} ms, "
-                               f"p99 < {IDLE_TARGET_P99_MS:.0f} ms"))
+        result = Result.of(run.database.name, "idle send-to-handler", f"{workers.OURS} {side}",
+                           workload.Timing(len(seconds), sum(seconds), seconds),
+                           note=f"{samples} messages sent one at a time, from the send's commit")
+        if run.database.name == "postgresql" and side != WAKE_UPS["postgresql"][0][0]:
+            p50, p99 = percentiles(seconds, 50, 99)
+            result = result.aiming(
+                f"issue 17: p50 < {IDLE_TARGET_P50_MS:.0f} ms, p99 < {IDLE_TARGET_P99_MS:.0f} ms",
+                f"{side}: p50 {p50:.1f} ms, p99 {p99:.1f} ms",
+                p50 < IDLE_TARGET_P50_MS and p99 < IDLE_TARGET_P99_MS,
+            )
+        run.add(result)
     if run.database.name != "postgresql":  # the target is PostgreSQL's (NOTIFY)
         return
     seconds, kept = sustained_latencies(run.database.url)
-    (p95,) = percentiles(seconds, 95)
+    p50, p95, p99 = percentiles(seconds, 50, 95, 99)
     run.add(Result.of(run.database.name, f"send-to-handler at {SUSTAINED_RATE} msg/s",
                       f"{workers.OURS} NOTIFY (another process)",
                       workload.Timing(len(seconds), SUSTAINED_SECONDS, seconds),
-                      note=f"sender kept {kept:,.0f} msg/s for {SUSTAINED_SECONDS:.0f} s; "
-                           f"p95 {p95:.1f} ms (target < {SUSTAINED_TARGET_P95_MS:.0f} ms)"))
+                      note=f"sender kept {kept:,.0f} msg/s for {SUSTAINED_SECONDS:.0f} s")
+            .aiming(f"issue 17: p95 < {SUSTAINED_TARGET_P95_MS:.0f} ms",
+                    f"p50 {p50:.1f} ms, p95 {p95:.1f} ms, p99 {p99:.1f} ms",
+                    p95 < SUSTAINED_TARGET_P95_MS))
 
 
 def main() -> None:
