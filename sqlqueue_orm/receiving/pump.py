@@ -253,8 +253,12 @@ class MessagePump:
         self._wake = threading.Event()
         #: Set with ``_wake`` by :meth:`wake` (a send), not by a handler ending.
         self._sent = False
-        #: The loop pauses after an empty receive: a handler ending wakes it.
+        #: The loop sleeps: a handler that held a row ending wakes it.
         self._pausing = False
+        #: Handlers that held a row and ended (under ``_condition``).
+        self._ended = 0
+        #: Whether the dialect's peek counts rows whose receive has not committed.
+        self._peek_counts_held_rows = False
         self._tickets: queue_module.SimpleQueue[_Batch | None] = queue_module.SimpleQueue()
         self._condition = threading.Condition()
         self._busy = 0
@@ -283,9 +287,13 @@ class MessagePump:
 
         :param notify: also listen for PostgreSQL notifications (the trigger is installed).
         """
+        from sqlqueue_orm import dialects
         from sqlqueue_orm.receiving import wakeup
 
         transport = self.endpoint.transport
+        self._peek_counts_held_rows = dialects.for_dialect(
+            transport.engine
+        ).peek_counts_held_rows
         self._address = transport.address(self.queue)
         self._local_wakeups = wakeup.local_wakeups(transport)
         self._local_wakeups.register(self._address.table, self.wake)
@@ -318,6 +326,7 @@ class MessagePump:
                         self._condition.wait(0.5)
                 if self._stopping.is_set():
                     break
+                ended = self._ended  # handlers that held a row and ended, before this peek
                 if sent:
                     # A committed send woke us: the peek would only say "at least one",
                     # so one receive goes at once (a round trip less before the handler);
@@ -335,8 +344,15 @@ class MessagePump:
                     if count <= 0:
                         if not self.drained.is_set() and self._confirm_empty():
                             continue  # the receive found what the peek did not count: go on
-                        sent = self._sleep(self._idle_delay())
+                        sent = self._sleep(self._idle_delay(), ended)
                         continue
+                    held = self._held_rows()
+                    if count <= held:
+                        # Only rows our handlers hold: nothing to take until a send wakes
+                        # the pump or a handler ends (its row gone, or back after a rollback).
+                        sent = self._sleep(self._idle_delay(), ended)
+                        continue
+                    count -= held
                     self._last_found = time.monotonic()
                 # Up to *count* receive tasks, each waiting for a free worker (NServiceBus
                 # starts that many, each behind its concurrency semaphore): a worker that
@@ -359,29 +375,39 @@ class MessagePump:
                     # peek and receive for as long as a handler runs; pause instead, until a
                     # send wakes the pump or one of its handlers ends (its row is gone, or
                     # back after a rollback), at most EMPTY_RECEIVE_PAUSE.
-                    sent = self._sleep(min(self._idle_delay(), EMPTY_RECEIVE_PAUSE),
-                                       until_a_handler_ends=True)
+                    sent = self._sleep(min(self._idle_delay(), EMPTY_RECEIVE_PAUSE), ended)
         except Exception:  # a bug: say so loudly rather than die silently
             log.critical("queue %s: the pump loop failed", self.queue, exc_info=True)
         finally:
             for _ in self._threads:
                 self._tickets.put(None)
 
-    def _sleep(self, timeout: float, until_a_handler_ends: bool = False) -> bool:
-        """Wait up to *timeout* s for a wake-up; return whether a send woke the pump.
+    def _held_rows(self) -> int:
+        """Rows this pump's handlers hold that the peek counted (0 where it does not count them).
 
-        :param until_a_handler_ends: a handler of this pump ending wakes it too.
+        A batched receive holds up to ``batch_size`` rows per handler: not subtracted (a peek
+        overestimated costs one empty receive, not a stall).
         """
-        if until_a_handler_ends:
-            with self._condition:
-                if not self._busy:
-                    until_a_handler_ends = False
-                self._pausing = until_a_handler_ends
+        if not self._peek_counts_held_rows or self.settings.batch_size > 1:
+            return 0
+        with self._condition:
+            return sum(1 for slot in self._active if slot.found)
+
+    def _sleep(self, timeout: float, ended: int) -> bool:
+        """Wait up to *timeout* s; return whether a send woke the pump.
+
+        A handler that held a row and ends wakes it too (its row is gone, or back in the queue
+        after a rollback), and if one ended since *ended* (:attr:`_ended` before the peek)
+        this returns at once.
+        """
+        with self._condition:
+            if self._ended != ended:
+                return False
+            self._pausing = True
         self._wake.wait(timeout)
         self._wake.clear()
-        if until_a_handler_ends:
-            with self._condition:
-                self._pausing = False
+        with self._condition:
+            self._pausing = False
         sent, self._sent = self._sent, False
         return sent
 
@@ -459,8 +485,10 @@ class MessagePump:
                 self._active.discard(slot)
                 self.stats.in_flight = self._busy
                 self._condition.notify_all()
-                if self._pausing and slot.found:  # its row is gone, or back in the queue
-                    self._wake.set()
+                if slot.found:  # its row is gone, or back in the queue: peek again
+                    self._ended += 1
+                    if self._pausing:
+                        self._wake.set()
 
     def _count(self, outcome: str) -> None:
         with self._condition:

@@ -134,3 +134,63 @@ def test_a_long_handler_does_not_make_the_pump_spin(database):
     finally:
         endpoint.stop()
     assert endpoint.stats.handled == 1
+
+
+def test_a_message_sent_while_a_long_handler_runs_is_handled_at_once(database):
+    """The pump skips the rows its own handlers hold, but not a message behind them.
+
+    SQLite has one writer: the second receive waits for the first handler's commit."""
+    transport = database.transport()
+    started: dict[int, float] = {}
+    endpoint = Endpoint("behind", transport, peek_delay=PEEK_DELAY, concurrency=2, notify=False)
+
+    @endpoint.handle(Job)
+    def handle(job: Job, context: HandlerContext) -> None:
+        started[job.number] = time.monotonic()
+        if job.number == 1:
+            time.sleep(1.5)
+
+    endpoint.start()
+    try:
+        transport.send("behind", OutgoingMessage(Job(number=1)))
+        deadline = time.monotonic() + 5
+        while 1 not in started and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)  # the pump has peeked and sleeps: only its own handler's row is there
+        began = time.monotonic()
+        transport.send("behind", OutgoingMessage(Job(number=2)))
+        while 2 not in started and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert 2 in started, "not handled"
+        if database.dialect == "sqlite":
+            assert started[2] - began < 2.0  # right after the first commits
+        else:
+            assert started[2] - began < 1.0  # while the first handler still runs
+    finally:
+        endpoint.stop()
+
+
+def test_a_retried_message_is_taken_again_at_once_not_after_the_peek_delay(database):
+    """A handler failing once rolls its receive back: the row returns and the handler's end
+    wakes the pump, which was sleeping because the peek counted only that row."""
+    transport = database.transport()
+    attempts: list[float] = []
+    endpoint = Endpoint("again", transport, peek_delay=PEEK_DELAY, concurrency=2, notify=False)
+
+    @endpoint.handle(Job)
+    def handle(job: Job, context: HandlerContext) -> None:
+        attempts.append(time.monotonic())
+        if len(attempts) == 1:
+            time.sleep(0.5)  # long enough for the pump to peek and go to sleep
+            raise RuntimeError("once")
+
+    endpoint.start()
+    try:
+        transport.send("again", OutgoingMessage(Job(number=5)))
+        deadline = time.monotonic() + PEEK_DELAY - 1
+        while endpoint.stats.handled < 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert endpoint.stats.handled == 1 and endpoint.stats.retried == 1, endpoint.stats
+        assert attempts[1] - attempts[0] < 2.0
+    finally:
+        endpoint.stop()
