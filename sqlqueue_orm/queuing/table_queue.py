@@ -176,6 +176,11 @@ class TableQueue:
             self._not_probed()
         return self._messages(self._run(cursor, self._receive_args(max_messages), fetch=True))
 
+    def peek_on_cursor(self, cursor: Any) -> int:
+        """:meth:`peek` on a DBAPI cursor (no probe needed: the peek reads no optional column)."""
+        rows = self._run(cursor, (self._peek, self._peek.params({}), False), fetch=True)
+        return int(rows[0][0] or 0) if rows else 0
+
     def _not_probed(self) -> None:
         raise RuntimeError(
             f"queue {self.name}: call probe(connection) once before the *_on_cursor methods"
