@@ -157,16 +157,7 @@ class TableQueue:
         On PostgreSQL it counts from the receive floor; when nothing is there, it counts the
         whole queue (rows below the floor are not missed).
         """
-        floor = self.floor
-        if floor is not None and floor.position:
-            statement = self._peek_from_floor
-            assert statement is not None
-            values = {"floor": floor.position}
-            rows = self._on(connection, (statement, statement.params(values), False), fetch=True)
-            if rows and rows[0][0]:
-                return int(rows[0][0])
-        rows = self._on(connection, (self._peek, self._peek.params({}), False), fetch=True)
-        return int(rows[0][0] or 0) if rows else 0
+        return self._peek_from(self._on, connection)
 
     def purge_expired(self, connection: Connection, batch_size: int = PURGE_BATCH_SIZE) -> int:
         """Delete one batch of expired messages; return how many were deleted."""
@@ -224,6 +215,27 @@ class TableQueue:
         if messages:
             floor.advance(messages[0].row_version, epoch, position)
         return messages
+    def peek_on_cursor(self, cursor: Any) -> int:
+        """:meth:`peek` on a DBAPI cursor (no probe needed: the peek reads no optional column)."""
+        return self._peek_from(self._run, cursor)
+
+    def _peek_from(
+        self, execute: Callable[[Any, tuple[sql.Statement, Any, bool], bool], Any], target: Any
+    ) -> int:
+        """The peek from the floor, or of the whole queue when nothing is at or above it.
+
+        :param execute: :meth:`_on` (a Connection) or :meth:`_run` (a cursor), on *target*.
+        """
+        floor = self.floor
+        if floor is not None and floor.position:
+            statement = self._peek_from_floor
+            assert statement is not None
+            rows = execute(target, (statement, statement.params({"floor": floor.position}), False),
+                           True)
+            if rows and rows[0][0]:
+                return int(rows[0][0])
+        rows = execute(target, (self._peek, self._peek.params({}), False), True)
+        return int(rows[0][0] or 0) if rows else 0
 
     def _not_probed(self) -> None:
         raise RuntimeError(
