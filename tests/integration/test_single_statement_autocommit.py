@@ -117,7 +117,12 @@ def test_autocommit_does_not_leak_into_the_pool(database):
 
 @only("postgresql")
 def test_receive_gets_a_generic_plan(database):
-    """With the row limit written in, the prepared receive is planned once, not per call."""
+    """With the row limit written in, the prepared receive settles on one generic plan.
+
+    The receive floor (``seq >= :floor``, queuing/floor.py) is a parameter, so PostgreSQL plans
+    the first five runs with its value (custom plans), then keeps the generic plan: of the 15
+    runs after psycopg prepares, at most 5 are planned, the other 10 reuse the plan.
+    """
     transport = database.transport()
     transport.create_queue("planned")
     with database.engine.connect() as connection:
@@ -129,4 +134,4 @@ def test_receive_gets_a_generic_plan(database):
             "WHERE statement LIKE 'DELETE FROM %%planned%%'"
         ).all()
         connection.rollback()
-    assert custom == 0 and generic >= 1, (generic, custom)
+    assert custom <= 5 and generic >= 10, (generic, custom)
