@@ -198,13 +198,16 @@ class _Slot:
         self._signalled = False
         self._connection: Connection | None = None
         self.abandoned = False
-        #: Whether the receive took a message (its row is held until this slot ends).
+        #: Whether the receive took a message.
         self.found = False
+        #: Whether its row is still held: taken, the receive's transaction not committed
+        #: (NONE commits before the handler runs; a rollback ends with the slot).
+        self.holding = False
 
     def received(self, found: bool) -> None:
         if not self._signalled:
             self._signalled = True
-            self.found = found
+            self.found = self.holding = found
             self._batch.mark(found)
 
     def track(self, connection: Connection) -> None:
@@ -214,6 +217,7 @@ class _Slot:
         if self.abandoned:
             raise exceptions.SqlQueueError("abandoned by a timed-out stop; rolled back")
         transaction.commit()
+        self.holding = False
 
     def outcome(self, name: str) -> None:
         self._pump._count(name)
@@ -391,7 +395,7 @@ class MessagePump:
         if not self._peek_counts_held_rows or self.settings.batch_size > 1:
             return 0
         with self._condition:
-            return sum(1 for slot in self._active if slot.found)
+            return sum(1 for slot in self._active if slot.holding)
 
     def _sleep(self, timeout: float, ended: int) -> bool:
         """Wait up to *timeout* s; return whether a send woke the pump.
