@@ -10,6 +10,15 @@ its own tasks are taking); a receive that finds nothing cancels the rest and the
 again at once. There are exactly ``concurrency`` worker threads, so that many messages at most
 are handled at once.
 
+Latency (docs/endpoint.md, "Wake-up and latency"): a send's wake-up (in-process or NOTIFY)
+starts one receive at once, without a peek first. Where the peek counts rows whose receive
+has not committed (PostgreSQL, SQLite), the rows this pump's handlers hold are subtracted, and
+a peek that counted only those sleeps until a send wakes the pump or a handler that held a row
+ends (its row is gone, or back after a rollback). A receive that finds nothing although the
+peek counted rows (another process holds them, or flow control refused) is followed by a pause
+of at most :data:`EMPTY_RECEIVE_PAUSE`, not by a peek at once: on PostgreSQL that spun peeks
+and receives for as long as any handler ran.
+
 Peek and receive each have a circuit breaker (:class:`CircuitBreaker`): while the database
 fails, the failing thread backs off (doubling, capped); after ``critical_error_after`` seconds
 of failures in a row it logs a critical error and calls ``on_critical_error``, and keeps
