@@ -610,8 +610,14 @@ class Transport:
         else:
             # One SELECT: in autocommit on the thread's connection, one round trip (the pump
             # peeks after every wake-up and batch; BEGIN and COMMIT around it were two more).
-            with self._connections.statement() as cursor:
-                count = table_queue.peek_on_cursor(cursor)
+            try:
+                with self._connections.statement() as cursor:
+                    count = table_queue.peek_on_cursor(cursor)
+            except exceptions.DatabaseError:
+                # The thread's kept connection may have died since its last use (a server
+                # restart, an outage): it was dropped, and a read is safe to run again once.
+                with self._connections.statement() as cursor:
+                    count = table_queue.peek_on_cursor(cursor)
         if self.instrumentation is not None:
             self.instrumentation.peeked(table_queue.name, count)
         return count

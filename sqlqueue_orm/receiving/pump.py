@@ -478,17 +478,24 @@ class MessagePump:
                 self.stats.in_flight = self._busy
                 self.stats.max_in_flight = max(self.stats.max_in_flight, self._busy)
             failure: BaseException | None = None
+            raised = False
             try:
                 self.strategy.process(slot)
             except DATABASE_ERRORS as error:
                 failure = error
+                raised = True
             except Exception as error:
+                raised = True
                 if slot.abandoned:
                     log.info("queue %s: an abandoned handler ended: %s", self.queue, error)
                 else:
                     log.error("queue %s: processing failed", self.queue, exc_info=True)
             finally:
                 slot.received(False)  # no-op if the receive reported already
+            if raised:
+                # its transaction rolled back, and which messages it held is not known here:
+                # receives scan the queue from 0 again (docs/scale.md, the receive floor)
+                self._rewind()
             if failure is not None and not slot.abandoned:
                 self.receive_breaker.failure(failure)
             elif failure is None:
@@ -502,6 +509,11 @@ class MessagePump:
                     self._ended += 1
                     if self._pausing:
                         self._wake.set()
+
+    def _rewind(self) -> None:
+        floor = self.endpoint.transport.queue(self.queue).floor
+        if floor is not None:
+            floor.reset()
 
     def _count(self, outcome: str) -> None:
         with self._condition:

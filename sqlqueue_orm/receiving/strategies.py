@@ -223,6 +223,12 @@ class ReceiveStrategy:
     def _process(self, slot: Slot) -> None:
         raise NotImplementedError
 
+    def _returned(self, message: IncomingMessage) -> None:
+        """*message*'s receive rolled back: the queue's receive floor must not pass it."""
+        floor = self.transport.queue(self.queue).floor
+        if floor is not None:
+            floor.returned(message.row_version)
+
     def _claim(self, connection: Connection) -> bool:
         """Take a global slot in *connection*'s transaction (True without a limit)."""
         return self.gate is None or self.gate.claim(connection)
@@ -338,6 +344,8 @@ class NoTransaction(ReceiveStrategy):
             slot.received(bool(messages))
             if not messages or not self._paced():
                 transaction.rollback()  # no token in time: the message returns to its place
+                if messages:
+                    self._returned(messages[0])
                 return
             message = messages[0]
             if message.headers_error is not None:
@@ -399,6 +407,8 @@ class _NativeTransaction(ReceiveStrategy):
             slot.received(bool(messages))
             if not messages or not self._paced():
                 transaction.rollback()  # no token in time: the message returns to its place
+                if messages:
+                    self._returned(messages[0])
                 return
             message = messages[0]
             if message.expired:
@@ -440,6 +450,7 @@ class _NativeTransaction(ReceiveStrategy):
                         error,
                     )
                     transaction.rollback()
+                    self._returned(message)  # retried at once, so found at once
                     slot.outcome("retried")
                     return
                 if decision.action == recoverability.DELAYED:
