@@ -253,8 +253,8 @@ def test_rate_limit_holds_across_processes(database):
     transport = database.transport()
     FlowBase.metadata.create_all(transport.engine)
     transport.create_queue("paced")
-    rate, burst, seconds = 50, 5, 4
-    total = rate * seconds + burst  # what the limit lets through in 4 s, burst included
+    rate, burst, seconds = 50, 5, 10  # the figure: 50/s across 3 processes for 10 s
+    total = rate * seconds + burst  # what the limit lets through in 10 s, burst included
     transport.send_many("paced", [OutgoingMessage(Job(number=0)) for _ in range(total + 100)])
     processes = _processes(database.url, "paced", 3, 4,
                            {"rate_limit": rate, "rate_burst": burst}, 0.001)
@@ -262,7 +262,7 @@ def test_rate_limit_holds_across_processes(database):
     starts = [run.started for run in spans(transport.engine)]
     first = min(starts)
     in_time = [start for start in starts if start < first + seconds]
-    # 4 s at 50/s after the first: 200 plus the burst, within 10%
+    # 10 s at 50/s after the first: 500 plus the burst, within 10%
     assert abs(len(in_time) - (rate * seconds + burst)) <= 0.1 * rate * seconds, len(in_time)
     # the schedule starts at most rate + burst per second; a handler's start is measured after
     # its worker wakes from the sleep to its reserved start, which on a loaded machine can put
