@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
-from sqlalchemy.engine import Connection, RootTransaction
+from sqlalchemy.engine import Connection, NestedTransaction, RootTransaction
 from sqlalchemy.orm import Session
 
 from sqlqueue_orm import addressing, dialects, exceptions
@@ -51,6 +51,7 @@ from sqlqueue_orm.receiving.settings import TransactionMode
 
 if TYPE_CHECKING:
     from sqlqueue_orm.receiving.endpoint import Endpoint, HandlerContext, Sender
+    from sqlqueue_orm.transport import Transport
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +108,71 @@ class FailureCounts:
             self._counts.pop(key, None)
 
 
+class _LazySavepoint:
+    """A batched message's SAVEPOINT, opened when its handler first reaches the database.
+
+    Its session, its sends, its defers and its audit copy open it first. A handler that
+    touches none of them needs none: if it fails, nothing of it is in the transaction to roll
+    back. So a batch of handlers that write nothing is BEGIN, one receive, COMMIT.
+    """
+
+    __slots__ = ("_connection", "_transaction")
+
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+        self._transaction: NestedTransaction | None = None
+
+    def open(self) -> None:
+        """Open the SAVEPOINT unless it is open already."""
+        if self._transaction is None:
+            self._transaction = self._connection.begin_nested()
+
+    def rollback(self) -> None:
+        """Roll back what the handler wrote (nothing to do if it wrote nothing)."""
+        transaction = self._transaction
+        if transaction is not None and transaction.is_active:
+            transaction.rollback()
+
+    def release(self) -> None:
+        """Keep what the handler wrote in the batch's transaction."""
+        transaction = self._transaction
+        if transaction is not None and transaction.is_active:
+            transaction.commit()
+
+
+class _TransactionalSender:
+    """Sends in the receive's transaction and notes where (to wake them after the commit).
+
+    ``connection`` is what :meth:`HandlerContext.defer` stores on; reading it, like a send,
+    opens the batched message's SAVEPOINT first.
+    """
+
+    __slots__ = ("_connection", "_savepoint", "_transport", "sent")
+
+    def __init__(
+        self, transport: Transport, connection: Connection, savepoint: _LazySavepoint | None
+    ) -> None:
+        self._transport = transport
+        self._connection = connection
+        self._savepoint = savepoint
+        #: The destinations sent to, in order.
+        self.sent: list[str | addressing.QueueAddress] = []
+
+    @property
+    def connection(self) -> Connection:
+        """The receive's connection, its SAVEPOINT open."""
+        if self._savepoint is not None:
+            self._savepoint.open()
+        return self._connection
+
+    def __call__(
+        self, destination: str | addressing.QueueAddress, outgoing: OutgoingMessage
+    ) -> str:
+        message_id = self._transport.send(destination, outgoing, connection=self.connection)
+        self.sent.append(destination)
+        return message_id
+
+
 class ReceiveStrategy:
     """Receive one message and process it in one transaction mode."""
 
@@ -158,17 +224,15 @@ class ReceiveStrategy:
         )
 
     def _transactional_sender(self, connection: Connection) -> Sender:
-        """Send in *connection*'s transaction, noting where (to wake after the commit)."""
-        sent: list[str | addressing.QueueAddress] = []
-        self._local.sent = sent
+        """Send in *connection*'s transaction, noting where (to wake after the commit).
 
-        def send(destination: str | addressing.QueueAddress, outgoing: OutgoingMessage) -> str:
-            message_id = self.transport.send(destination, outgoing, connection=connection)
-            sent.append(destination)
-            return message_id
-
-        send.connection = connection  # type: ignore[attr-defined]  # defer stores on it too
-        return send
+        In a batch, the first send (or defer) opens the message's SAVEPOINT first.
+        """
+        sender = _TransactionalSender(
+            self.transport, connection, getattr(self._local, "savepoint", None)
+        )
+        self._local.sent = sender.sent
+        return sender
 
     def _wake_destinations(self) -> None:
         """Wake this process's endpoints of the queues sent to in the committed transaction."""
@@ -534,15 +598,18 @@ class _NativeTransaction(ReceiveStrategy):
         if local is None:
             return "handled"
         message = local
+        audit = self.endpoint.settings.audit_queue is not None
         while True:
-            started = dt.datetime.now(dt.UTC)
-            savepoint = connection.begin_nested()
+            started = dt.datetime.now(dt.UTC) if audit else None
+            savepoint = _LazySavepoint(connection)
+            self._local.savepoint = savepoint
             try:
                 self._handle(connection, message)
-                self._audit(connection, message, started)
+                if started is not None:
+                    savepoint.open()
+                    self._audit(connection, message, started)
             except Exception as error:
-                if savepoint.is_active:
-                    savepoint.rollback()
+                savepoint.rollback()
                 self._local.sent = None  # rolled back with the SAVEPOINT
                 attempts = self.failures.record(str(message.id))
                 decision = recoverability.decide(
@@ -566,8 +633,9 @@ class _NativeTransaction(ReceiveStrategy):
                     return "delayed"
                 self._to_error_queue(connection, message, error)
                 return "failed"
-            if savepoint.is_active:
-                savepoint.commit()
+            finally:
+                self._local.savepoint = None
+            savepoint.release()
             return "handled"
 
     def _handle(self, connection: Connection, message: IncomingMessage) -> None:
@@ -618,13 +686,16 @@ class TransactionScope(_NativeTransaction):
     mode = TransactionMode.TRANSACTION_SCOPE
 
     def _handle(self, connection: Connection, message: IncomingMessage) -> None:
-        context = self._context(
-            message,
-            self._transactional_sender(connection),
-            lambda: Session(
+        savepoint: _LazySavepoint | None = getattr(self._local, "savepoint", None)
+
+        def session() -> Session:
+            if savepoint is not None:
+                savepoint.open()  # a batched message's SAVEPOINT, before the session's own
+            return Session(
                 bind=connection, join_transaction_mode="create_savepoint", expire_on_commit=False
-            ),
-        )
+            )
+
+        context = self._context(message, self._transactional_sender(connection), session)
         try:
             self.endpoint.invoke(context)
             if context.session_used is not None:
