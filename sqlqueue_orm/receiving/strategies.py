@@ -38,7 +38,7 @@ import datetime as dt
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from sqlalchemy.engine import Connection, NestedTransaction, RootTransaction
@@ -46,6 +46,7 @@ from sqlalchemy.orm import Session
 
 from sqlqueue_orm import addressing, dialects, exceptions
 from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage
+from sqlqueue_orm.queuing.delayed_table import FORWARD_DESTINATION
 from sqlqueue_orm.receiving import flow, forwarding, recoverability
 from sqlqueue_orm.receiving.settings import TransactionMode
 
@@ -71,8 +72,8 @@ class Slot(Protocol):
     def commit(self, transaction: RootTransaction) -> None:
         """Commit the receive unless the stop abandoned this message (then roll back)."""
 
-    def outcome(self, name: str) -> None:
-        """Count what became of the message: handled, failed, retried, expired, poison."""
+    def outcome(self, name: str, count: int = 1) -> None:
+        """Count what became of *count* messages: handled, failed, retried, expired, poison."""
 
 
 def _is_permanent(error: BaseException) -> bool:
@@ -106,6 +107,14 @@ class FailureCounts:
         """Drop what is known of *key* (it succeeded or left the queue)."""
         with self._lock:
             self._counts.pop(key, None)
+
+    def forget_all(self, messages: Iterable[IncomingMessage]) -> None:
+        """Drop what is known of each of *messages* (a batch committed); cheap when none failed."""
+        if not self._counts:  # nothing remembered: no lock, no ids to format
+            return
+        with self._lock:
+            for message in messages:
+                self._counts.pop(str(message.id), None)
 
 
 class _LazySavepoint:
@@ -187,6 +196,9 @@ class ReceiveStrategy:
         self.queue: str | addressing.QueueAddress = endpoint.name if queue is None else queue
         self.failures = FailureCounts()
         self._local = threading.local()
+        from sqlqueue_orm.receiving.endpoint import HandlerContext  # endpoint imports this module
+
+        self._context_class = HandlerContext
         limit = endpoint.settings.global_concurrency
         #: The global concurrency limit (:mod:`flow`), or None.
         self.gate = (
@@ -294,9 +306,7 @@ class ReceiveStrategy:
     def _context(
         self, message: IncomingMessage, sender: Sender, session: Callable[[], Session]
     ) -> HandlerContext:
-        from sqlqueue_orm.receiving.endpoint import HandlerContext
-
-        return HandlerContext(self.endpoint, message, sender, session)
+        return self._context_class(self.endpoint, message, sender, session)
 
     def _dead_letter(self, connection: Connection, message: IncomingMessage) -> None:
         """Move a poison row, headers as stored, to the error queue (in *connection*'s tx)."""
@@ -572,10 +582,11 @@ class _NativeTransaction(ReceiveStrategy):
         for destination in set(forwarded):
             for hook in self.transport.sent_hooks:
                 hook(destination)
-        for outcome, message in outcomes:
-            if outcome in ("handled", "delayed"):
-                self.failures.forget(str(message.id))
-            slot.outcome(outcome)
+        self.failures.forget_all(
+            message for outcome, message in outcomes if outcome in ("handled", "delayed")
+        )
+        for outcome, count in collections.Counter(outcome for outcome, _ in outcomes).items():
+            slot.outcome(outcome, count)
 
     def _batch_one(
         self,
@@ -594,10 +605,11 @@ class _NativeTransaction(ReceiveStrategy):
         if message.headers_error is not None:
             self._dead_letter(connection, message)
             return "poison"
-        local = self._forward_delayed(connection, message)
-        if local is None:
-            return "handled"
-        message = local
+        if FORWARD_DESTINATION in message.headers:  # a matured delayed message
+            local = self._forward_delayed(connection, message)
+            if local is None:
+                return "handled"
+            message = local
         audit = self.endpoint.settings.audit_queue is not None
         while True:
             started = dt.datetime.now(dt.UTC) if audit else None
@@ -698,11 +710,13 @@ class TransactionScope(_NativeTransaction):
         context = self._context(message, self._transactional_sender(connection), session)
         try:
             self.endpoint.invoke(context)
-            if context.session_used is not None:
-                context.session_used.commit()  # flushes, releases its SAVEPOINT; tx stays open
+            used = context.session_used
+            if used is not None:
+                used.commit()  # flushes, releases its SAVEPOINT; tx stays open
         finally:
-            if context.session_used is not None:
-                context.session_used.close()
+            used = context.session_used
+            if used is not None:
+                used.close()
 
 
 class OutboxStrategy(_NativeTransaction):
