@@ -295,6 +295,8 @@ def batch_scenario(run: Run) -> None:
         f"{ratio:.2f}x the raw loop (rounds {', '.join(f'{r:.2f}' for r in ratios)}); "
         f"{_where(pumped, n)}; {TARGET}; {PEERS}",
     )
+    run.log(f"    pump: {result.note}")
+    run.log(f"    raw loop: {_range(theirs)} msg/s; {_where(raw, n)}")
     run.add(
         result.aiming(
             TARGET,
