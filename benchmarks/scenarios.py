@@ -56,8 +56,6 @@ class Settings:
     deep: int = 1_000_000
     depth_receives: int = 1_000
     peek_calls: int = 200
-    #: Receives timed while an old snapshot holds ``deep`` dead rows (each walks them all).
-    snapshot_receives: int = 100
     migrate_rows: int = 1_000_000
     #: kombu and PGQueuer take 10-100x longer per message: their cells move fewer messages.
     peer_messages: int = 1_000
@@ -455,49 +453,10 @@ def _depth_at(run: Run, waiting: int) -> None:
 
 # -- snapshot -----------------------------------------------------------------------------------
 def snapshot(run: Run) -> None:
-    """Receives while a REPEATABLE READ snapshot holds ``deep`` dead rows, then after release.
+    """The burn-down without and with an old snapshot held (``bench_snapshot.py``)."""
+    from benchmarks import bench_snapshot  # it imports Run from here
 
-    Vacuum cannot remove rows an open snapshot may still see, whatever the table's autovacuum
-    settings, so each receive's index scan on seq walks every dead entry before the first
-    live row (docs/scale.md has the plan).
-    """
-    if run.database.name != "postgresql":
-        run.skip("snapshot", workers.OURS, "PostgreSQL only (MVCC dead rows)")
-        return
-    settings = run.settings
-    transport = run.transport
-    queue = run.new_queue("snapshot")
-    run.fill(queue, min(settings.deep, 2 * _FILL_CHUNK))
-    run.replicate(queue, settings.deep)
-    table = transport.queue(queue).quoted_table.replace("%%", "%")
-    holder = transport.engine.connect()
-    try:
-        holder.exec_driver_sql("BEGIN ISOLATION LEVEL REPEATABLE READ")
-        holder.exec_driver_sql(f"SELECT count(*) FROM {table}").scalar_one()
-        with transport.engine.begin() as connection:
-            connection.exec_driver_sql(f"DELETE FROM {table}")  # dead, but the snapshot sees them
-        scenario = f"receive 1/txn, {settings.deep:,} dead held by a snapshot"
-        _timed_receives(run, queue, scenario)
-    finally:
-        holder.close()
-    with transport.engine.connect() as connection:
-        connection.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql(
-            f"VACUUM {table}")
-    _timed_receives(run, queue, "receive 1/txn, snapshot released, vacuumed")
-    transport.purge_all(queue)
-
-
-def _timed_receives(run: Run, queue: str, scenario: str) -> None:
-    count = run.settings.snapshot_receives
-    run.fill(queue, count)
-    got: list[int] = []
-
-    def take() -> None:
-        got.extend(workload.sequence_of(m.body) for m in run.transport.receive(queue))
-
-    timing = workload.timed(count, 1, take)
-    workload.check_exactly_once(got, range(count), scenario)
-    run.add(Result.of(run.database.name, scenario, workers.OURS, timing))
+    bench_snapshot.snapshot_scenario(run)
 
 
 # -- migrate ------------------------------------------------------------------------------------

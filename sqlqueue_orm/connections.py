@@ -25,7 +25,23 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Engine
+
+
+def raw_connection(engine: Engine) -> Any:
+    """``engine.raw_connection()``, a failure to connect raised as SQLAlchemy's ``DBAPIError``.
+
+    ``Engine.connect()`` wraps the driver's error this way; ``raw_connection()`` does not, and
+    callers (the pump's circuit breakers, :func:`sqlqueue_orm.db.wrap_db_errors`) catch
+    SQLAlchemy's errors, so an outage must look the same on both paths.
+    """
+    try:
+        return engine.raw_connection()
+    except engine.dialect.loaded_dbapi.Error as error:
+        raise sa.exc.DBAPIError.instance(
+            None, None, error, engine.dialect.loaded_dbapi.Error
+        ) from error
 
 
 class ThreadConnections:
@@ -92,7 +108,7 @@ class ThreadConnections:
         held = self.held()
         if held is not None:
             return held.fairy, True
-        return self.engine.raw_connection(), False
+        return raw_connection(self.engine), False
 
     def held(self) -> _HeldConnection | None:
         """The connection this thread keeps (taken from the pool now if there is room), or None.
@@ -114,7 +130,7 @@ class ThreadConnections:
         if not keep:
             return None
         try:
-            fairy = self.engine.raw_connection()
+            fairy = raw_connection(self.engine)
         except BaseException:
             with self._lock:
                 self._held_count -= 1
@@ -214,7 +230,7 @@ class OwnTransaction:
                 held.set_autocommit(False)
             self._cursor = cursor = held.cursor or held.new_cursor()
         else:
-            self._fairy, self._kept = connections.engine.raw_connection(), False
+            self._fairy, self._kept = raw_connection(connections.engine), False
             self._cursor = cursor = self._fairy.cursor()
         connections.begin(self._fairy, cursor, self._kept)
         return cursor
@@ -250,7 +266,7 @@ class OwnStatement:
             self._cursor = cursor = held.cursor or held.new_cursor()
             driver = held.driver
         else:
-            self._fairy, self._kept = fairy, _kept = connections.engine.raw_connection(), False
+            self._fairy, self._kept = fairy, _kept = raw_connection(connections.engine), False
             self._cursor = cursor = fairy.cursor()
             driver = fairy.driver_connection
         self._driver = driver

@@ -604,8 +604,20 @@ class Transport:
     def peek(self, queue: QueueRef, connection: Connection | None = None) -> int:
         """Estimated message count (max - min RowVersion): cheap at any queue size."""
         table_queue = self.queue(queue)
-        with self._connection(connection) as conn:
-            count = table_queue.peek(conn)
+        if connection is not None or self._connections.observed():
+            with self._connection(connection) as conn:
+                count = table_queue.peek(conn)
+        else:
+            # One SELECT: in autocommit on the thread's connection, one round trip (the pump
+            # peeks after every wake-up and batch; BEGIN and COMMIT around it were two more).
+            try:
+                with self._connections.statement() as cursor:
+                    count = table_queue.peek_on_cursor(cursor)
+            except exceptions.DatabaseError:
+                # The thread's kept connection may have died since its last use (a server
+                # restart, an outage): it was dropped, and a read is safe to run again once.
+                with self._connections.statement() as cursor:
+                    count = table_queue.peek_on_cursor(cursor)
         if self.instrumentation is not None:
             self.instrumentation.peeked(table_queue.name, count)
         return count

@@ -78,6 +78,10 @@ class DialectSupport:
     #: Whether idle receivers can be woken by ``LISTEN``/``NOTIFY`` (a trigger on the queue
     #: table; the statements are in :mod:`sqlqueue_orm.receiving.wakeup`).
     listen_notify: bool = False
+    #: Whether the peek still counts a row whose receive has not committed (PostgreSQL's MVCC
+    #: and SQLite's WAL readers do; SQL Server's peek reads past locked rows): the pump then
+    #: subtracts the rows its own handlers hold.
+    peek_counts_held_rows: bool = False
     #: How the .NET transport writes a queue address: ``"sqlserver"`` (``table@[schema]``)
     #: or ``"postgresql"`` (``"schema"."table"``).
     address_form: str = "sqlserver"

@@ -88,6 +88,7 @@ SUPPORT = PostgresqlSupport(
     storage_catalog=STORAGE_CATALOG,
     storage_ddl=STORAGE_DDL,
     listen_notify=True,
+    peek_counts_held_rows=True,
     identifier_limit=IDENTIFIER_LIMIT,
     identifier_unit="bytes",
     creates_schemas=True,

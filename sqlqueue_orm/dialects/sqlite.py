@@ -105,6 +105,7 @@ SUPPORT = SqliteSupport(
     identifier_limit=1024,
     begin=BEGIN,
     embedded=True,
+    peek_counts_held_rows=True,
     single_writer=True,
     missing_table_markers=("no such table",),
     missing_column_markers=("no such column", "has no column named"),

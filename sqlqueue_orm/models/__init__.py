@@ -1,4 +1,4 @@
-"""Declarative models: the queue table factory and the shared tables (outbox, deliveries, ...).
+"""Declarative models: the queue table factory and the shared tables (outbox, rate limits, ...).
 
 Queue tables are created at run time with names only the user knows, so they live in their own
 :class:`~sqlalchemy.MetaData` (``QUEUE_METADATA``), never in :data:`Base.metadata`, which holds
@@ -14,3 +14,4 @@ from sqlqueue_orm.models.queue_table import QUEUE_METADATA as QUEUE_METADATA
 from sqlqueue_orm.models.queue_table import QueueMessage as QueueMessage
 from sqlqueue_orm.models.queue_table import build_queue_table as build_queue_table
 from sqlqueue_orm.models.queue_table import queue_model as queue_model
+from sqlqueue_orm.models.rate_limit import RateLimitSchedule as RateLimitSchedule

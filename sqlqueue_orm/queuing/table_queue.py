@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -22,6 +22,7 @@ from sqlalchemy.engine import Connection, Dialect
 
 from sqlqueue_orm import addressing, db, exceptions
 from sqlqueue_orm.messages import IncomingMessage, PreparedMessage
+from sqlqueue_orm.queuing import floor as floor_module
 from sqlqueue_orm.queuing import sql
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,7 @@ _ADVISORY_WINDOW = 256
 #: How many receive statements (one per row limit asked for) a queue keeps rendered.
 _CACHED_LIMITS = 64
 _NO_PARAMETERS: dict[str, Any] = {}
+_FROM_ZERO: dict[str, Any] = {"floor": 0}
 
 
 def _driver_cursor(connection: Connection) -> Any | None:
@@ -84,6 +86,13 @@ class TableQueue:
         # _render_receive.
         self._receive_by_limit: dict[tuple[int, bool], tuple[sql.Statement, Any, bool]] = {}
         self._peek = sql.render(self._text.peek, dialect, table)
+        #: Where receives and peeks start scanning (PostgreSQL; None where the dialect has no
+        #: dead prefix to skip): see :mod:`sqlqueue_orm.queuing.floor`.
+        self.floor: floor_module.ReceiveFloor | None = None
+        self._peek_from_floor: sql.Statement | None = None
+        if self._text.receive_from_floor and self._text.peek_from_floor:
+            self.floor = floor_module.ReceiveFloor(self.name)
+            self._peek_from_floor = sql.render(self._text.peek_from_floor, dialect, table)
         self._receive_by_id: sql.Statement | None = None  # rendered on first use
         self._purge = sql.render(self._text.purge_expired, dialect, table)
         self._purge_all = sql.render(self._text.purge_all, dialect, table)
@@ -121,6 +130,8 @@ class TableQueue:
         when the caller's transaction commits; a rollback puts them back in their places.
         """
         self.probe(connection)
+        if self.floor is not None:
+            return self._receive_from_floor(self._on, connection, max_messages)
         rows = self._on(connection, self._receive_args(max_messages), fetch=True)
         return self._messages(rows)
 
@@ -141,9 +152,12 @@ class TableQueue:
         return messages[0] if messages else None
 
     def peek(self, connection: Connection) -> int:
-        """Estimated number of messages: max - min of RowVersion (seq), cheap at any size."""
-        rows = self._on(connection, (self._peek, self._peek.params({}), False), fetch=True)
-        return int(rows[0][0] or 0) if rows else 0
+        """Estimated number of messages: max - min of RowVersion (seq), cheap at any size.
+
+        On PostgreSQL it counts from the receive floor; when nothing is there, it counts the
+        whole queue (rows below the floor are not missed).
+        """
+        return self._peek_from(self._on, connection)
 
     def purge_expired(self, connection: Connection, batch_size: int = PURGE_BATCH_SIZE) -> int:
         """Delete one batch of expired messages; return how many were deleted."""
@@ -174,7 +188,54 @@ class TableQueue:
         """:meth:`receive` on a DBAPI cursor; :meth:`probe` must have run once before."""
         if not self._probe_ran:
             self._not_probed()
+        if self.floor is not None:
+            return self._receive_from_floor(self._run, cursor, max_messages)
         return self._messages(self._run(cursor, self._receive_args(max_messages), fetch=True))
+
+    def _receive_from_floor(
+        self,
+        execute: Callable[[Any, tuple[sql.Statement, Any, bool], bool], Any],
+        target: Any,
+        max_messages: int,
+    ) -> list[IncomingMessage]:
+        """The receive scanning from the floor; from 0 again at once when that finds nothing.
+
+        :param execute: :meth:`_on` (a Connection) or :meth:`_run` (a cursor), on *target*.
+        """
+        floor = self.floor
+        assert floor is not None
+        statement = self._receive_args(max_messages)[0]
+        position, epoch = floor.start()
+        rows = execute(target, (statement, statement.params({"floor": position}), False), True)
+        if not rows and position:
+            # Nothing at or above the floor: the rows left (if any) are below it.
+            position = 0
+            rows = execute(target, (statement, statement.params({"floor": 0}), False), True)
+        messages = self._messages(rows)
+        if messages:
+            floor.advance(messages[0].row_version, epoch, position)
+        return messages
+    def peek_on_cursor(self, cursor: Any) -> int:
+        """:meth:`peek` on a DBAPI cursor (no probe needed: the peek reads no optional column)."""
+        return self._peek_from(self._run, cursor)
+
+    def _peek_from(
+        self, execute: Callable[[Any, tuple[sql.Statement, Any, bool], bool], Any], target: Any
+    ) -> int:
+        """The peek from the floor, or of the whole queue when nothing is at or above it.
+
+        :param execute: :meth:`_on` (a Connection) or :meth:`_run` (a cursor), on *target*.
+        """
+        floor = self.floor
+        if floor is not None and floor.position:
+            statement = self._peek_from_floor
+            assert statement is not None
+            rows = execute(target, (statement, statement.params({"floor": floor.position}), False),
+                           True)
+            if rows and rows[0][0]:
+                return int(rows[0][0])
+        rows = execute(target, (self._peek, self._peek.params({}), False), True)
+        return int(rows[0][0] or 0) if rows else 0
 
     def _not_probed(self) -> None:
         raise RuntimeError(
@@ -266,13 +327,22 @@ class TableQueue:
         :data:`_CACHED_LIMITS` limits are kept, with their (empty) parameters; any other is
         rendered per call.
         """
+        text = self._text
         if advisory:
-            template = self._text.receive_without_row_locks or self._text.receive
+            template = (
+                (text.receive_without_row_locks_from_floor or text.receive_without_row_locks)
+                if self.floor is not None
+                else text.receive_without_row_locks
+            ) or text.receive
             literals = {"n": limit, "window": limit + _ADVISORY_WINDOW}
         else:
-            template, literals = self._text.receive, {"n": limit}
+            template = (text.receive_from_floor or text.receive) if self.floor else text.receive
+            literals = {"n": limit}
         statement = sql.render(template, self._dialect, self.quoted_table, literals)
-        args = (statement, statement.params(_NO_PARAMETERS), False)
+        # From the floor: these parameters scan from 0 (always correct); the receive itself
+        # gives the floor's position per call (_receive_from_floor).
+        params = statement.params(_FROM_ZERO if self.floor is not None else _NO_PARAMETERS)
+        args = (statement, params, False)
         if len(self._receive_by_limit) < _CACHED_LIMITS:
             self._receive_by_limit[(int(limit), advisory)] = args
         return args

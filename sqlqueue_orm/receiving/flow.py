@@ -5,10 +5,12 @@ counted across every process and every endpoint instance receiving from it with 
 Its state lives in locks, never in a column of the queue table (which .NET endpoints share):
 
 * **PostgreSQL**: K transaction-scoped advisory locks, ``(hashtext('sqlqueue.slots.' ||
-  <queue address>), 0..K-1)``. The receive's transaction takes the first free one
+  <queue address>), 0..K-1)``. The receive's transaction takes a free one
   (``pg_try_advisory_xact_lock``, one statement) before it receives, and holds it until it
   commits or rolls back, so the slot covers the receive, the handlers and the commit; a crash
-  frees it with the connection.
+  frees it with the connection. Each worker thread tries its own slot first (its number in the
+  process plus a random offset per process, modulo K), then the next ones: while the limit is
+  far from binding the first lock tried is free.
 * **SQL Server**: the same with ``sp_getapplock`` (``@LockOwner = 'Transaction'``, no wait) on
   K resources named after a SHA-256 of the queue address.
 * **SQLite**: one process only (the database has no shared locks to hold): a semaphore of K
@@ -17,34 +19,52 @@ Its state lives in locks, never in a column of the queue table (which .NET endpo
 A worker that finds every slot taken keeps its transaction open without locks and tries again
 every 5 to 20 ms for up to :data:`SLOT_WAIT` seconds, then gives up (the pump peeks again).
 The limit needs a mode whose transaction spans the handling: NONE is refused on PostgreSQL and
-SQL Server.
+SQL Server. The claims run on the driver's cursor, as the receive does.
 
 **Per key** (``key_header="customer", key_concurrency=K``): at most K messages with one value
-of that header in flight, while other keys pass a slow one. The receive reads the oldest
-``key_window`` rows without taking them (a plain read, pages of 10 or more), and for each,
-under a SAVEPOINT, takes the row by its native id (skipped if another receiver holds it), then
-a slot of its key with the same locks as the global limit, named after the queue and the key
-(on PostgreSQL the name is hashed to 32 bits: two keys may share a limit, which can only
-restrict, never exceed). A busy key's row is released by rolling back the SAVEPOINT, and no
-later row of that key is tried in the same scan. With ``key_fifo=True`` (needs K = 1) a key
-whose oldest visible row another receiver holds is also skipped for the rest of the scan, so
-its messages are handled one after the other in queue order (immediate retries included; a
-delayed retry or a move to the error queue lets the next one go). A message **without the
-header** (one a .NET endpoint sent) has no key: it is not limited (only by ``concurrency`` and
-``global_concurrency``). SQLite: the key slots are counted within this process.
+of that header in flight, while other keys pass a slow one. Slots are the same locks as the
+global limit's, named after the queue and the key (on PostgreSQL the name is hashed to 32 bits:
+two keys may share a limit, which can only restrict, never exceed). Two paths:
+
+* **Optimistic** (PostgreSQL, SQL Server, not ``key_fifo``; the first receive of a
+  transaction): the plain receive (``FOR UPDATE SKIP LOCKED``) takes the rows, their keys are
+  read in Python, and ONE statement (:data:`CLAIM_SLOTS`) takes a slot of every key and the
+  global slot. If any is refused, the transaction, which holds nothing but those rows and
+  locks, is rolled back (the rows are back in their places, unhandled) and this attempt takes
+  the careful path. So a limit far from binding costs one statement per receive.
+* **Careful**: the global slot first, then the oldest ``key_window`` rows read without taking
+  them (a plain read, pages of 10 or more), and for each, under a SAVEPOINT, the row taken by
+  its native id (skipped if another receiver holds it), then a slot of its key. A busy key's
+  row is released by rolling back the SAVEPOINT, and no later row of that key is tried in the
+  same scan. With ``key_fifo=True`` (needs K = 1, always careful: the optimistic receive could
+  take a later message of a key while another worker holds its earlier one, not yet locked) a
+  key whose oldest visible row another receiver holds is also skipped for the rest of the scan,
+  so its messages are handled one after the other in queue order (immediate retries included;
+  a delayed retry or a move to the error queue lets the next one go).
+
+A batch holds **one slot per key** however many of its messages have that key (the locks are
+re-entrant within a transaction): with K = 1 a batch may take two messages of one key, which it
+handles one after the other, never at once, while no other worker gets that key until the batch
+commits. A message **without the header** (one a .NET endpoint sent) has no key: it is not
+limited (only by ``concurrency`` and ``global_concurrency``). SQLite: the key slots are counted
+within this process (always the careful path).
 """
 
 from __future__ import annotations
 
+import itertools
+import json
 import logging
 import random
 import threading
 import time
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import sqlalchemy as sa
 
 from sqlqueue_orm import dialects, exceptions
+from sqlqueue_orm.models import rate_limit
+from sqlqueue_orm.queuing import sql, table_queue
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
@@ -64,30 +84,112 @@ KEY_PREFIX = "sqlqueue.key."
 #: Fewest rows read per page of the per-key scan.
 MIN_KEY_PAGE = 10
 
-#: Claim the first free slot of ``:k`` in the caller's transaction; the slot number, or no row
-#: (PostgreSQL) or -1 (SQL Server) when all are held. LIMIT 1 stops the scan at the first lock
-#: taken, so one slot at most is claimed.
+#: Claim a free slot of ``:k`` in the caller's transaction, trying ``:first`` first, then the
+#: next ones (modulo ``:k``); the slot number, or no row (PostgreSQL) or -1 (SQL Server) when all
+#: are held. LIMIT 1 stops the scan at the first lock taken, so one slot at most is claimed.
+#: Each worker has its own ``:first`` (see :func:`_first_slot`), so while the limit is far from
+#: binding the first try succeeds.
 CLAIM_SLOT: Final[dict[str, str]] = {
+    # CASE runs the scan (a generate_series of K rows) only when the first slot is taken.
     "postgresql": (
-        "SELECT slot FROM generate_series(0, CAST(:k AS integer) - 1) AS slot "
-        "WHERE pg_try_advisory_xact_lock(hashtext(:name), slot) LIMIT 1"
+        "SELECT CASE WHEN pg_try_advisory_xact_lock(hashtext(:name), "
+        "mod(CAST(:first AS integer), CAST(:k AS integer))) "
+        "THEN mod(CAST(:first AS integer), CAST(:k AS integer)) "
+        "ELSE (SELECT mod(slot + CAST(:first AS integer), CAST(:k AS integer)) "
+        "FROM generate_series(1, CAST(:k AS integer) - 1) AS slot "
+        "WHERE pg_try_advisory_xact_lock(hashtext(:name), "
+        "mod(slot + CAST(:first AS integer), CAST(:k AS integer))) LIMIT 1) END"
     ),
     # EXEC takes variables, not expressions: the resource name is built in @resource first.
     "mssql": (
         "SET NOCOUNT ON; "
-        "DECLARE @k int = :k, @slot int = 0, @result int, @resource nvarchar(255), "
+        "DECLARE @k int = :k, @first int = :first, @slot int = 0, @result int, "
+        "@resource nvarchar(255), "
         "@base nvarchar(64) = CONVERT(nvarchar(64), HASHBYTES('SHA2_256', "
         "CAST(:name AS nvarchar(4000))), 2); "
         "WHILE @slot < @k BEGIN "
-        "SET @resource = N'sqlqueue.slots.' + @base + N'.' + CAST(@slot AS nvarchar(10)); "
+        "SET @resource = N'sqlqueue.slots.' + @base + N'.' "
+        "+ CAST((@slot + @first) % @k AS nvarchar(10)); "
         "EXEC @result = sp_getapplock @Resource = @resource, @LockMode = 'Exclusive', "
         "@LockOwner = 'Transaction', @LockTimeout = 0; "
         "IF @result >= 0 BREAK; "
         "SET @slot += 1; "
         "END; "
-        "SELECT CASE WHEN @slot < @k THEN @slot ELSE -1 END;"
+        "SELECT CASE WHEN @slot < @k THEN (@slot + @first) % @k ELSE -1 END;"
     ),
 }
+
+#: Claim one slot of each of several limits in one statement (the per-key limit's optimistic
+#: path: the slots of the received messages' keys and the global slot together), each tried from
+#: ``:first`` on as :data:`CLAIM_SLOT` does; how many limits got one. The locks and their names
+#: are those of :data:`CLAIM_SLOT`, so both statements count the same slots. A limit refused
+#: leaves the others' locks taken: the caller rolls the whole transaction back.
+CLAIM_SLOTS: Final[dict[str, str]] = {
+    # :names and :limits are arrays of the same length (the driver sends lists as arrays).
+    "postgresql": (
+        "SELECT count(*) FROM unnest(CAST(:names AS text[]), "
+        "CAST(:limits AS integer[])) AS wanted(name, k) "
+        "WHERE CASE WHEN pg_try_advisory_xact_lock(hashtext(wanted.name), "
+        "mod(CAST(:first AS integer), wanted.k)) THEN true "
+        "ELSE EXISTS (SELECT FROM generate_series(1, wanted.k - 1) AS slot "
+        "WHERE pg_try_advisory_xact_lock(hashtext(wanted.name), "
+        "mod(slot + CAST(:first AS integer), wanted.k))) END"
+    ),
+    # :claims is a JSON array of [name, limit, index] (SQL Server 2016+: OPENJSON; a schema,
+    # not JSON_VALUE, which gives NULL past 4,000 characters); the loop stops at the first
+    # limit refused.
+    "mssql": (
+        "SET NOCOUNT ON; "
+        "DECLARE @first int = :first, @i int = 0, @n int, @k int, @slot int, @result int, "
+        "@name nvarchar(max), @base nvarchar(64), @resource nvarchar(255); "
+        "DECLARE @wanted TABLE (i int PRIMARY KEY, name nvarchar(max), k int); "
+        "INSERT INTO @wanted (i, name, k) SELECT i, name, k "
+        "FROM OPENJSON(CAST(:claims AS nvarchar(max))) "
+        "WITH (name nvarchar(max) '$[0]', k int '$[1]', i int '$[2]'); "
+        "SELECT @n = COUNT(*) FROM @wanted; "
+        "WHILE @i < @n BEGIN "
+        "SELECT @name = name, @k = k FROM @wanted WHERE i = @i; "
+        "SET @base = CONVERT(nvarchar(64), HASHBYTES('SHA2_256', "
+        "CAST(@name AS nvarchar(4000))), 2); "
+        "SET @slot = 0; SET @result = -1; "
+        "WHILE @slot < @k AND @result < 0 BEGIN "
+        "SET @resource = N'sqlqueue.slots.' + @base + N'.' "
+        "+ CAST((@slot + @first) % @k AS nvarchar(10)); "
+        "EXEC @result = sp_getapplock @Resource = @resource, @LockMode = 'Exclusive', "
+        "@LockOwner = 'Transaction', @LockTimeout = 0; "
+        "SET @slot += 1; "
+        "END; "
+        "IF @result < 0 BREAK; "
+        "SET @i += 1; "
+        "END; "
+        "SELECT @i;"
+    ),
+}
+
+#: Most limits claimed with :func:`_claim_few` (one statement per count, no arrays) on
+#: PostgreSQL; more go through :data:`CLAIM_SLOTS`.
+FEW = 8
+
+
+def _claim_few(count: int) -> str:
+    """PostgreSQL: the claim of *count* limits (``:name_a``, ``:k_a``, ...); how many got one.
+
+    Scalar parameters: cheaper than :data:`CLAIM_SLOTS`' arrays for the one or two limits of a
+    single message's receive.
+    """
+    parts = []
+    for letter in "abcdefgh"[:count]:
+        name, limit = f"hashtext(:name_{letter})", f"CAST(:k_{letter} AS integer)"
+        parts.append(
+            f"(CASE WHEN pg_try_advisory_xact_lock({name}, mod(CAST(:first AS integer), {limit})) "
+            f"THEN 1 ELSE (SELECT count(*) FROM (SELECT FROM generate_series(1, {limit} - 1) "
+            f"AS slot WHERE pg_try_advisory_xact_lock({name}, "
+            f"mod(slot + CAST(:first AS integer), {limit})) LIMIT 1) AS taken) END)"
+        )
+    return "SELECT " + (" + ".join(parts) or "0")
+
+
+_FEW_CLAIMS = [_claim_few(count) for count in range(FEW + 1)]
 
 _local_lock = threading.Lock()
 _local_semaphores: dict[tuple[str, str], tuple[int, threading.BoundedSemaphore]] = {}
@@ -108,10 +210,83 @@ def _semaphore(engine: Engine, name: str, limit: int) -> threading.BoundedSemaph
         return found[1]
 
 
-def _try_slot(connection: Connection, statement: sa.TextClause, limit: int, name: str) -> bool:
-    """Take the first free of *limit* slots named *name*, for the transaction; no waiting."""
-    number = connection.execute(statement, {"k": limit, "name": name}).scalar()
+_worker_numbers = itertools.count()
+_process_offset = random.randrange(1 << 16)  # noqa: S311  (spreads processes, not secrets)
+_worker = threading.local()
+
+
+def _first_slot(limit: int) -> int:
+    """The slot this worker thread tries first: its number in the process, offset per process.
+
+    Workers of one process prefer different slots, so with a limit far above the load each
+    first try succeeds (one lock, no scan past slots others hold).
+    """
+    number = getattr(_worker, "number", None)
+    if number is None:
+        number = _worker.number = next(_worker_numbers)
+    return (_process_offset + number) % limit
+
+
+def _rendered(template: str, connection: Connection) -> sql.Statement:
+    """*template* rendered once per dialect for its driver (hot path: the driver's cursor)."""
+    dialect = connection.dialect
+    key = (template, dialect.name, dialect.paramstyle)
+    statement = _rendered_statements.get(key)
+    if statement is None:
+        statement = _rendered_statements[key] = sql.render(template, dialect, "")
+    return statement
+
+
+_rendered_statements: dict[tuple[str, str, str], sql.Statement] = {}
+
+
+def _scalar(connection: Connection, template: str, values: dict[str, Any]) -> Any:
+    """The first column of the first row of *template* run in *connection*'s transaction.
+
+    Through the driver's cursor, as the receive runs (SQLAlchemy's statement machinery costs
+    as much as the round trip), unless something listens to the statements.
+    """
+    statement = _rendered(template, connection)
+    params = statement.params(values)
+    cursor = table_queue._driver_cursor(connection)  # the receive's own (same module family)
+    if cursor is None:
+        return connection.exec_driver_sql(statement.text, params).scalar()
+    try:
+        cursor.execute(statement.text, params)
+        row = cursor.fetchone()
+    finally:
+        cursor.close()
+    return None if row is None else row[0]
+
+
+def _try_slot(connection: Connection, template: str, limit: int, name: str) -> bool:
+    """Take a free one of *limit* slots named *name*, for the transaction; no waiting."""
+    values = {"k": limit, "name": name, "first": _first_slot(limit)}
+    number = _scalar(connection, template, values)
     return number is not None and int(number) >= 0
+
+
+def _try_slots(connection: Connection, wanted: dict[str, int]) -> bool:
+    """Take one slot of each limit in *wanted* (name: slots) in one statement; all or False.
+
+    On False some were taken: the caller rolls the transaction back.
+    """
+    name = connection.dialect.name
+    first = _first_slot(max(wanted.values()))
+    template = CLAIM_SLOTS[name]
+    if name == "postgresql" and len(wanted) <= FEW:
+        template = _FEW_CLAIMS[len(wanted)]
+        values: dict[str, Any] = {"first": first}
+        for letter, (lock, limit) in zip("abcdefgh", wanted.items(), strict=False):
+            values[f"name_{letter}"] = lock
+            values[f"k_{letter}"] = limit
+    elif name == "postgresql":
+        values = {"names": list(wanted), "limits": list(wanted.values()), "first": first}
+    else:
+        claims = [[key, limit, index] for index, (key, limit) in enumerate(wanted.items())]
+        values = {"claims": json.dumps(claims), "first": first}
+    taken = _scalar(connection, template, values)
+    return taken is not None and int(taken) == len(wanted)
 
 
 _local_key_counts: dict[tuple[str, str], dict[str, int]] = {}
@@ -137,7 +312,12 @@ class GlobalConcurrency:
         self.limit = limit
         self.local = dialects.for_dialect(engine).single_writer
         self._semaphore = _semaphore(engine, name, limit) if self.local else None
-        self._statement = None if self.local else sa.text(CLAIM_SLOT[engine.dialect.name])
+        self._statement = None if self.local else CLAIM_SLOT[engine.dialect.name]
+
+    @property
+    def lock_name(self) -> str:
+        """The name the slots' locks are made of."""
+        return LOCK_PREFIX + self.name
 
     def enter(self) -> bool:
         """SQLite: take a slot of this process (wait up to :data:`SLOT_WAIT`); else True."""
@@ -156,7 +336,7 @@ class GlobalConcurrency:
             return True
         deadline = time.monotonic() + SLOT_WAIT
         while True:
-            if _try_slot(connection, self._statement, self.limit, LOCK_PREFIX + self.name):
+            if _try_slot(connection, self._statement, self.limit, self.lock_name):
                 return True
             if time.monotonic() >= deadline:
                 log.debug(
@@ -189,11 +369,19 @@ class KeyConcurrency:
         self.fifo = fifo
         self.window = window
         self.local = dialects.for_dialect(engine).single_writer
-        self._statement = None if self.local else sa.text(CLAIM_SLOT[engine.dialect.name])
+        self._statement = None if self.local else CLAIM_SLOT[engine.dialect.name]
+        #: Whether a receive first takes rows as the plain receive does, then their slots
+        #: (PostgreSQL, SQL Server; never with *fifo*: see the module docstring).
+        self.optimistic = not self.local and not fifo
         # SQLite: in flight per key, shared by every endpoint of this process on the queue
         self._counts = _key_counts(engine, name)
         self._counts_lock = _local_lock
         self._thread = threading.local()
+
+    @property
+    def takes_global_slot(self) -> bool:
+        """Whether :meth:`receive` takes the global slot itself (the caller must not)."""
+        return not self.local
 
     def key_of(self, message: IncomingMessage) -> str | None:
         """The message's key, or None (no header, or headers nobody can read: not limited)."""
@@ -207,8 +395,43 @@ class KeyConcurrency:
         queue: str | addressing.QueueAddress,
         connection: Connection,
         count: int,
+        gate: GlobalConcurrency | None = None,
+        first: bool = True,
     ) -> list[IncomingMessage]:
-        """Take up to *count* of the oldest messages whose key has a free slot, in order."""
+        """Take up to *count* of the oldest messages whose key has a free slot, in order.
+
+        :param gate: the global limit, whose slot this receive takes with the key slots
+            (PostgreSQL, SQL Server; see :attr:`takes_global_slot`).
+        :param first: whether the transaction holds nothing yet (no row, no slot): only then
+            may the optimistic path roll it back; a later receive of a batch is careful.
+        """
+        gate = None if gate is None or gate.local else gate
+        if first and self.optimistic:
+            taken = transport.receive(queue, count, connection=connection)
+            if not taken:
+                return taken
+            wanted = {self._lock_name(key): self.limit for key in
+                      {self.key_of(message) for message in taken} if key is not None}
+            if gate is not None:
+                wanted[gate.lock_name] = gate.limit
+            if not wanted or _try_slots(connection, wanted):
+                return taken
+            # A slot was refused: put every row back (nothing was handled) and take the
+            # careful path for this attempt. The transaction holds only this receive, so the
+            # driver's rollback is the whole of it; the next statement begins a new one.
+            connection.connection.dbapi_connection.rollback()  # type: ignore[union-attr]
+        if first and gate is not None and not gate.claim(connection):
+            return []
+        return self._careful(transport, queue, connection, count)
+
+    def _careful(
+        self,
+        transport: Transport,
+        queue: str | addressing.QueueAddress,
+        connection: Connection,
+        count: int,
+    ) -> list[IncomingMessage]:
+        """The scan: browse the oldest rows, take each by id with its key's slot."""
         table_queue = transport.queue(queue)
         taken: list[IncomingMessage] = []
         blocked: set[str] = set()
@@ -285,16 +508,9 @@ class KeyConcurrency:
 
 # -- the rate limit -------------------------------------------------------------------------
 #: The schedules of the rate limits (PostgreSQL, SQL Server): one row per queue, found by its
-#: primary key, so the check costs the same however long the queue has run.
-RATE_METADATA = sa.MetaData()
-RATE_TABLE = sa.Table(
-    "sqlqueue_rate_limits",
-    RATE_METADATA,
-    sa.Column("name", sa.String(450), primary_key=True),
-    # when the next message may start (seconds since 1970, the server's clock): GCRA's
-    # "theoretical arrival time"
-    sa.Column("next_at", sa.Float, nullable=False),
-)
+#: primary key, so the check costs the same however long the queue has run. Declared once, in
+#: :mod:`sqlqueue_orm.models.rate_limit` (revision ``0012_rate_limits``).
+RATE_TABLE = rate_limit.rate_limit_table()
 
 #: Reserve the next ``:step`` seconds of the schedule ``:name`` (``n / rate``), at most
 #: ``:wait`` seconds ahead, ``:tau`` (``(burst - 1) / rate``) of idle time usable at once: the
@@ -327,6 +543,14 @@ RESERVE: Final[dict[str, str]] = {
 }
 
 
+#: Longest stretch of the schedule one reservation of a block covers.
+BLOCK_SPAN = 0.02
+#: How long a block's starts stay usable once it is usable; the rest are then dropped.
+BLOCK_LIFE = 0.1
+#: Most starts one reservation takes for the process (one message each).
+MAX_BLOCK = 100
+
+
 class RateLimit:
     """At most *rate* messages per *interval* seconds from one queue, across processes.
 
@@ -337,6 +561,15 @@ class RateLimit:
     beyond, the receive gives up (its message returns to the queue) and tries again.
     PostgreSQL and SQL Server: one row of ``sqlqueue_rate_limits`` per queue, created at
     start-up; SQLite: within this process.
+
+    **Blocks** (PostgreSQL, SQL Server, one message per receive, a rate of 100 per second or
+    more): one reservation takes the next :attr:`block` starts for this process (at most
+    :data:`MAX_BLOCK`, covering at most :data:`BLOCK_SPAN` of the schedule); its workers take
+    them one by one, each sleeping until its start. A process holds one block at a time: its
+    starts not taken within :data:`BLOCK_LIFE` of the block becoming usable, or when a worker
+    reserves the next block, are dropped (under-delivery, never over). A start taken late may
+    bunch with later ones, so a window of one interval holds at most *rate* + *burst* starts
+    plus, per process, the block less one (and never more than *rate* x :data:`BLOCK_LIFE`).
     """
 
     def __init__(
@@ -349,6 +582,14 @@ class RateLimit:
         self.local = dialects.for_dialect(engine).single_writer
         self._lock = threading.Lock()
         self._next_at = 0.0
+        #: Starts one reservation takes for single messages (1: no blocks).
+        self.block = 1 if self.local else max(
+            1, min(MAX_BLOCK, int(self.per_second * BLOCK_SPAN))
+        )
+        # the block being used: next start (epoch seconds), starts left, used until
+        self._block_next = 0.0
+        self._block_left = 0
+        self._block_until = 0.0
         self._statement: sa.TextClause | None = None
         if not self.local:
             table = engine.dialect.identifier_preparer.format_table(RATE_TABLE)
@@ -358,7 +599,12 @@ class RateLimit:
         """Create the schedule's table and row if missing (PostgreSQL, SQL Server)."""
         if self.local:
             return
-        RATE_METADATA.create_all(self.engine, checkfirst=True)
+        try:
+            RATE_TABLE.create(self.engine, checkfirst=True)
+        except sa.exc.DBAPIError:
+            # another process created it between the check and the CREATE
+            if not sa.inspect(self.engine).has_table(RATE_TABLE.name):
+                raise
         with self.engine.begin() as connection:
             found = connection.execute(
                 sa.select(RATE_TABLE.c.name).where(RATE_TABLE.c.name == self.name)
@@ -374,6 +620,8 @@ class RateLimit:
 
     def take(self, wanted: int) -> int:
         """Reserve *wanted* messages' starts and sleep until the first; 0 if none is near."""
+        if wanted == 1 and self.block > 1:
+            return self._take_from_block()
         wait = self._reserve(wanted)
         if wait is None:
             time.sleep(random.uniform(0.01, 0.05))  # noqa: S311  (jitter, not secrets)
@@ -381,6 +629,36 @@ class RateLimit:
         if wait > 0:
             time.sleep(wait)
         return wanted
+
+    def _take_from_block(self) -> int:
+        """One start of the process's block (a new block reserved when it is used up)."""
+        step = 1 / self.per_second
+        with self._lock:
+            now = time.time()
+            if not self._block_left or now > self._block_until:
+                wait = self._reserve(self.block)  # under the lock: one reservation at a time
+                if wait is None:
+                    self._block_left = 0
+                    start = None
+                else:
+                    now = time.time()
+                    start = now + wait
+                    # usable for BLOCK_LIFE from when it is first usable (a start in the
+                    # past is idle credit, the burst)
+                    self._block_until = max(start, now) + BLOCK_LIFE
+                    self._block_next = start + step
+                    self._block_left = self.block - 1
+            else:
+                start = self._block_next
+                self._block_next += step
+                self._block_left -= 1
+        if start is None:
+            time.sleep(random.uniform(0.01, 0.05))  # noqa: S311  (jitter, not secrets)
+            return 0
+        wait = start - time.time()
+        if wait > 0:
+            time.sleep(wait)
+        return 1
 
     def _reserve(self, wanted: int) -> float | None:
         step = wanted / self.per_second

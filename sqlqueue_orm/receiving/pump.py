@@ -49,6 +49,9 @@ DATABASE_ERRORS: tuple[type[BaseException], ...] = (exceptions.DatabaseError, ex
 _OUTCOMES = ("handled", "failed", "retried", "delayed", "expired", "poison")
 #: Most receive tasks started after one peek (a peek of a huge queue is re-done after them).
 _MAX_TICKETS = 10_000
+#: Longest pause (seconds) after a receive found nothing that its peek had counted; a send's
+#: wake-up or a handler of the pump ending cuts it short.
+EMPTY_RECEIVE_PAUSE = 0.05
 
 
 @dataclasses.dataclass
@@ -195,10 +198,13 @@ class _Slot:
         self._signalled = False
         self._connection: Connection | None = None
         self.abandoned = False
+        #: Whether the receive took a message (its row is held until this slot ends).
+        self.found = False
 
     def received(self, found: bool) -> None:
         if not self._signalled:
             self._signalled = True
+            self.found = found
             self._batch.mark(found)
 
     def track(self, connection: Connection) -> None:
@@ -245,6 +251,14 @@ class MessagePump:
         self._stopping = threading.Event()
         self._stopped = threading.Event()
         self._wake = threading.Event()
+        #: Set with ``_wake`` by :meth:`wake` (a send), not by a handler ending.
+        self._sent = False
+        #: The loop sleeps: a handler that held a row ending wakes it.
+        self._pausing = False
+        #: Handlers that held a row and ended (under ``_condition``).
+        self._ended = 0
+        #: Whether the dialect's peek counts rows whose receive has not committed.
+        self._peek_counts_held_rows = False
         self._tickets: queue_module.SimpleQueue[_Batch | None] = queue_module.SimpleQueue()
         self._condition = threading.Condition()
         self._busy = 0
@@ -273,9 +287,13 @@ class MessagePump:
 
         :param notify: also listen for PostgreSQL notifications (the trigger is installed).
         """
+        from sqlqueue_orm import dialects
         from sqlqueue_orm.receiving import wakeup
 
         transport = self.endpoint.transport
+        self._peek_counts_held_rows = dialects.for_dialect(
+            transport.engine
+        ).peek_counts_held_rows
         self._address = transport.address(self.queue)
         self._local_wakeups = wakeup.local_wakeups(transport)
         self._local_wakeups.register(self._address.table, self.wake)
@@ -294,32 +312,48 @@ class MessagePump:
         self._loop_thread.start()
 
     def wake(self) -> None:
-        """Peek now instead of at the end of the peek delay (a message was sent)."""
+        """Receive now instead of at the end of the peek delay (a message was sent)."""
+        self._sent = True
         self._wake.set()
 
     # -- the loop ---------------------------------------------------------------------------
     def _loop(self) -> None:
         try:
+            sent = False  # a send woke the pump: receive at once, no peek first
             while not self._stopping.is_set():
                 with self._condition:
                     while self._busy >= self.concurrency and not self._stopping.is_set():
                         self._condition.wait(0.5)
                 if self._stopping.is_set():
                     break
-                try:
-                    count = self.endpoint.transport.peek(self.queue)
-                except DATABASE_ERRORS as error:
-                    self.peek_breaker.failure(error)
-                    continue
-                self.peek_breaker.success()
-                self.stats.peeks += 1
-                if count <= 0:
-                    if not self.drained.is_set() and self._confirm_empty():
-                        continue  # the receive found what the peek did not count: go on
-                    self._wake.wait(self._idle_delay())
-                    self._wake.clear()
-                    continue
-                self._last_found = time.monotonic()
+                ended = self._ended  # handlers that held a row and ended, before this peek
+                if sent:
+                    # A committed send woke us: the peek would only say "at least one",
+                    # so one receive goes at once (a round trip less before the handler);
+                    # the peek after it finds whatever else is waiting.
+                    sent = False
+                    count = 1
+                else:
+                    try:
+                        count = self.endpoint.transport.peek(self.queue)
+                    except DATABASE_ERRORS as error:
+                        self.peek_breaker.failure(error)
+                        continue
+                    self.peek_breaker.success()
+                    self.stats.peeks += 1
+                    if count <= 0:
+                        if not self.drained.is_set() and self._confirm_empty():
+                            continue  # the receive found what the peek did not count: go on
+                        sent = self._sleep(self._idle_delay(), ended)
+                        continue
+                    held = self._held_rows()
+                    if count <= held:
+                        # Only rows our handlers hold: nothing to take until a send wakes
+                        # the pump or a handler ends (its row gone, or back after a rollback).
+                        sent = self._sleep(self._idle_delay(), ended)
+                        continue
+                    count -= held
+                    self._last_found = time.monotonic()
                 # Up to *count* receive tasks, each waiting for a free worker (NServiceBus
                 # starts that many, each behind its concurrency semaphore): a worker that
                 # handled one message takes the next ticket without a peek in between.
@@ -334,11 +368,48 @@ class MessagePump:
                 while not batch.done.wait(0.5):
                     if self._stopping.is_set():
                         break
+                if batch.empty:
+                    # A receive found nothing although the peek counted rows: they are held
+                    # by receives in flight (PostgreSQL's peek sees a row until the receive
+                    # commits) or refused by flow control. Peeking again at once would spin
+                    # peek and receive for as long as a handler runs; pause instead, until a
+                    # send wakes the pump or one of its handlers ends (its row is gone, or
+                    # back after a rollback), at most EMPTY_RECEIVE_PAUSE.
+                    sent = self._sleep(min(self._idle_delay(), EMPTY_RECEIVE_PAUSE), ended)
         except Exception:  # a bug: say so loudly rather than die silently
             log.critical("queue %s: the pump loop failed", self.queue, exc_info=True)
         finally:
             for _ in self._threads:
                 self._tickets.put(None)
+
+    def _held_rows(self) -> int:
+        """Rows this pump's handlers hold that the peek counted (0 where it does not count them).
+
+        A batched receive holds up to ``batch_size`` rows per handler: not subtracted (a peek
+        overestimated costs one empty receive, not a stall).
+        """
+        if not self._peek_counts_held_rows or self.settings.batch_size > 1:
+            return 0
+        with self._condition:
+            return sum(1 for slot in self._active if slot.found)
+
+    def _sleep(self, timeout: float, ended: int) -> bool:
+        """Wait up to *timeout* s; return whether a send woke the pump.
+
+        A handler that held a row and ends wakes it too (its row is gone, or back in the queue
+        after a rollback), and if one ended since *ended* (:attr:`_ended` before the peek)
+        this returns at once.
+        """
+        with self._condition:
+            if self._ended != ended:
+                return False
+            self._pausing = True
+        self._wake.wait(timeout)
+        self._wake.clear()
+        with self._condition:
+            self._pausing = False
+        sent, self._sent = self._sent, False
+        return sent
 
     def _idle_delay(self) -> float:
         """Seconds to sleep after an empty peek: ``burst_delay`` in a burst, else ``peek_delay``.
@@ -394,17 +465,24 @@ class MessagePump:
                 self.stats.in_flight = self._busy
                 self.stats.max_in_flight = max(self.stats.max_in_flight, self._busy)
             failure: BaseException | None = None
+            raised = False
             try:
                 self.strategy.process(slot)
             except DATABASE_ERRORS as error:
                 failure = error
+                raised = True
             except Exception as error:
+                raised = True
                 if slot.abandoned:
                     log.info("queue %s: an abandoned handler ended: %s", self.queue, error)
                 else:
                     log.error("queue %s: processing failed", self.queue, exc_info=True)
             finally:
                 slot.received(False)  # no-op if the receive reported already
+            if raised:
+                # its transaction rolled back, and which messages it held is not known here:
+                # receives scan the queue from 0 again (docs/scale.md, the receive floor)
+                self._rewind()
             if failure is not None and not slot.abandoned:
                 self.receive_breaker.failure(failure)
             elif failure is None:
@@ -414,6 +492,15 @@ class MessagePump:
                 self._active.discard(slot)
                 self.stats.in_flight = self._busy
                 self._condition.notify_all()
+                if slot.found:  # its row is gone, or back in the queue: peek again
+                    self._ended += 1
+                    if self._pausing:
+                        self._wake.set()
+
+    def _rewind(self) -> None:
+        floor = self.endpoint.transport.queue(self.queue).floor
+        if floor is not None:
+            floor.reset()
 
     def _count(self, outcome: str, count: int = 1) -> None:
         """Count *count* messages of one *outcome* (a batch counts each outcome at once)."""

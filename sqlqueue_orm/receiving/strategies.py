@@ -264,6 +264,7 @@ class ReceiveStrategy:
     def process(self, slot: Slot) -> None:
         """Receive at most one message (or batch) and process it (the pump calls this)."""
         self._local.allowance = None
+        self._local.fresh = True  # the transaction about to begin holds nothing yet
         if self.rate is not None and self.endpoint.settings.batch_size > 1:
             # a batch takes its tokens first, then receives as many messages (one message
             # takes its token after the receive: its handler starts right after the token)
@@ -291,17 +292,34 @@ class ReceiveStrategy:
         return self.rate.take(1) > 0
 
     def _receive(self, connection: Connection, count: int) -> list[IncomingMessage]:
-        """The receive, through the per-key limit when there is one."""
+        """The receive, through the per-key limit when there is one.
+
+        The per-key limit also takes the global slot (:meth:`_claim` leaves it to it), in one
+        statement with the key slots; the first receive of a transaction may roll it back.
+        """
         if self.keys is None:
             return self.transport.receive(self.queue, count, connection=connection)
-        return self.keys.receive(self.transport, self.queue, connection, count)
+        first = self._local.__dict__.pop("fresh", True)
+        self._local.fresh = False  # a later receive of this batch holds rows already
+        return self.keys.receive(self.transport, self.queue, connection, count, self.gate, first)
 
     def _process(self, slot: Slot) -> None:
         raise NotImplementedError
 
+    def _returned(self, message: IncomingMessage) -> None:
+        """*message*'s receive rolled back: the queue's receive floor must not pass it."""
+        floor = self.transport.queue(self.queue).floor
+        if floor is not None:
+            floor.returned(message.row_version)
+
     def _claim(self, connection: Connection) -> bool:
-        """Take a global slot in *connection*'s transaction (True without a limit)."""
-        return self.gate is None or self.gate.claim(connection)
+        """Take a global slot in *connection*'s transaction (True without a limit).
+
+        True at once when the per-key receive takes the slot itself (:meth:`_receive`).
+        """
+        if self.gate is None or (self.keys is not None and self.keys.takes_global_slot):
+            return True
+        return self.gate.claim(connection)
 
     def _context(
         self, message: IncomingMessage, sender: Sender, session: Callable[[], Session]
@@ -412,6 +430,8 @@ class NoTransaction(ReceiveStrategy):
             slot.received(bool(messages))
             if not messages or not self._paced():
                 transaction.rollback()  # no token in time: the message returns to its place
+                if messages:
+                    self._returned(messages[0])
                 return
             message = messages[0]
             if message.headers_error is not None:
@@ -473,6 +493,8 @@ class _NativeTransaction(ReceiveStrategy):
             slot.received(bool(messages))
             if not messages or not self._paced():
                 transaction.rollback()  # no token in time: the message returns to its place
+                if messages:
+                    self._returned(messages[0])
                 return
             message = messages[0]
             if message.expired:
@@ -514,6 +536,7 @@ class _NativeTransaction(ReceiveStrategy):
                         error,
                     )
                     transaction.rollback()
+                    self._returned(message)  # retried at once, so found at once
                     slot.outcome("retried")
                     return
                 if decision.action == recoverability.DELAYED:

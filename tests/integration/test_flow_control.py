@@ -18,7 +18,7 @@ import pytest
 import sqlalchemy as sa
 
 from sqlqueue_orm import OutgoingMessage, exceptions
-from sqlqueue_orm.receiving import Endpoint, EndpointSettings, HandlerContext, TransactionMode
+from sqlqueue_orm.receiving import Endpoint, EndpointSettings, HandlerContext, TransactionMode, flow
 from tests.conftest import only
 from tests.endpoint_app import Job
 from tests.flow_app import FlowBase, most_at_once, spans
@@ -291,3 +291,167 @@ def test_rate_limit_within_one_process_on_sqlite(database):
 def test_rate_settings():
     with pytest.raises(exceptions.ConfigurationError, match="rate_limit 0"):
         EndpointSettings(rate_limit=0)
+
+
+# -- the cost of the limits far from binding (docs/scale.md "Cost") ----------------------
+def _held_elsewhere(engine: sa.Engine, name: str, slots: range) -> sa.Connection:
+    """A connection whose open transaction holds *slots* of the lock *name*, as a busy worker."""
+    holder = engine.connect()
+    holder.begin()
+    for slot in slots:
+        assert holder.execute(sa.text("SELECT pg_try_advisory_xact_lock(hashtext(:n), :s)"),
+                              {"n": name, "s": slot}).scalar()
+    return holder
+
+
+def _limits(transport, queue: str, key_limit: int, global_limit: int):  # type: ignore[no-untyped-def]
+    name = transport.address_text(queue)
+    keys = flow.KeyConcurrency(transport.engine, name, "customer", key_limit, False, 100)
+    return name, keys, flow.GlobalConcurrency(transport.engine, name, global_limit)
+
+
+def _advisory_locks(connection: sa.Connection) -> int:
+    return int(connection.execute(sa.text(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
+    )).scalar_one())
+
+
+@only("postgresql")
+def test_a_refused_key_slot_puts_the_row_back_and_the_next_key_is_taken(database):
+    transport = database.transport()
+    _keyed(transport, "refused", ["busy", "free"], 1)  # the busy key's message is the oldest
+    name, keys, gate = _limits(transport, "refused", 1, 3)
+    holder = _held_elsewhere(transport.engine, f"{flow.KEY_PREFIX}{name}\x1fbusy", range(1))
+    try:
+        with transport.engine.connect() as connection:
+            transaction = connection.begin()
+            # the plain receive takes the busy key's row, its slot is refused, the transaction
+            # is rolled back and the careful scan takes the free key's
+            taken = keys.receive(transport, "refused", connection, 1, gate)
+            assert [message.headers["customer"] for message in taken] == ["free"]
+            assert _advisory_locks(connection) == 2  # the global slot and the free key's
+            transaction.commit()
+    finally:
+        holder.close()
+    assert [message.headers["customer"] for message in transport.browse("refused")] == ["busy"]
+
+
+@only("postgresql")
+def test_with_every_global_slot_held_elsewhere_the_keyed_receive_takes_nothing(database):
+    transport = database.transport()
+    _keyed(transport, "full", ["a", "b"], 2)
+    name, keys, gate = _limits(transport, "full", 1, 2)
+    holder = _held_elsewhere(transport.engine, flow.LOCK_PREFIX + name, range(2))
+    try:
+        with transport.engine.connect() as connection:
+            transaction = connection.begin()
+            assert keys.receive(transport, "full", connection, 1, gate) == []
+            transaction.rollback()
+    finally:
+        holder.close()
+    assert len(transport.browse("full")) == 4
+
+
+@only("postgresql")
+def test_a_batch_holds_one_slot_per_key_for_all_its_messages_of_that_key(database):
+    """K = 1 and two messages of one key in one batch: both are taken, on one slot.
+
+    A batch handles its messages one after the other, so they are never two at once; the
+    slot keeps every other worker off the key until the batch commits.
+    """
+    transport = database.transport()
+    _keyed(transport, "batched", ["one"], 2)
+    name, keys, gate = _limits(transport, "batched", 1, 3)
+    with transport.engine.connect() as connection:
+        transaction = connection.begin()
+        taken = keys.receive(transport, "batched", connection, 2, gate)
+        assert [message.headers["customer"] for message in taken] == ["one", "one"]
+        with transport.engine.connect() as other:
+            other.begin()
+            assert not other.execute(
+                sa.text("SELECT pg_try_advisory_xact_lock(hashtext(:n), 0)"),
+                {"n": f"{flow.KEY_PREFIX}{name}\x1fone"},
+            ).scalar()
+        transaction.commit()
+    assert transport.browse("batched") == []
+
+
+@only("postgresql")
+def test_rate_starts_reserved_in_blocks_keep_to_the_rate(database):
+    transport = database.transport()
+    rate, burst = 1_000, 10
+    limit = flow.RateLimit(transport.engine, "blocks", rate, 1.0, burst)
+    limit.prepare()
+    assert limit.block == 20  # 20 ms of the schedule
+    reservations = 0
+
+    def count(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+        nonlocal reservations
+        reservations += statement.lstrip().startswith("WITH now")
+
+    sa.event.listen(transport.engine, "before_cursor_execute", count)
+    starts: list[float] = []
+    lock = threading.Lock()
+
+    def work() -> None:
+        for _ in range(60):
+            if limit.take(1):
+                with lock:
+                    starts.append(time.monotonic())
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    sa.event.remove(transport.engine, "before_cursor_execute", count)
+    assert len(starts) == 240
+    assert reservations <= 240 // 20 + 4  # one per block, not one per message
+    ordered = sorted(starts)
+    # any 0.1 s holds at most 100 starts plus the burst plus the block less one, + jitter
+    most = max(
+        sum(1 for other in ordered[index:] if other < start + 0.1)
+        for index, start in enumerate(ordered)
+    )
+    assert most <= 100 + burst + limit.block - 1 + JITTER, most
+    assert ordered[-1] - ordered[0] >= (240 - burst - limit.block) / rate
+
+
+@only("postgresql")
+def test_a_worker_whose_own_slot_is_held_takes_the_next_free_one(database):
+    transport = database.transport()
+    _keyed(transport, "preferred", ["k"], 1)
+    name, keys, gate = _limits(transport, "preferred", 2, 3)
+    own = flow._first_slot(3)  # this thread's first try, for the global limit (3 slots)
+    holder = _held_elsewhere(transport.engine, flow.LOCK_PREFIX + name, range(own, own + 1))
+    key_holder = _held_elsewhere(transport.engine, f"{flow.KEY_PREFIX}{name}\x1fk",
+                                 range(flow._first_slot(3) % 2, flow._first_slot(3) % 2 + 1))
+    try:
+        with transport.engine.connect() as connection:
+            transaction = connection.begin()
+            assert gate.claim(connection)  # the single claim scans on past its own slot
+            assert _advisory_locks(connection) == 1
+            transaction.rollback()
+            transaction = connection.begin()
+            # the one-statement claim too: the key's other slot and another global slot
+            taken = keys.receive(transport, "preferred", connection, 1, gate)
+            assert [message.headers["customer"] for message in taken] == ["k"]
+            assert _advisory_locks(connection) == 2
+            transaction.commit()
+    finally:
+        holder.close()
+        key_holder.close()
+
+
+@only("postgresql")
+def test_a_batch_of_many_keys_takes_each_key_slot_and_the_global_one(database):
+    transport = database.transport()
+    keys_sent = [f"k{number}" for number in range(12)]  # 13 limits: past the scalar form
+    _keyed(transport, "many", keys_sent, 1)
+    _name, keys, gate = _limits(transport, "many", 1, 3)
+    with transport.engine.connect() as connection:
+        transaction = connection.begin()
+        taken = keys.receive(transport, "many", connection, 12, gate)
+        assert sorted(message.headers["customer"] for message in taken) == sorted(keys_sent)
+        assert _advisory_locks(connection) == 13
+        transaction.commit()

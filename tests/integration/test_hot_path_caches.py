@@ -160,3 +160,38 @@ def test_an_in_memory_sqlite_transport_sends_and_receives() -> None:
     assert message.body == b"kept"
     assert transport.receive("memory") == []
     transport.engine.dispose()
+
+
+@only("postgresql")
+def test_a_peek_on_a_killed_thread_connection_reads_again_on_a_new_one(database, postgres_admin):
+    """A peek is a read: the held connection dying under it costs a retry, not an error."""
+    from sqlqueue_orm import OutgoingMessage, Transport
+
+    transport = Transport(database.engine)
+    try:
+        transport.create_queue("peeked")
+        transport.send("peeked", OutgoingMessage(b"one"))
+        assert transport.peek("peeked") == 1
+        pid = transport._connections._local.held.fairy.driver_connection.info.backend_pid
+        with postgres_admin.connect() as admin:
+            admin.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+        assert transport.peek("peeked") == 1
+        new_pid = transport._connections._local.held.fairy.driver_connection.info.backend_pid
+        assert new_pid != pid
+    finally:
+        transport.close()
+
+
+@only("postgresql")
+def test_an_unreachable_server_raises_sqlalchemys_error_from_the_kept_connection(database):
+    """The pump's circuit breakers catch SQLAlchemy's errors: connecting must raise one."""
+    from sqlqueue_orm import Transport
+
+    url = sa.make_url(database.url).set(port=1)  # nothing listens there
+    transport = Transport(db.create_engine(url))
+    try:
+        with pytest.raises((sa.exc.DBAPIError, exceptions.DatabaseError)) as raised:
+            transport.peek("anything")
+        assert "port 1 failed" in str(raised.value)
+    finally:
+        transport.close()

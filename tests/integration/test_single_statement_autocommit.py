@@ -78,6 +78,17 @@ def test_send_and_receive_without_connection_run_in_autocommit(database):
     assert len(seen) == 2, seen  # one round trip each
 
 
+def test_a_peek_without_connection_is_one_round_trip(database):
+    """The pump peeks after every wake-up: no BEGIN/COMMIT around its one SELECT."""
+    transport = database.transport()
+    transport.create_queue("peeked")
+    transport.send("peeked", OutgoingMessage(b"one"))  # the thread now holds a connection
+    with _traced(transport) as seen:
+        assert transport.peek("peeked") == 1
+    assert _transaction_statements(seen) == [], seen
+    assert len(seen) == 1, seen
+
+
 def test_send_many_keeps_its_transaction(database):
     transport = database.transport()
     transport.create_queue("batch")

@@ -35,3 +35,19 @@ def install(url: str, queue: str) -> bool:
         return Transport(engine).create_queue(queue)
     finally:
         engine.dispose()
+
+
+def send_stamped(url: str, queue: str, count: int, interval: float) -> None:
+    """Send *count* messages *interval* s apart, each body the time.time() before its send."""
+    import time
+
+    from sqlqueue_orm import OutgoingMessage
+
+    engine = db.create_engine(url)
+    try:
+        transport = Transport(engine)
+        for _ in range(count):
+            time.sleep(interval)
+            transport.send(queue, OutgoingMessage(repr(time.time()).encode()))
+    finally:
+        engine.dispose()
