@@ -142,6 +142,13 @@ class _LazySavepoint:
         if transaction is not None and transaction.is_active:
             transaction.rollback()
 
+    def session(self) -> Session:
+        """An ORM session in the batch's transaction, inside this SAVEPOINT (opened first)."""
+        self.open()
+        return Session(
+            bind=self._connection, join_transaction_mode="create_savepoint", expire_on_commit=False
+        )
+
     def release(self) -> None:
         """Keep what the handler wrote in the batch's transaction."""
         transaction = self._transaction
@@ -637,9 +644,8 @@ class _NativeTransaction(ReceiveStrategy):
         while True:
             started = dt.datetime.now(dt.UTC) if audit else None
             savepoint = _LazySavepoint(connection)
-            self._local.savepoint = savepoint
             try:
-                self._handle(connection, message)
+                self._handle_batched(connection, message, savepoint)
                 if started is not None:
                     savepoint.open()
                     self._audit(connection, message, started)
@@ -668,13 +674,21 @@ class _NativeTransaction(ReceiveStrategy):
                     return "delayed"
                 self._to_error_queue(connection, message, error)
                 return "failed"
-            finally:
-                self._local.savepoint = None
             savepoint.release()
             return "handled"
 
     def _handle(self, connection: Connection, message: IncomingMessage) -> None:
         raise NotImplementedError
+
+    def _handle_batched(
+        self, connection: Connection, message: IncomingMessage, savepoint: _LazySavepoint
+    ) -> None:
+        """Run the handlers of a message of a batch, *savepoint* opened on their first write."""
+        self._local.savepoint = savepoint
+        try:
+            self._handle(connection, message)
+        finally:
+            self._local.savepoint = None
 
     def _run_with_own_session(self, message: IncomingMessage, sender: Sender) -> None:
         """Run the handlers with a session of its own, committed when they succeed."""
@@ -721,16 +735,25 @@ class TransactionScope(_NativeTransaction):
     mode = TransactionMode.TRANSACTION_SCOPE
 
     def _handle(self, connection: Connection, message: IncomingMessage) -> None:
-        savepoint: _LazySavepoint | None = getattr(self._local, "savepoint", None)
-
-        def session() -> Session:
-            if savepoint is not None:
-                savepoint.open()  # a batched message's SAVEPOINT, before the session's own
-            return Session(
+        context = self._context(
+            message,
+            self._transactional_sender(connection),
+            lambda: Session(
                 bind=connection, join_transaction_mode="create_savepoint", expire_on_commit=False
-            )
+            ),
+        )
+        self._run_scoped(context)
 
-        context = self._context(message, self._transactional_sender(connection), session)
+    def _handle_batched(
+        self, connection: Connection, message: IncomingMessage, savepoint: _LazySavepoint
+    ) -> None:
+        # the batch's hot path: no closure, no thread-local savepoint
+        sender = _TransactionalSender(self.transport, connection, savepoint)
+        self._local.sent = sender.sent
+        self._run_scoped(self._context_class(self.endpoint, message, sender, savepoint.session))
+
+    def _run_scoped(self, context: HandlerContext) -> None:
+        """Invoke the handlers; commit the session's SAVEPOINT if they used it (tx stays open)."""
         try:
             self.endpoint.invoke(context)
             used = context.session_used
