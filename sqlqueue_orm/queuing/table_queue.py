@@ -336,7 +336,9 @@ class TableQueue:
             ) or text.receive
             literals = {"n": limit, "window": limit + _ADVISORY_WINDOW}
         else:
-            template = (text.receive_from_floor or text.receive) if self.floor else text.receive
+            template = text.receive
+            if self.floor is not None and text.receive_from_floor:
+                template = text.receive_from_floor
             literals = {"n": limit}
         statement = sql.render(template, self._dialect, self.quoted_table, literals)
         # From the floor: these parameters scan from 0 (always correct); the receive itself

@@ -10,6 +10,15 @@ its own tasks are taking); a receive that finds nothing cancels the rest and the
 again at once. There are exactly ``concurrency`` worker threads, so that many messages at most
 are handled at once.
 
+Latency (docs/endpoint.md, "Wake-up and latency"): a send's wake-up (in-process or NOTIFY)
+starts one receive at once, without a peek first. Where the peek counts rows whose receive
+has not committed (PostgreSQL, SQLite), the rows this pump's handlers hold are subtracted, and
+a peek that counted only those sleeps until a send wakes the pump or a handler that held a row
+ends (its row is gone, or back after a rollback). A receive that finds nothing although the
+peek counted rows (another process holds them, or flow control refused) is followed by a pause
+of at most :data:`EMPTY_RECEIVE_PAUSE`, not by a peek at once: on PostgreSQL that spun peeks
+and receives for as long as any handler ran.
+
 Peek and receive each have a circuit breaker (:class:`CircuitBreaker`): while the database
 fails, the failing thread backs off (doubling, capped); after ``critical_error_after`` seconds
 of failures in a row it logs a critical error and calls ``on_critical_error``, and keeps
@@ -198,13 +207,16 @@ class _Slot:
         self._signalled = False
         self._connection: Connection | None = None
         self.abandoned = False
-        #: Whether the receive took a message (its row is held until this slot ends).
+        #: Whether the receive took a message.
         self.found = False
+        #: Whether its row is still held: taken, the receive's transaction not committed
+        #: (NONE commits before the handler runs; a rollback ends with the slot).
+        self.holding = False
 
     def received(self, found: bool) -> None:
         if not self._signalled:
             self._signalled = True
-            self.found = found
+            self.found = self.holding = found
             self._batch.mark(found)
 
     def track(self, connection: Connection) -> None:
@@ -214,6 +226,7 @@ class _Slot:
         if self.abandoned:
             raise exceptions.SqlQueueError("abandoned by a timed-out stop; rolled back")
         transaction.commit()
+        self.holding = False
 
     def outcome(self, name: str, count: int = 1) -> None:
         self._pump._count(name, count)
@@ -391,7 +404,7 @@ class MessagePump:
         if not self._peek_counts_held_rows or self.settings.batch_size > 1:
             return 0
         with self._condition:
-            return sum(1 for slot in self._active if slot.found)
+            return sum(1 for slot in self._active if slot.holding)
 
     def _sleep(self, timeout: float, ended: int) -> bool:
         """Wait up to *timeout* s; return whether a send woke the pump.

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from sqlqueue_orm import OutgoingMessage, Transport
+from sqlqueue_orm.queuing.floor import ReceiveFloor
 from tests.conftest import only
 
 
@@ -78,17 +79,6 @@ def test_send_and_receive_without_connection_run_in_autocommit(database):
     assert len(seen) == 2, seen  # one round trip each
 
 
-def test_a_peek_without_connection_is_one_round_trip(database):
-    """The pump peeks after every wake-up: no BEGIN/COMMIT around its one SELECT."""
-    transport = database.transport()
-    transport.create_queue("peeked")
-    transport.send("peeked", OutgoingMessage(b"one"))  # the thread now holds a connection
-    with _traced(transport) as seen:
-        assert transport.peek("peeked") == 1
-    assert _transaction_statements(seen) == [], seen
-    assert len(seen) == 1, seen
-
-
 def test_send_many_keeps_its_transaction(database):
     transport = database.transport()
     transport.create_queue("batch")
@@ -117,11 +107,19 @@ def test_autocommit_does_not_leak_into_the_pool(database):
 
 @only("postgresql")
 def test_receive_gets_a_generic_plan(database):
-    """With the row limit written in, the prepared receive is planned once, not per call."""
+    """With the row limit written in, the prepared receive is planned once, not per call.
+
+    Its one parameter, the receive floor (``queuing/floor.py``), gets PostgreSQL's rule for a
+    prepared statement with parameters: the first five runs planned for their values, then the
+    generic plan on every run (a bound row limit kept it on custom plans for good).
+    """
     transport = database.transport()
     transport.create_queue("planned")
+    transport.send_many("planned", [OutgoingMessage(b"x") for _ in range(60)])
+    queue = transport.queue("planned")
+    queue.floor = ReceiveFloor(queue.name, margin=2)  # a new floor value on every receive
     with database.engine.connect() as connection:
-        for _ in range(20):  # psycopg prepares after 5 runs; PostgreSQL picks a plan after 5
+        for _ in range(25):  # psycopg prepares after 5 runs; PostgreSQL picks a plan after 5
             with connection.begin():
                 transport.receive("planned", 3, connection=connection)
         [(generic, custom)] = connection.exec_driver_sql(
@@ -129,4 +127,5 @@ def test_receive_gets_a_generic_plan(database):
             "WHERE statement LIKE 'DELETE FROM %%planned%%'"
         ).all()
         connection.rollback()
-    assert custom == 0 and generic >= 1, (generic, custom)
+    assert queue.floor.position > 50
+    assert custom <= 5 and generic >= 15, (generic, custom)
