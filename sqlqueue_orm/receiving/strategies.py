@@ -591,15 +591,15 @@ class _NativeTransaction(ReceiveStrategy):
                 if not messages:
                     break
                 taken += len(messages)
+                local = self._local
                 for message in messages:
-                    outcome = self._batch_one(connection, message, outcomes)
-                    outcomes.append((outcome, message))
-                    sent.extend(getattr(self._local, "sent", None) or ())
-                    self._local.sent = None
-                    destination = getattr(self._local, "forwarded", None)
-                    if destination is not None:
-                        forwarded.append(destination)
-                        self._local.forwarded = None
+                    local.sent = local.forwarded = None
+                    outcomes.append((self._batch_one(connection, message, outcomes), message))
+                    if local.sent:
+                        sent.extend(local.sent)
+                    if local.forwarded is not None:
+                        forwarded.append(local.forwarded)
+                local.sent = local.forwarded = None
                 if time.monotonic() - opened >= settings.batch_flush:
                     break
             if not taken:
@@ -628,7 +628,6 @@ class _NativeTransaction(ReceiveStrategy):
 
         Its immediate retries are appended to *outcomes* as they happen.
         """
-        self._local.sent = None
         if message.expired:
             self._discard_expired(message)
             return "expired"
