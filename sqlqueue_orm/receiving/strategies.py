@@ -24,7 +24,8 @@ start-up (:func:`for_endpoint`), with the mode to use instead.
 
 **Batches** (``batch_size`` above 1, modes TRANSACTION_SCOPE and OUTBOX only): one transaction
 receives up to ``batch_size`` messages with one receive statement, handles each under a
-SAVEPOINT of its own and commits once. A failing handler rolls back its SAVEPOINT only; its
+SAVEPOINT of its own (opened when its handlers first reach the database: handlers that write
+nothing need none) and commits once. A failing handler rolls back its SAVEPOINT only; its
 immediate retries run at once in the same transaction (each under a new SAVEPOINT, so the
 message keeps its row version, its place and its ``Expires``), then it takes the delayed
 retry or the error queue in that transaction. No other message of the batch is affected. A
