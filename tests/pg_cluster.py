@@ -87,8 +87,13 @@ def _run(
     return result
 
 
-def start() -> Cluster:
-    """Create and start a cluster; it is stopped and removed when the process exits."""
+def start(durable: bool = False) -> Cluster:
+    """Create and start a cluster; it is stopped and removed when the process exits.
+
+    :param durable: keep PostgreSQL's defaults ``fsync``, ``synchronous_commit`` and
+        ``full_page_writes`` on (each commit waits for its WAL flush), for a benchmark that
+        must count them; off by default (the cluster is thrown away).
+    """
     bindir = _bindir()
     directory = tempfile.mkdtemp(prefix="sqlqueue-pg-")
     os.chmod(directory, 0o755)
@@ -111,9 +116,10 @@ def start() -> Cluster:
     port = _free_port()
     options = (
         f"-c port={port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={directory} "
-        "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 "
-        "-c shared_buffers=256MB"
+        "-c max_connections=200 -c shared_buffers=256MB"
     )
+    if not durable:
+        options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
     _run(
         bindir,
         "pg_ctl",

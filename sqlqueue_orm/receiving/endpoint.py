@@ -525,14 +525,16 @@ class Endpoint:
 
     def _invoke(self, context: HandlerContext) -> None:
         message = context.message
-        enclosed = message.headers.get(headers.ENCLOSED_MESSAGE_TYPES)
         matched = None
-        for entry in (enclosed or "").split(";"):
-            matched = self._typed.get(full_type_name(entry))
-            if matched is not None:
-                break
+        if self._typed:  # raw handlers alone need no type lookup
+            for entry in (message.headers.get(headers.ENCLOSED_MESSAGE_TYPES) or "").split(";"):
+                matched = self._typed.get(full_type_name(entry))
+                if matched is not None:
+                    break
         if matched is None and not self._raw:
-            raise exceptions.UnknownMessageType(message.message_id, enclosed)
+            raise exceptions.UnknownMessageType(
+                message.message_id, message.headers.get(headers.ENCLOSED_MESSAGE_TYPES)
+            )
         if matched is not None:
             model, handlers = matched
             body = message.model(model)

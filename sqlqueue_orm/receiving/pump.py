@@ -228,8 +228,8 @@ class _Slot:
         transaction.commit()
         self.holding = False
 
-    def outcome(self, name: str) -> None:
-        self._pump._count(name)
+    def outcome(self, name: str, count: int = 1) -> None:
+        self._pump._count(name, count)
 
     def abandon(self) -> None:
         self.abandoned = True
@@ -515,13 +515,16 @@ class MessagePump:
         if floor is not None:
             floor.reset()
 
-    def _count(self, outcome: str) -> None:
+    def _count(self, outcome: str, count: int = 1) -> None:
+        """Count *count* messages of one *outcome* (a batch counts each outcome at once)."""
         with self._condition:
             if outcome in _OUTCOMES:
-                setattr(self.stats, outcome, getattr(self.stats, outcome) + 1)
+                setattr(self.stats, outcome, getattr(self.stats, outcome) + count)
         instrumentation = self.endpoint.instrumentation
         if instrumentation is not None:
-            instrumentation.outcome(self.endpoint.transport.queue(self.queue).name, outcome)
+            queue = self.endpoint.transport.queue(self.queue).name
+            for _ in range(count):
+                instrumentation.outcome(queue, outcome)
 
     # -- stopping ---------------------------------------------------------------------------
     def stop_taking(self) -> None:

@@ -24,7 +24,8 @@ start-up (:func:`for_endpoint`), with the mode to use instead.
 
 **Batches** (``batch_size`` above 1, modes TRANSACTION_SCOPE and OUTBOX only): one transaction
 receives up to ``batch_size`` messages with one receive statement, handles each under a
-SAVEPOINT of its own and commits once. A failing handler rolls back its SAVEPOINT only; its
+SAVEPOINT of its own (opened when its handlers first reach the database: handlers that write
+nothing need none) and commits once. A failing handler rolls back its SAVEPOINT only; its
 immediate retries run at once in the same transaction (each under a new SAVEPOINT, so the
 message keeps its row version, its place and its ``Expires``), then it takes the delayed
 retry or the error queue in that transaction. No other message of the batch is affected. A
@@ -38,19 +39,21 @@ import datetime as dt
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
-from sqlalchemy.engine import Connection, RootTransaction
+from sqlalchemy.engine import Connection, NestedTransaction, RootTransaction
 from sqlalchemy.orm import Session
 
 from sqlqueue_orm import addressing, dialects, exceptions
 from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage
+from sqlqueue_orm.queuing.delayed_table import FORWARD_DESTINATION
 from sqlqueue_orm.receiving import flow, forwarding, recoverability
 from sqlqueue_orm.receiving.settings import TransactionMode
 
 if TYPE_CHECKING:
     from sqlqueue_orm.receiving.endpoint import Endpoint, HandlerContext, Sender
+    from sqlqueue_orm.transport import Transport
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +73,8 @@ class Slot(Protocol):
     def commit(self, transaction: RootTransaction) -> None:
         """Commit the receive unless the stop abandoned this message (then roll back)."""
 
-    def outcome(self, name: str) -> None:
-        """Count what became of the message: handled, failed, retried, expired, poison."""
+    def outcome(self, name: str, count: int = 1) -> None:
+        """Count what became of *count* messages: handled, failed, retried, expired, poison."""
 
 
 def _is_permanent(error: BaseException) -> bool:
@@ -106,6 +109,86 @@ class FailureCounts:
         with self._lock:
             self._counts.pop(key, None)
 
+    def forget_all(self, messages: Iterable[IncomingMessage]) -> None:
+        """Drop what is known of each of *messages* (a batch committed); cheap when none failed."""
+        if not self._counts:  # nothing remembered: no lock, no ids to format
+            return
+        with self._lock:
+            for message in messages:
+                self._counts.pop(str(message.id), None)
+
+
+class _LazySavepoint:
+    """A batched message's SAVEPOINT, opened when its handler first reaches the database.
+
+    Its session, its sends, its defers and its audit copy open it first. A handler that
+    touches none of them needs none: if it fails, nothing of it is in the transaction to roll
+    back. So a batch of handlers that write nothing is BEGIN, one receive, COMMIT.
+    """
+
+    __slots__ = ("_connection", "_transaction")
+
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+        self._transaction: NestedTransaction | None = None
+
+    def open(self) -> None:
+        """Open the SAVEPOINT unless it is open already."""
+        if self._transaction is None:
+            self._transaction = self._connection.begin_nested()
+
+    def rollback(self) -> None:
+        """Roll back what the handler wrote (nothing to do if it wrote nothing)."""
+        transaction = self._transaction
+        if transaction is not None and transaction.is_active:
+            transaction.rollback()
+
+    def session(self) -> Session:
+        """An ORM session in the batch's transaction, inside this SAVEPOINT (opened first)."""
+        self.open()
+        return Session(
+            bind=self._connection, join_transaction_mode="create_savepoint", expire_on_commit=False
+        )
+
+    def release(self) -> None:
+        """Keep what the handler wrote in the batch's transaction."""
+        transaction = self._transaction
+        if transaction is not None and transaction.is_active:
+            transaction.commit()
+
+
+class _TransactionalSender:
+    """Sends in the receive's transaction and notes where (to wake them after the commit).
+
+    ``connection`` is what :meth:`HandlerContext.defer` stores on; reading it, like a send,
+    opens the batched message's SAVEPOINT first.
+    """
+
+    __slots__ = ("_connection", "_savepoint", "_transport", "sent")
+
+    def __init__(
+        self, transport: Transport, connection: Connection, savepoint: _LazySavepoint | None
+    ) -> None:
+        self._transport = transport
+        self._connection = connection
+        self._savepoint = savepoint
+        #: The destinations sent to, in order.
+        self.sent: list[str | addressing.QueueAddress] = []
+
+    @property
+    def connection(self) -> Connection:
+        """The receive's connection, its SAVEPOINT open."""
+        if self._savepoint is not None:
+            self._savepoint.open()
+        return self._connection
+
+    def __call__(
+        self, destination: str | addressing.QueueAddress, outgoing: OutgoingMessage
+    ) -> str:
+        message_id = self._transport.send(destination, outgoing, connection=self.connection)
+        self.sent.append(destination)
+        return message_id
+
 
 class ReceiveStrategy:
     """Receive one message and process it in one transaction mode."""
@@ -121,6 +204,9 @@ class ReceiveStrategy:
         self.queue: str | addressing.QueueAddress = endpoint.name if queue is None else queue
         self.failures = FailureCounts()
         self._local = threading.local()
+        from sqlqueue_orm.receiving.endpoint import HandlerContext  # endpoint imports this module
+
+        self._context_class = HandlerContext
         limit = endpoint.settings.global_concurrency
         #: The global concurrency limit (:mod:`flow`), or None.
         self.gate = (
@@ -158,17 +244,15 @@ class ReceiveStrategy:
         )
 
     def _transactional_sender(self, connection: Connection) -> Sender:
-        """Send in *connection*'s transaction, noting where (to wake after the commit)."""
-        sent: list[str | addressing.QueueAddress] = []
-        self._local.sent = sent
+        """Send in *connection*'s transaction, noting where (to wake after the commit).
 
-        def send(destination: str | addressing.QueueAddress, outgoing: OutgoingMessage) -> str:
-            message_id = self.transport.send(destination, outgoing, connection=connection)
-            sent.append(destination)
-            return message_id
-
-        send.connection = connection  # type: ignore[attr-defined]  # defer stores on it too
-        return send
+        In a batch, the first send (or defer) opens the message's SAVEPOINT first.
+        """
+        sender = _TransactionalSender(
+            self.transport, connection, getattr(self._local, "savepoint", None)
+        )
+        self._local.sent = sender.sent
+        return sender
 
     def _wake_destinations(self) -> None:
         """Wake this process's endpoints of the queues sent to in the committed transaction."""
@@ -248,9 +332,7 @@ class ReceiveStrategy:
     def _context(
         self, message: IncomingMessage, sender: Sender, session: Callable[[], Session]
     ) -> HandlerContext:
-        from sqlqueue_orm.receiving.endpoint import HandlerContext
-
-        return HandlerContext(self.endpoint, message, sender, session)
+        return self._context_class(self.endpoint, message, sender, session)
 
     def _dead_letter(self, connection: Connection, message: IncomingMessage) -> None:
         """Move a poison row, headers as stored, to the error queue (in *connection*'s tx)."""
@@ -510,15 +592,15 @@ class _NativeTransaction(ReceiveStrategy):
                 if not messages:
                     break
                 taken += len(messages)
+                local = self._local
                 for message in messages:
-                    outcome = self._batch_one(connection, message, outcomes)
-                    outcomes.append((outcome, message))
-                    sent.extend(getattr(self._local, "sent", None) or ())
-                    self._local.sent = None
-                    destination = getattr(self._local, "forwarded", None)
-                    if destination is not None:
-                        forwarded.append(destination)
-                        self._local.forwarded = None
+                    local.sent = local.forwarded = None
+                    outcomes.append((self._batch_one(connection, message, outcomes), message))
+                    if local.sent:
+                        sent.extend(local.sent)
+                    if local.forwarded is not None:
+                        forwarded.append(local.forwarded)
+                local.sent = local.forwarded = None
                 if time.monotonic() - opened >= settings.batch_flush:
                     break
             if not taken:
@@ -531,10 +613,11 @@ class _NativeTransaction(ReceiveStrategy):
         for destination in set(forwarded):
             for hook in self.transport.sent_hooks:
                 hook(destination)
-        for outcome, message in outcomes:
-            if outcome in ("handled", "delayed"):
-                self.failures.forget(str(message.id))
-            slot.outcome(outcome)
+        self.failures.forget_all(
+            message for outcome, message in outcomes if outcome in ("handled", "delayed")
+        )
+        for outcome, count in collections.Counter(outcome for outcome, _ in outcomes).items():
+            slot.outcome(outcome, count)
 
     def _batch_one(
         self,
@@ -546,26 +629,28 @@ class _NativeTransaction(ReceiveStrategy):
 
         Its immediate retries are appended to *outcomes* as they happen.
         """
-        self._local.sent = None
         if message.expired:
             self._discard_expired(message)
             return "expired"
         if message.headers_error is not None:
             self._dead_letter(connection, message)
             return "poison"
-        local = self._forward_delayed(connection, message)
-        if local is None:
-            return "handled"
-        message = local
+        if FORWARD_DESTINATION in message.headers:  # a matured delayed message
+            local = self._forward_delayed(connection, message)
+            if local is None:
+                return "handled"
+            message = local
+        audit = self.endpoint.settings.audit_queue is not None
         while True:
-            started = dt.datetime.now(dt.UTC)
-            savepoint = connection.begin_nested()
+            started = dt.datetime.now(dt.UTC) if audit else None
+            savepoint = _LazySavepoint(connection)
             try:
-                self._handle(connection, message)
-                self._audit(connection, message, started)
+                self._handle_batched(connection, message, savepoint)
+                if started is not None:
+                    savepoint.open()
+                    self._audit(connection, message, started)
             except Exception as error:
-                if savepoint.is_active:
-                    savepoint.rollback()
+                savepoint.rollback()
                 self._local.sent = None  # rolled back with the SAVEPOINT
                 attempts = self.failures.record(str(message.id))
                 decision = recoverability.decide(
@@ -589,12 +674,21 @@ class _NativeTransaction(ReceiveStrategy):
                     return "delayed"
                 self._to_error_queue(connection, message, error)
                 return "failed"
-            if savepoint.is_active:
-                savepoint.commit()
+            savepoint.release()
             return "handled"
 
     def _handle(self, connection: Connection, message: IncomingMessage) -> None:
         raise NotImplementedError
+
+    def _handle_batched(
+        self, connection: Connection, message: IncomingMessage, savepoint: _LazySavepoint
+    ) -> None:
+        """Run the handlers of a message of a batch, *savepoint* opened on their first write."""
+        self._local.savepoint = savepoint
+        try:
+            self._handle(connection, message)
+        finally:
+            self._local.savepoint = None
 
     def _run_with_own_session(self, message: IncomingMessage, sender: Sender) -> None:
         """Run the handlers with a session of its own, committed when they succeed."""
@@ -648,13 +742,27 @@ class TransactionScope(_NativeTransaction):
                 bind=connection, join_transaction_mode="create_savepoint", expire_on_commit=False
             ),
         )
+        self._run_scoped(context)
+
+    def _handle_batched(
+        self, connection: Connection, message: IncomingMessage, savepoint: _LazySavepoint
+    ) -> None:
+        # the batch's hot path: no closure, no thread-local savepoint
+        sender = _TransactionalSender(self.transport, connection, savepoint)
+        self._local.sent = sender.sent
+        self._run_scoped(self._context_class(self.endpoint, message, sender, savepoint.session))
+
+    def _run_scoped(self, context: HandlerContext) -> None:
+        """Invoke the handlers; commit the session's SAVEPOINT if they used it (tx stays open)."""
         try:
             self.endpoint.invoke(context)
-            if context.session_used is not None:
-                context.session_used.commit()  # flushes, releases its SAVEPOINT; tx stays open
+            used = context.session_used
+            if used is not None:
+                used.commit()  # flushes, releases its SAVEPOINT; tx stays open
         finally:
-            if context.session_used is not None:
-                context.session_used.close()
+            used = context.session_used
+            if used is not None:
+                used.close()
 
 
 class OutboxStrategy(_NativeTransaction):

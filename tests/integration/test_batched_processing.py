@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -182,3 +183,83 @@ def _killed_mid_batch(database, mode: TransactionMode) -> None:  # type: ignore[
     handled = handled_ids(engine)
     assert sorted(set(handled)) == sorted(sent)  # nothing lost
     assert len(handled) == len(sent)  # nothing handled twice
+
+
+def test_a_savepoint_opens_only_for_handlers_that_reach_the_database(database):
+    """Empty handlers cost no SAVEPOINT; a send, a defer, a session still get theirs first.
+
+    The proof that each handler's writes sit under its own SAVEPOINT: a handler that defers
+    and then fails leaves no deferred row behind (its retry leaves the one row), and a session
+    write survives only for the handlers that succeed.
+    """
+    transport = database.transport()
+    engine = transport.engine
+    queue = "lazy_savepoint"
+    UserBase.metadata.drop_all(engine)
+    UserBase.metadata.create_all(engine)
+    for name in (queue, "out", "error"):
+        transport.create_queue(name)
+    transport.create_delayed_table(queue)
+    settings = EndpointSettings(
+        concurrency=1,
+        transaction_mode=TransactionMode.TRANSACTION_SCOPE,
+        peek_delay=0.1,
+        batch_size=BATCH,
+        batch_flush=0.05,
+        immediate_retries=1,
+        delayed_retries=0,
+    )
+    endpoint = Endpoint(queue, transport, settings=settings)
+    runs: collections.Counter[int] = collections.Counter()
+
+    @endpoint.handle(Job)
+    def handle(job: Job, context: HandlerContext) -> None:
+        runs[job.number] += 1
+        kind = job.number % 4
+        if kind == 1:
+            context.send("out", OutgoingMessage(f"from {job.number}"))
+        elif kind == 2:
+            context.defer(OutgoingMessage(f"later {job.number}"), delay=3_600)
+            if runs[job.number] == 1:
+                raise Boom(f"job {job.number} fails once, after its defer")
+        elif kind == 3:
+            context.session.add(Handled(message_id=context.message_id))
+            context.session.flush()  # the row is in the batch's transaction
+            if runs[job.number] == 1:
+                raise Boom(f"job {job.number} fails once, after its session write")
+        # kind 0: touches nothing
+
+    savepoints: list[str] = []
+
+    def record(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+        if statement.lstrip().upper().startswith("SAVEPOINT") and " worker " in (
+            threading.current_thread().name
+        ):
+            savepoints.append(statement)
+
+    total = 40
+    sent = transport.send_many(queue, [OutgoingMessage(Job(number=n)) for n in range(total)])
+    sa.event.listen(engine, "before_cursor_execute", record)
+    try:
+        _run_until(endpoint, lambda: endpoint.stats.handled == total)
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", record)
+
+    kinds = collections.Counter(number % 4 for number in range(total))
+    assert count(engine, "out") == kinds[1]
+    assert _delayed_rows(transport, queue) == kinds[2]  # the failed runs' defers rolled back
+    session_writers = [sent[number] for number in range(total) if number % 4 == 3]
+    assert sorted(handled_ids(engine)) == sorted(session_writers)  # each once
+    assert endpoint.stats.retried == kinds[2] + kinds[3]
+    assert count(engine, queue) == 0
+    # one SAVEPOINT per send; two per defer and per session (the failed run and its retry),
+    # the session's own SAVEPOINT inside ours; none for the handlers that touch nothing
+    assert len(savepoints) == kinds[1] + 2 * kinds[2] + 2 * 2 * kinds[3]
+
+
+def _delayed_rows(transport, endpoint: str) -> int:  # type: ignore[no-untyped-def]
+    from sqlqueue_orm.queuing import sql
+
+    table = sql.format_table(transport.engine.dialect, transport.delayed_table(endpoint).address)
+    with transport.engine.connect() as connection:
+        return int(connection.exec_driver_sql(f"SELECT COUNT(*) FROM {table}").scalar_one())
