@@ -17,7 +17,7 @@ import sqlalchemy as sa
 
 from sqlqueue_orm import OutgoingMessage, exceptions, headers
 from sqlqueue_orm.queuing.delayed_table import FORWARD_DESTINATION
-from sqlqueue_orm.receiving import Endpoint, HandlerContext, recoverability
+from sqlqueue_orm.receiving import Endpoint, HandlerContext, TransactionMode, recoverability
 
 #: How late after its due time a delayed message may be handled (the mover wakes for the due
 #: time; the margin absorbs a loaded machine shared by several test runs).
@@ -172,8 +172,9 @@ def _insert_as_nservicebus(database, transport, text: str, body: bytes) -> None:
         connection.execute(sa.text(statement), {**values, "headers": text, "body": body})
 
 
+@pytest.mark.parametrize("batched", [False, True], ids=["single", "batched"])
 @pytest.mark.parametrize("forwarded", [False, True], ids=["local", "forwarded"])
-def test_a_row_written_by_nservicebus_is_moved_and_delivered(database, forwarded):
+def test_a_row_written_by_nservicebus_is_moved_and_delivered(database, forwarded, batched):
     transport = database.transport()
     transport.create_queue("billing")
     destination = transport.address_text("billing" if forwarded else "sales")
@@ -187,7 +188,13 @@ def test_a_row_written_by_nservicebus_is_moved_and_delivered(database, forwarded
         + "}"
     )
     body = bytes(range(256))
-    endpoint, seen = recording_endpoint(database)
+    # batched: the forward runs inside a batch's transaction (strategies._batch_one)
+    settings = (
+        {"batch_size": 10, "transaction_mode": TransactionMode.TRANSACTION_SCOPE}
+        if batched
+        else {}
+    )
+    endpoint, seen = recording_endpoint(database, **settings)
     endpoint.start()
     try:
         _insert_as_nservicebus(database, transport, text, body)
