@@ -82,6 +82,10 @@ class DialectSupport:
     #: and SQLite's WAL readers do; SQL Server's peek reads past locked rows): the pump then
     #: subtracts the rows its own handlers hold.
     peek_counts_held_rows: bool = False
+    #: How the flow-control claim of several slots gets its limits (receiving/flow.py):
+    #: ``"json"``, one JSON document (OPENJSON on SQL Server); ``"arrays"``, scalar parameters
+    #: for a few limits and two arrays beyond (PostgreSQL).
+    slot_claims: str = "json"
     #: How the .NET transport writes a queue address: ``"sqlserver"`` (``table@[schema]``)
     #: or ``"postgresql"`` (``"schema"."table"``).
     address_form: str = "sqlserver"

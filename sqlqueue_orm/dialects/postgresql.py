@@ -89,6 +89,7 @@ SUPPORT = PostgresqlSupport(
     storage_ddl=STORAGE_DDL,
     listen_notify=True,
     peek_counts_held_rows=True,
+    slot_claims="arrays",
     identifier_limit=IDENTIFIER_LIMIT,
     identifier_unit="bytes",
     creates_schemas=True,

@@ -271,16 +271,17 @@ def _try_slots(connection: Connection, wanted: dict[str, int]) -> bool:
 
     On False some were taken: the caller rolls the transaction back.
     """
-    name = connection.dialect.name
+    dialect = connection.dialect
+    arrays = dialects.for_dialect(dialect).slot_claims == "arrays"
     first = _first_slot(max(wanted.values()))
-    template = CLAIM_SLOTS[name]
-    if name == "postgresql" and len(wanted) <= FEW:
+    template = CLAIM_SLOTS[dialect.name]
+    if arrays and len(wanted) <= FEW:
         template = _FEW_CLAIMS[len(wanted)]
         values: dict[str, Any] = {"first": first}
         for letter, (lock, limit) in zip("abcdefgh", wanted.items(), strict=False):
             values[f"name_{letter}"] = lock
             values[f"k_{letter}"] = limit
-    elif name == "postgresql":
+    elif arrays:
         values = {"names": list(wanted), "limits": list(wanted.values()), "first": first}
     else:
         claims = [[key, limit, index] for index, (key, limit) in enumerate(wanted.items())]
