@@ -169,8 +169,10 @@ def test_outgoing_messages_carry_the_conversation_headers(database):
 def test_several_handlers_of_a_type_run_in_order_in_one_transaction(database):
     transport = database.transport()
     UserBase.metadata.create_all(database.engine)
+    # one worker: the test reads the calls in queue order (two workers may finish 2 before 1)
     endpoint = Endpoint(
-        "orders", transport, peek_delay=0.1, immediate_retries=0, delayed_retries=0
+        "orders", transport, peek_delay=0.1, immediate_retries=0, delayed_retries=0,
+        concurrency=1,
     )
     calls: list[str] = []
 
