@@ -79,11 +79,7 @@ def raw_batched_loop(transport: Transport, queue: str, threads: int, batch: int)
 
 def _fill(run: Run, queue: str, n: int) -> None:
     """*n* messages waiting in *queue*, then VACUUM: each round starts on a clean table."""
-    run.transport.purge_all(queue)
-    first = min(n, 5_000)
-    run.transport.send_many(queue, [OutgoingMessage(b"x") for _ in range(first)])
-    if n > first:
-        run.replicate(run.transport.address(queue).table, n)
+    run.fill_backlog(queue, n)
     table = run.transport.queue(queue).quoted_table.replace("%%", "%")
     with run.transport.engine.connect().execution_options(
         isolation_level="AUTOCOMMIT"

@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING
 
 from benchmarks import workers, workload
 from benchmarks.workload import Result
-from sqlqueue_orm import OutgoingMessage
 from sqlqueue_orm.receiving import Endpoint, TransactionMode
 
 if TYPE_CHECKING:
@@ -51,14 +50,6 @@ SCENARIO = "burn-down, snapshot held"
 FREE = f"{workers.PUMP}, no snapshot"
 HELD = f"{workers.PUMP}, snapshot held"
 RECOVERED = "back to normal after release"
-
-
-def _fill(run: Run, queue: str, n: int) -> None:
-    run.transport.purge_all(queue)
-    first = min(n, 5_000)
-    run.transport.send_many(queue, [OutgoingMessage(b"x") for _ in range(first)])
-    if n > first:
-        run.replicate(run.transport.address(queue).table, n)
 
 
 def _endpoint(run: Run, queue: str) -> Endpoint:
@@ -110,7 +101,7 @@ def snapshot_scenario(run: Run) -> None:
     queue = run.new_queue("snapshot")
     table = run.transport.queue(queue).quoted_table.replace("%%", "%")
 
-    _fill(run, queue, n)
+    run.fill_backlog(queue, n)
     endpoint = _endpoint(run, queue)
     began = time.perf_counter()
     endpoint.start()
@@ -123,7 +114,7 @@ def snapshot_scenario(run: Run) -> None:
         raise AssertionError(f"snapshot cell, no snapshot: {endpoint.stats}")
     normal = n / free_seconds
 
-    _fill(run, queue, n + tail)
+    run.fill_backlog(queue, n + tail)
     holder = run.transport.engine.connect().execution_options(isolation_level="REPEATABLE READ")
     samples: list[tuple[float, int]] = []
     endpoint = _endpoint(run, queue)

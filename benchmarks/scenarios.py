@@ -28,7 +28,7 @@ import sqlalchemy as sa
 from benchmarks import baselines, instrumentation, peers, workers, workload
 from benchmarks.servers import Database
 from benchmarks.workload import Result
-from sqlqueue_orm import OutboxDispatcher, Transport, UnitOfWork
+from sqlqueue_orm import OutboxDispatcher, OutgoingMessage, Transport, UnitOfWork
 from sqlqueue_orm.config import DispatcherSettings
 from sqlqueue_orm.sending.outbox import OutboxOperation
 
@@ -140,6 +140,15 @@ class Run:
         for offset in range(start, start + count, _FILL_CHUNK):
             size = min(_FILL_CHUNK, start + count - offset)
             self.transport.send_many(queue, workload.outgoing(offset, size))
+
+    def fill_backlog(self, queue: str, n: int) -> None:
+        """Empty *queue*, then fill it with *n* tiny messages: 5,000 sent, the rest copied on
+        the server (the backlogs of the batch and snapshot cells; untimed)."""
+        self.transport.purge_all(queue)
+        first = min(n, 5_000)
+        self.transport.send_many(queue, [OutgoingMessage(b"x") for _ in range(first)])
+        if n > first:
+            self.replicate(self.transport.address(queue).table, n)
 
     def drain_bodies(self, queue: str) -> list[int]:
         """Take every message off *queue* (raw, 500 at a time); return their sequence numbers."""
