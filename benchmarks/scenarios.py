@@ -141,12 +141,21 @@ class Run:
             size = min(_FILL_CHUNK, start + count - offset)
             self.transport.send_many(queue, workload.outgoing(offset, size))
 
-    def fill_backlog(self, queue: str, n: int) -> None:
+    def fill_backlog(
+        self, queue: str, n: int, headers: Callable[[int], dict[str, str]] | None = None
+    ) -> None:
         """Empty *queue*, then fill it with *n* tiny messages: 5,000 sent, the rest copied on
-        the server (the backlogs of the batch and snapshot cells; untimed)."""
+        the server (the backlogs of the batch, flow and snapshot cells; untimed).
+
+        :param headers: the extra headers of the *i*-th message sent (the copies repeat them in
+            the same order).
+        """
         self.transport.purge_all(queue)
         first = min(n, 5_000)
-        self.transport.send_many(queue, [OutgoingMessage(b"x") for _ in range(first)])
+        self.transport.send_many(
+            queue,
+            [OutgoingMessage(b"x", headers=headers(i) if headers else {}) for i in range(first)],
+        )
         if n > first:
             self.replicate(self.transport.address(queue).table, n)
 

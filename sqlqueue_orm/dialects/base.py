@@ -83,8 +83,8 @@ class DialectSupport:
     #: subtracts the rows its own handlers hold.
     peek_counts_held_rows: bool = False
     #: How the flow-control claim of several slots gets its limits (receiving/flow.py):
-    #: ``"json"``, one JSON document (OPENJSON on SQL Server); ``"arrays"``, scalar parameters
-    #: for a few limits and two arrays beyond (PostgreSQL).
+    #: ``"json"``, one JSON document (OPENJSON on SQL Server); ``"grouped"``, scalar parameters
+    #: for a few limits, beyond them a JSON array of names per limit (PostgreSQL).
     slot_claims: str = "json"
     #: How the .NET transport writes a queue address: ``"sqlserver"`` (``table@[schema]``)
     #: or ``"postgresql"`` (``"schema"."table"``).

@@ -125,15 +125,17 @@ CLAIM_SLOT: Final[dict[str, str]] = {
 #: are those of :data:`CLAIM_SLOT`, so both statements count the same slots. A limit refused
 #: leaves the others' locks taken: the caller rolls the whole transaction back.
 CLAIM_SLOTS: Final[dict[str, str]] = {
-    # :names and :limits are arrays of the same length (the driver sends lists as arrays).
-    "postgresql": (
-        "SELECT count(*) FROM unnest(CAST(:names AS text[]), "
-        "CAST(:limits AS integer[])) AS wanted(name, k) "
-        "WHERE CASE WHEN pg_try_advisory_xact_lock(hashtext(wanted.name), "
-        "mod(CAST(:first AS integer), wanted.k)) THEN true "
-        "ELSE EXISTS (SELECT FROM generate_series(1, wanted.k - 1) AS slot "
-        "WHERE pg_try_advisory_xact_lock(hashtext(wanted.name), "
-        "mod(slot + CAST(:first AS integer), wanted.k))) END"
+    # Two groups of names, each a JSON array of text sharing one limit (a batch's keys, and the
+    # global slot): one text parameter per group costs the driver and the server far less than
+    # a text[] of a hundred names (measured: 100 names, 110 us against 220 us a statement).
+    "postgresql": "SELECT " + " + ".join(
+        f"(SELECT count(*) FROM json_array_elements_text(CAST(:names_{group} AS json)) "
+        f"AS wanted(name) WHERE CASE WHEN pg_try_advisory_xact_lock(hashtext(wanted.name), "
+        f"mod(CAST(:first AS integer), CAST(:k_{group} AS integer))) THEN true "
+        f"ELSE EXISTS (SELECT FROM generate_series(1, CAST(:k_{group} AS integer) - 1) AS slot "
+        f"WHERE pg_try_advisory_xact_lock(hashtext(wanted.name), "
+        f"mod(slot + CAST(:first AS integer), CAST(:k_{group} AS integer)))) END)"
+        for group in "ab"
     ),
     # :claims is a JSON array of [name, limit, index] (SQL Server 2016+: OPENJSON; a schema,
     # not JSON_VALUE, which gives NULL past 4,000 characters); the loop stops at the first
@@ -174,7 +176,7 @@ FEW = 8
 def _claim_few(count: int) -> str:
     """PostgreSQL: the claim of *count* limits (``:name_a``, ``:k_a``, ...); how many got one.
 
-    Scalar parameters: cheaper than :data:`CLAIM_SLOTS`' arrays for the one or two limits of a
+    Scalar parameters: cheaper than :data:`CLAIM_SLOTS`' JSON for the one or two limits of a
     single message's receive.
     """
     parts = []
@@ -272,17 +274,26 @@ def _try_slots(connection: Connection, wanted: dict[str, int]) -> bool:
     On False some were taken: the caller rolls the transaction back.
     """
     dialect = connection.dialect
-    arrays = dialects.for_dialect(dialect).slot_claims == "arrays"
+    grouped = dialects.for_dialect(dialect).slot_claims == "grouped"
     first = _first_slot(max(wanted.values()))
     template = CLAIM_SLOTS[dialect.name]
-    if arrays and len(wanted) <= FEW:
+    if grouped and len(wanted) <= FEW:
         template = _FEW_CLAIMS[len(wanted)]
         values: dict[str, Any] = {"first": first}
         for letter, (lock, limit) in zip("abcdefgh", wanted.items(), strict=False):
             values[f"name_{letter}"] = lock
             values[f"k_{letter}"] = limit
-    elif arrays:
-        values = {"names": list(wanted), "limits": list(wanted.values()), "first": first}
+    elif grouped:
+        # the names by limit: at most two limits (the keys' and the global one)
+        groups: dict[int, list[str]] = {}
+        for lock, limit in wanted.items():
+            groups.setdefault(limit, []).append(lock)
+        if len(groups) > 2:
+            raise ValueError(f"at most two limits per claim, not {sorted(groups)}")
+        values = {"first": first, "names_b": "[]", "k_b": 1}
+        for letter, (limit, names) in zip("ab", groups.items(), strict=False):
+            values[f"names_{letter}"] = json.dumps(names)
+            values[f"k_{letter}"] = limit
     else:
         claims = [[key, limit, index] for index, (key, limit) in enumerate(wanted.items())]
         values = {"claims": json.dumps(claims), "first": first}
@@ -548,8 +559,9 @@ RESERVE: Final[dict[str, str]] = {
 BLOCK_SPAN = 0.02
 #: How long a block's starts stay usable once it is usable; the rest are then dropped.
 BLOCK_LIFE = 0.1
-#: Most starts one reservation takes for the process (one message each).
-MAX_BLOCK = 100
+#: Most starts one reservation takes for the process (one message each): a batched pump far
+#: below a high rate reserves once per many batches (at 1,000,000/s: 10,000 starts, 100 batches).
+MAX_BLOCK = 10_000
 
 
 class RateLimit:
@@ -563,10 +575,12 @@ class RateLimit:
     PostgreSQL and SQL Server: one row of ``sqlqueue_rate_limits`` per queue, created at
     start-up; SQLite: within this process.
 
-    **Blocks** (PostgreSQL, SQL Server, one message per receive, a rate of 100 per second or
-    more): one reservation takes the next :attr:`block` starts for this process (at most
-    :data:`MAX_BLOCK`, covering at most :data:`BLOCK_SPAN` of the schedule); its workers take
-    them one by one, each sleeping until its start. A process holds one block at a time: its
+    **Blocks** (PostgreSQL, SQL Server, a rate of 100 per second or more): one reservation
+    takes the next :attr:`block` starts for this process (at most :data:`MAX_BLOCK`, covering
+    at most :data:`BLOCK_SPAN` of the schedule, or a batch's size if more); its workers take
+    them one by one, each sleeping until its start, and a batch as many as it may receive, up
+    to what the block has left (it sleeps until the first and starts them together, as a batch
+    reserved alone does). A process holds one block at a time: its
     starts not taken within :data:`BLOCK_LIFE` of the block becoming usable, or when a worker
     reserves the next block, are dropped (under-delivery, never over). A start taken late may
     bunch with later ones, so a window of one interval holds at most *rate* + *burst* starts
@@ -620,9 +634,13 @@ class RateLimit:
                     pass  # another process created it first
 
     def take(self, wanted: int) -> int:
-        """Reserve *wanted* messages' starts and sleep until the first; 0 if none is near."""
-        if wanted == 1 and self.block > 1:
-            return self._take_from_block()
+        """Reserve up to *wanted* messages' starts and sleep until the first.
+
+        :returns: how many were reserved (a batch from a block may get fewer), 0 if none is
+            near.
+        """
+        if self.block > 1:
+            return self._take_from_block(wanted)
         wait = self._reserve(wanted)
         if wait is None:
             time.sleep(random.uniform(0.01, 0.05))  # noqa: S311  (jitter, not secrets)
@@ -631,13 +649,18 @@ class RateLimit:
             time.sleep(wait)
         return wanted
 
-    def _take_from_block(self) -> int:
-        """One start of the process's block (a new block reserved when it is used up)."""
+    def _take_from_block(self, wanted: int) -> int:
+        """Up to *wanted* starts of the process's block.
+
+        A new block is reserved when it is used up or too old: at least :attr:`block` starts,
+        or *wanted* if more.
+        """
         step = 1 / self.per_second
         with self._lock:
             now = time.time()
             if not self._block_left or now > self._block_until:
-                wait = self._reserve(self.block)  # under the lock: one reservation at a time
+                size = max(self.block, wanted)
+                wait = self._reserve(size)  # under the lock: one reservation at a time
                 if wait is None:
                     self._block_left = 0
                     start = None
@@ -647,19 +670,20 @@ class RateLimit:
                     # usable for BLOCK_LIFE from when it is first usable (a start in the
                     # past is idle credit, the burst)
                     self._block_until = max(start, now) + BLOCK_LIFE
-                    self._block_next = start + step
-                    self._block_left = self.block - 1
+                    self._block_next = start
+                    self._block_left = size
             else:
                 start = self._block_next
-                self._block_next += step
-                self._block_left -= 1
+            granted = 0 if start is None else min(wanted, self._block_left)
+            self._block_next += granted * step
+            self._block_left -= granted
         if start is None:
             time.sleep(random.uniform(0.01, 0.05))  # noqa: S311  (jitter, not secrets)
             return 0
         wait = start - time.time()
         if wait > 0:
             time.sleep(wait)
-        return 1
+        return granted
 
     def _reserve(self, wanted: int) -> float | None:
         step = wanted / self.per_second

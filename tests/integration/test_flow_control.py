@@ -418,6 +418,56 @@ def test_rate_starts_reserved_in_blocks_keep_to_the_rate(database):
 
 
 @only("postgresql")
+def test_batches_take_their_starts_from_the_block_and_keep_to_the_rate(database):
+    """A batch takes as many starts as the block has left (up to its size), one reservation
+    per block, not one per batch; a batch's messages start together at its first start."""
+    transport = database.transport()
+    rate, burst, batch = 2_000, 10, 10
+    limit = flow.RateLimit(transport.engine, "batch-blocks", rate, 1.0, burst)
+    limit.prepare()
+    assert limit.block == 40  # 20 ms of the schedule
+    reservations = 0
+
+    def count(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+        nonlocal reservations
+        reservations += statement.lstrip().startswith("WITH now")
+
+    sa.event.listen(transport.engine, "before_cursor_execute", count)
+    starts: list[float] = []
+    lock = threading.Lock()
+
+    def work() -> None:
+        while True:
+            with lock:
+                if len(starts) >= 600:
+                    return
+            granted = limit.take(batch)
+            assert 0 <= granted <= batch
+            now = time.monotonic()
+            with lock:
+                starts.extend([now] * granted)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    sa.event.remove(transport.engine, "before_cursor_execute", count)
+    assert len(starts) >= 600
+    # one per block of 40, a few more for blocks dropped part used (BLOCK_LIFE) or cut short
+    assert reservations <= len(starts) // limit.block + 8, reservations
+    ordered = sorted(starts)
+    # any 0.1 s holds at most 200 starts, plus the burst, the block less one and a batch
+    # less one (its messages start together), + jitter
+    most = max(
+        sum(1 for other in ordered[index:] if other < start + 0.1)
+        for index, start in enumerate(ordered)
+    )
+    assert most <= 200 + burst + limit.block - 1 + batch - 1 + JITTER, most
+    assert ordered[-1] - ordered[0] >= (len(starts) - burst - limit.block - batch) / rate
+
+
+@only("postgresql")
 def test_a_worker_whose_own_slot_is_held_takes_the_next_free_one(database):
     transport = database.transport()
     _keyed(transport, "preferred", ["k"], 1)
@@ -441,6 +491,44 @@ def test_a_worker_whose_own_slot_is_held_takes_the_next_free_one(database):
     finally:
         holder.close()
         key_holder.close()
+
+
+@only("postgresql")
+def test_the_many_key_claim_scans_past_held_slots_and_refuses_a_full_key(database):
+    """The one-statement claim of many keys (a JSON array of names per limit) names the same
+    locks as the single claim: keys with quotes, backslashes and other scripts included."""
+    transport = database.transport()
+    odd = ['quote"d', "back\\slash", "caf\u00e9 \u6771\u4eac", "sep\x1eand\x1fmore"]
+    keys_sent = odd + [f"k{number}" for number in range(12)]  # past the scalar form
+    _keyed(transport, "grouped", keys_sent, 1)
+    name, keys, gate = _limits(transport, "grouped", 2, 3)
+    first = flow._first_slot(3)  # this thread's first try (both limits take it modulo theirs)
+    own = [_held_elsewhere(transport.engine, f"{flow.KEY_PREFIX}{name}\x1f{key}",
+                           range(first % 2, first % 2 + 1)) for key in odd]
+    try:
+        with transport.engine.connect() as connection:
+            transaction = connection.begin()
+            # every odd key's own slot is held: the claim takes its other one
+            taken = keys.receive(transport, "grouped", connection, len(keys_sent), gate)
+            assert sorted(message.headers["customer"] for message in taken) == sorted(keys_sent)
+            assert _advisory_locks(connection) == len(keys_sent) + 1
+            transaction.rollback()
+        # both slots of one odd key held: that key is refused, the rest are taken carefully
+        full = _held_elsewhere(transport.engine, f"{flow.KEY_PREFIX}{name}\x1f{odd[1]}",
+                               range(1 - first % 2, 2 - first % 2))
+        try:
+            with transport.engine.connect() as connection:
+                transaction = connection.begin()
+                taken = keys.receive(transport, "grouped", connection, len(keys_sent), gate)
+                assert sorted(message.headers["customer"] for message in taken) == sorted(
+                    key for key in keys_sent if key != odd[1])
+                transaction.commit()
+        finally:
+            full.close()
+    finally:
+        for holder in own:
+            holder.close()
+    assert [message.headers["customer"] for message in transport.browse("grouped")] == [odd[1]]
 
 
 @only("postgresql")
