@@ -553,6 +553,33 @@ class Transport:
         with self._connections.statement() as cursor:
             return table_queue.receive_on_cursor(cursor, max_messages)
 
+    def receive_wrapped(
+        self,
+        queue: QueueRef,
+        max_messages: int,
+        connection: Connection,
+        wrapper: str,
+        values: dict[str, Any],
+    ) -> list[tuple[IncomingMessage, tuple[Any, ...]]]:
+        """:meth:`receive` in *connection*'s transaction inside *wrapper*.
+
+        *wrapper* is a statement adding columns to each row taken: flow control's
+        one-statement key claim (see ``TableQueue.receive_wrapped``). Each message comes with
+        the row's further columns.
+        """
+        table_queue = self.queue(queue)
+        self._first_use(connection, table_queue)
+        if self.instrumentation is None:
+            return table_queue.receive_wrapped(connection, max_messages, wrapper, values)
+        rows: list[tuple[IncomingMessage, tuple[Any, ...]]] = []
+
+        def proceed() -> list[IncomingMessage]:
+            rows.extend(table_queue.receive_wrapped(connection, max_messages, wrapper, values))
+            return [message for message, _extra in rows]
+
+        self.instrumentation.receive(table_queue.name, proceed)
+        return rows
+
     def browse(
         self,
         queue: QueueRef,

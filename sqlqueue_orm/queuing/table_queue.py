@@ -94,6 +94,8 @@ class TableQueue:
             self.floor = floor_module.ReceiveFloor(self.name)
             self._peek_from_floor = sql.render(self._text.peek_from_floor, dialect, table)
         self._receive_by_id: sql.Statement | None = None  # rendered on first use
+        # receive_wrapped's statements by (wrapper, row limit, advisory variant)
+        self._wrapped: dict[tuple[str, int, bool], sql.Statement] = {}
         self._purge = sql.render(self._text.purge_expired, dialect, table)
         self._purge_all = sql.render(self._text.purge_all, dialect, table)
         self._receive_advisory = self._purge_advisory = None
@@ -134,6 +136,44 @@ class TableQueue:
             return self._receive_from_floor(self._on, connection, max_messages)
         rows = self._on(connection, self._receive_args(max_messages), fetch=True)
         return self._messages(rows)
+
+    def receive_wrapped(
+        self,
+        connection: Connection,
+        max_messages: int,
+        wrapper: str,
+        values: dict[str, Any],
+    ) -> list[tuple[IncomingMessage, tuple[Any, ...]]]:
+        """:meth:`receive` inside *wrapper*, a statement that adds columns to each row taken.
+
+        *wrapper* holds ``{receive}`` where the receive goes (its id, seq, expired, headers and
+        body first, as the receive returns them; flow control's one-statement key claim) and
+        binds *values*. Each message comes with the row's further columns.
+        """
+        self.probe(connection)
+        key = (wrapper, max_messages, self._advisory())
+        statement = self._wrapped.get(key)
+        if statement is None:
+            template, literals = self._receive_template(max_messages, key[2])
+            statement = sql.render(
+                wrapper.replace("{receive}", template), self._dialect, self.quoted_table, literals
+            )
+            if len(self._wrapped) < _CACHED_LIMITS:
+                self._wrapped[key] = statement
+        floor = self.floor
+        position, epoch = floor.start() if floor is not None else (0, 0)
+        if floor is not None:
+            values = {**values, "floor": position}
+        rows = self._on(connection, (statement, statement.params(values), False), True)
+        if not rows and position:
+            position = 0
+            values = {**values, "floor": 0}
+            rows = self._on(connection, (statement, statement.params(values), False), True)
+        rows = sorted(rows, key=lambda row: row[1])  # RETURNING order is not guaranteed
+        messages = self._messages(rows)
+        if messages and floor is not None:
+            floor.advance(messages[0].row_version, epoch, position)
+        return [(message, tuple(row[5:])) for message, row in zip(messages, rows, strict=True)]
 
     def receive_by_id(self, connection: Connection, native_id: uuid.UUID) -> IncomingMessage | None:
         """Delete and return the row whose native Id is *native_id*, or None.
@@ -303,8 +343,12 @@ class TableQueue:
                 len(messages),
             )
 
+    def _advisory(self) -> bool:
+        """Whether receives take rows with advisory locks (no UPDATE privilege, PostgreSQL)."""
+        return not self._may_lock_rows and self._receive_advisory is not None
+
     def _receive_args(self, max_messages: int) -> tuple[sql.Statement, Any, bool]:
-        advisory = not self._may_lock_rows and self._receive_advisory is not None
+        advisory = self._advisory()
         if type(max_messages) is int:  # not bool, whose True would find the limit 1
             args = self._receive_by_limit.get((max_messages, advisory))
             if args is not None:  # cached: a limit checked when it was rendered
@@ -327,19 +371,7 @@ class TableQueue:
         :data:`_CACHED_LIMITS` limits are kept, with their (empty) parameters; any other is
         rendered per call.
         """
-        text = self._text
-        if advisory:
-            template = (
-                (text.receive_without_row_locks_from_floor or text.receive_without_row_locks)
-                if self.floor is not None
-                else text.receive_without_row_locks
-            ) or text.receive
-            literals = {"n": limit, "window": limit + _ADVISORY_WINDOW}
-        else:
-            template = text.receive
-            if self.floor is not None and text.receive_from_floor:
-                template = text.receive_from_floor
-            literals = {"n": limit}
+        template, literals = self._receive_template(limit, advisory)
         statement = sql.render(template, self._dialect, self.quoted_table, literals)
         # From the floor: these parameters scan from 0 (always correct); the receive itself
         # gives the floor's position per call (_receive_from_floor).
@@ -348,6 +380,21 @@ class TableQueue:
         if len(self._receive_by_limit) < _CACHED_LIMITS:
             self._receive_by_limit[(int(limit), advisory)] = args
         return args
+
+    def _receive_template(self, limit: int, advisory: bool) -> tuple[str, dict[str, int]]:
+        """The receive's template (from the floor where there is one) and its literals."""
+        text = self._text
+        if advisory:
+            template = (
+                (text.receive_without_row_locks_from_floor or text.receive_without_row_locks)
+                if self.floor is not None
+                else text.receive_without_row_locks
+            ) or text.receive
+            return template, {"n": limit, "window": limit + _ADVISORY_WINDOW}
+        template = text.receive
+        if self.floor is not None and text.receive_from_floor:
+            template = text.receive_from_floor
+        return template, {"n": limit}
 
     def _on(self, connection: Connection, args: tuple[sql.Statement, Any, bool],
             fetch: bool = False) -> Any:

@@ -168,6 +168,47 @@ CLAIM_SLOTS: Final[dict[str, str]] = {
     ),
 }
 
+def _claim_of(name: str, k: str) -> str:
+    """PostgreSQL: whether a slot of *k* named *name* (SQL expressions) was taken.
+
+    As :data:`CLAIM_SLOT` takes it: ``:first`` first, then the next ones.
+    """
+    return (
+        f"CASE WHEN pg_try_advisory_xact_lock(hashtext({name}), mod(CAST(:first AS integer), {k})) "
+        f"THEN true ELSE EXISTS (SELECT FROM generate_series(1, {k} - 1) AS slot "
+        f"WHERE pg_try_advisory_xact_lock(hashtext({name}), "
+        f"mod(slot + CAST(:first AS integer), {k}))) END"
+    )
+
+
+#: The receive and the claims of its messages' key slots and of the global slot in ONE
+#: statement (the per-key limit's optimistic path for a receive of a few rows; PostgreSQL).
+#: Per row: the key read from the stored headers text where they have the compact JSON form
+#: ``"<header>":"<value>"`` (``:pattern``; no JSON parsing in SQL, which a row of unreadable
+#: headers would make fail), the claim of that key's slot (``:prefix`` || key, ``:k`` slots),
+#: and the global slot's claim (``:gname``, ``:gk`` slots; ``:gk`` 0: none), run once. The
+#: caller checks each key read here against the headers as parsed: a key read otherwise (JSON
+#: escapes, a header written twice or spaced) has its slot claimed by a second statement; a
+#: lock taken for a misread key only restricts (it is released with the transaction).
+RECEIVE_CLAIMING: Final[dict[str, str]] = {
+    "postgresql": (
+        "WITH taken AS ({receive}) "
+        "SELECT taken.id, taken.seq, taken.expired, taken.headers, taken.body, keyed.found, "
+        "CASE WHEN keyed.found IS NULL THEN NULL ELSE "
+        + _claim_of("CAST(:prefix AS text) || keyed.found", "CAST(:k AS integer)")
+        + " END, (SELECT CASE WHEN CAST(:gk AS integer) = 0 THEN true ELSE "
+        + _claim_of("CAST(:gname AS text)", "CAST(:gk AS integer)")
+        + " END) "
+        "FROM taken CROSS JOIN LATERAL (SELECT CASE "
+        "WHEN strpos(taken.headers, CAST(:pattern AS text)) > 0 "
+        "THEN split_part(substr(taken.headers, strpos(taken.headers, CAST(:pattern AS text)) "
+        "+ length(CAST(:pattern AS text))), '\"', 1) END AS found) AS keyed"
+    ),
+}
+#: Most rows a receive takes through :data:`RECEIVE_CLAIMING`: reading the key in SQL costs
+#: the server more per row than the second statement's round trip saves for a large batch.
+FOLD_MOST = 8
+
 #: Most limits claimed with :func:`_claim_few` (one statement per count, no arrays) on
 #: PostgreSQL; more go through :data:`CLAIM_SLOTS`.
 FEW = 8
@@ -385,6 +426,14 @@ class KeyConcurrency:
         #: Whether a receive first takes rows as the plain receive does, then their slots
         #: (PostgreSQL, SQL Server; never with *fifo*: see the module docstring).
         self.optimistic = not self.local and not fifo
+        #: The one-statement receive and claim (PostgreSQL), or None.
+        self._fold = RECEIVE_CLAIMING.get(engine.dialect.name) if self.optimistic else None
+        self._fold_values = {
+            "prefix": f"{KEY_PREFIX}{name}\x1f",
+            "k": limit,
+            # the key as our serializer and NServiceBus write it: compact, non-ASCII as itself
+            "pattern": json.dumps(header, ensure_ascii=False) + ':"',
+        }
         # SQLite: in flight per key, shared by every endpoint of this process on the queue
         self._counts = _key_counts(engine, name)
         self._counts_lock = _local_lock
@@ -418,7 +467,12 @@ class KeyConcurrency:
             may the optimistic path roll it back; a later receive of a batch is careful.
         """
         gate = None if gate is None or gate.local else gate
-        if first and self.optimistic:
+        if first and self._fold is not None and count <= FOLD_MOST:
+            taken = self._receive_claiming(transport, queue, connection, count, gate)
+            if taken is not None:
+                return taken
+            connection.connection.dbapi_connection.rollback()  # type: ignore[union-attr]
+        elif first and self.optimistic:
             taken = transport.receive(queue, count, connection=connection)
             if not taken:
                 return taken
@@ -435,6 +489,46 @@ class KeyConcurrency:
         if first and gate is not None and not gate.claim(connection):
             return []
         return self._careful(transport, queue, connection, count)
+
+    def _receive_claiming(
+        self,
+        transport: Transport,
+        queue: str | addressing.QueueAddress,
+        connection: Connection,
+        count: int,
+        gate: GlobalConcurrency | None,
+    ) -> list[IncomingMessage] | None:
+        """The receive and its slots in one statement (:data:`RECEIVE_CLAIMING`).
+
+        :returns: the messages, or None when a slot was refused (the caller rolls back and
+            takes the careful path).
+        """
+        assert self._fold is not None
+        limit = self.limit if gate is None else max(self.limit, gate.limit)
+        values = {
+            **self._fold_values,
+            "first": _first_slot(limit),
+            "gname": "" if gate is None else gate.lock_name,
+            "gk": 0 if gate is None else gate.limit,
+        }
+        rows = transport.receive_wrapped(queue, count, connection, self._fold, values)
+        if not rows:
+            return []
+        if rows[0][1][2] is False:  # the global slot (one claim for the statement)
+            return None
+        missed: dict[str, int] = {}
+        for message, (found, claimed, _global) in rows:
+            key = self.key_of(message)
+            if key is None:
+                continue  # not limited (a lock taken for a misread key only restricts)
+            if found == key:
+                if not claimed:
+                    return None
+            else:  # read otherwise in SQL: claim the key as parsed
+                missed[self._lock_name(key)] = self.limit
+        if missed and not _try_slots(connection, missed):
+            return None
+        return [message for message, _extra in rows]
 
     def _careful(
         self,

@@ -494,6 +494,56 @@ def test_a_worker_whose_own_slot_is_held_takes_the_next_free_one(database):
 
 
 @only("postgresql")
+def test_a_small_receive_claims_its_slots_in_the_same_statement(database):
+    """One statement: the receive, the key's slot and the global slot (RECEIVE_CLAIMING)."""
+    transport = database.transport()
+    _keyed(transport, "folded", ["a", "b"], 1)
+    _name, keys, gate = _limits(transport, "folded", 1, 3)
+    statements: list[str] = []
+
+    def seen(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+        statements.append(statement)
+
+    with transport.engine.connect() as connection:
+        transaction = connection.begin()
+        sa.event.listen(connection, "before_cursor_execute", seen)
+        taken = keys.receive(transport, "folded", connection, 1, gate)
+        sa.event.remove(connection, "before_cursor_execute", seen)
+        assert [message.headers["customer"] for message in taken] == ["a"]
+        assert len(statements) == 1 and statements[0].startswith("WITH taken AS (DELETE")
+        assert _advisory_locks(connection) == 2  # the key's slot and the global one
+        transaction.commit()
+
+
+@only("postgresql")
+def test_keys_the_one_statement_claim_cannot_read_are_claimed_as_parsed(database):
+    """A key written with JSON escapes is read otherwise in SQL: its slot is claimed by name
+    as parsed (held elsewhere: refused, the row put back); unreadable headers pass unlimited."""
+    from tests.integration.test_unreadable_headers import insert_raw
+
+    transport = database.transport()
+    escaped = 'quo"te\\d'
+    _keyed(transport, "misread", [escaped, "caf\u00e9", "plain"], 1)
+    insert_raw(database, "misread", b"not json at all")
+    name, keys, gate = _limits(transport, "misread", 1, 3)
+    holder = _held_elsewhere(transport.engine, f"{flow.KEY_PREFIX}{name}\x1f{escaped}", range(1))
+    taken: list[object] = []
+    try:
+        for _ in range(4):
+            with transport.engine.connect() as connection:
+                transaction = connection.begin()
+                got = keys.receive(transport, "misread", connection, 1, gate)
+                taken.extend(message.headers.get("customer") if message.headers_error is None
+                             else "unreadable" for message in got)
+                transaction.commit()
+    finally:
+        holder.close()
+    # the escaped key's slot is held: it is skipped, the others (one unreadable) are taken
+    assert taken[:3] == ["caf\u00e9", "plain", "unreadable"], taken
+    assert [message.headers["customer"] for message in transport.browse("misread")] == [escaped]
+
+
+@only("postgresql")
 def test_the_many_key_claim_scans_past_held_slots_and_refuses_a_full_key(database):
     """The one-statement claim of many keys (a JSON array of names per limit) names the same
     locks as the single claim: keys with quotes, backslashes and other scripts included."""
