@@ -31,7 +31,9 @@ two keys may share a limit, which can only restrict, never exceed). Two paths:
   read in Python, and ONE statement (:data:`CLAIM_SLOTS`) takes a slot of every key and the
   global slot. If any is refused, the transaction, which holds nothing but those rows and
   locks, is rolled back (the rows are back in their places, unhandled) and this attempt takes
-  the careful path. So a limit far from binding costs one statement per receive.
+  the careful path. So a limit far from binding costs one statement per receive; on PostgreSQL
+  a receive of at most :data:`FOLD_MOST` rows costs none: :data:`RECEIVE_CLAIMING` takes the
+  rows and their slots in the receive's own statement.
 * **Careful**: the global slot first, then the oldest ``key_window`` rows read without taking
   them (a plain read, pages of 10 or more), and for each, under a SAVEPOINT, the row taken by
   its native id (skipped if another receiver holds it), then a slot of its key. A busy key's
@@ -207,7 +209,7 @@ RECEIVE_CLAIMING: Final[dict[str, str]] = {
 }
 #: Most rows a receive takes through :data:`RECEIVE_CLAIMING`: reading the key in SQL costs
 #: the server more per row than the second statement's round trip saves for a large batch.
-FOLD_MOST = 8
+FOLD_MOST = 100
 
 #: Most limits claimed with :func:`_claim_few` (one statement per count, no arrays) on
 #: PostgreSQL; more go through :data:`CLAIM_SLOTS`.
