@@ -209,7 +209,7 @@ RECEIVE_CLAIMING: Final[dict[str, str]] = {
 }
 #: Most rows a receive takes through :data:`RECEIVE_CLAIMING`: reading the key in SQL costs
 #: the server more per row than the second statement's round trip saves for a large batch.
-FOLD_MOST = 100
+FOLD_MOST = 8
 
 #: Most limits claimed with :func:`_claim_few` (one statement per count, no arrays) on
 #: PostgreSQL; more go through :data:`CLAIM_SLOTS`.
