@@ -266,9 +266,9 @@ def modes_for(url: str) -> list[TransactionMode]:
 def raw_loop(transport: Transport, queue: str, mode: TransactionMode, threads: int) -> int:
     """Receive until empty with the pump's transaction structure, no pump: messages taken.
 
-    NONE: receive and commit. The others: receive, a SAVEPOINT around the (empty) handlers,
-    commit; OUTBOX also opens and commits the unit of work with its outbox record in between,
-    as the strategy does.
+    NONE: receive and commit. The others: receive and commit (the pump opens a handler's
+    SAVEPOINT only when it first reaches the database; empty handlers have none); OUTBOX also
+    opens and commits the unit of work with its outbox record in between, as the strategy does.
     """
     taken = [0] * threads
     outbox = Outbox(transport) if mode is TransactionMode.OUTBOX else None
@@ -281,16 +281,11 @@ def raw_loop(transport: Transport, queue: str, mode: TransactionMode, threads: i
                 if not messages:
                     transaction.rollback()
                     return
-                if mode is TransactionMode.NONE:
-                    transaction.commit()
-                else:
-                    savepoint = connection.begin_nested()  # around the handlers, as the pump
-                    if outbox is not None:
-                        with UnitOfWork(transport, mode="outbox", outbox=outbox,
-                                        incoming_message_id=messages[0].message_id):
-                            pass
-                    savepoint.commit()
-                    transaction.commit()
+                if outbox is not None:  # its own connection: no SAVEPOINT on this one
+                    with UnitOfWork(transport, mode="outbox", outbox=outbox,
+                                    incoming_message_id=messages[0].message_id):
+                        pass
+                transaction.commit()
             taken[index] += 1
 
     workers = [threading.Thread(target=work, args=(i,)) for i in range(threads)]

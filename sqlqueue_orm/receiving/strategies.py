@@ -7,7 +7,8 @@ guarantees are in ``docs/endpoint.md``). What they share:
 * an expired message is discarded (the receive commits) without running a handler;
 * a poison row (headers that cannot be read) is moved to the error queue as it is stored, in
   the receive's transaction, as NServiceBus's ``DeadLetter`` does;
-* a handler failure rolls back the handlers' work (a SAVEPOINT around it); the message is
+* a handler failure rolls back the handlers' work (a SAVEPOINT around it, opened when the
+  handlers first reach the database: handlers that write nothing need none); the message is
   retried at once up to ``immediate_retries`` times (the receive rolls back, so it returns to
   its place), then moved to the error queue with NServiceBus's exception headers, in the
   receive's transaction. A message no handler accepts, or whose body its model cannot read, is
@@ -119,11 +120,11 @@ class FailureCounts:
 
 
 class _LazySavepoint:
-    """A batched message's SAVEPOINT, opened when its handler first reaches the database.
+    """A message's SAVEPOINT, opened when its handler first reaches the database.
 
     Its session, its sends, its defers and its audit copy open it first. A handler that
     touches none of them needs none: if it fails, nothing of it is in the transaction to roll
-    back. So a batch of handlers that write nothing is BEGIN, one receive, COMMIT.
+    back. So a message (or a batch) whose handlers write nothing is BEGIN, one receive, COMMIT.
     """
 
     __slots__ = ("_connection", "_transaction")
@@ -522,14 +523,20 @@ class _NativeTransaction(ReceiveStrategy):
                 slot.outcome("handled")
                 return
             message = local
-            started = dt.datetime.now(dt.UTC)
-            savepoint = connection.begin_nested()
+            started = (
+                dt.datetime.now(dt.UTC) if self.endpoint.settings.audit_queue is not None else None
+            )
+            # opened when the handlers first reach the database, as in a batch: handlers that
+            # write nothing cost no SAVEPOINT round trips
+            savepoint = _LazySavepoint(connection)
             try:
-                self._handle(connection, message)
-                self._audit(connection, message, started)  # in the receive's transaction
+                self._handle_batched(connection, message, savepoint)
+                if started is not None:
+                    savepoint.open()
+                    self._audit(connection, message, started)  # in the receive's transaction
             except Exception as error:
-                if savepoint.is_active:
-                    savepoint.rollback()
+                savepoint.rollback()
+                self._local.sent = None  # rolled back with the SAVEPOINT
                 attempts = self.failures.record(str(message.id))
                 decision = recoverability.decide(
                     self.endpoint, message, attempts, _is_permanent(error)
@@ -559,8 +566,7 @@ class _NativeTransaction(ReceiveStrategy):
                 slot.commit(transaction)
                 slot.outcome("failed")
                 return
-            if savepoint.is_active:
-                savepoint.commit()
+            savepoint.release()
             slot.commit(transaction)
             self._wake_destinations()
             self.failures.forget(str(message.id))

@@ -185,16 +185,18 @@ def _killed_mid_batch(database, mode: TransactionMode) -> None:  # type: ignore[
     assert len(handled) == len(sent)  # nothing handled twice
 
 
-def test_a_savepoint_opens_only_for_handlers_that_reach_the_database(database):
+@pytest.mark.parametrize("batch", [BATCH, 1], ids=["batched", "unbatched"])
+def test_a_savepoint_opens_only_for_handlers_that_reach_the_database(database, batch):
     """Empty handlers cost no SAVEPOINT; a send, a defer, a session still get theirs first.
 
     The proof that each handler's writes sit under its own SAVEPOINT: a handler that defers
     and then fails leaves no deferred row behind (its retry leaves the one row), and a session
-    write survives only for the handlers that succeed.
+    write survives only for the handlers that succeed. Unbatched the same holds: one message
+    per transaction, its SAVEPOINT opened the same way.
     """
     transport = database.transport()
     engine = transport.engine
-    queue = "lazy_savepoint"
+    queue = f"lazy_savepoint_{batch}"
     UserBase.metadata.drop_all(engine)
     UserBase.metadata.create_all(engine)
     for name in (queue, "out", "error"):
@@ -204,7 +206,7 @@ def test_a_savepoint_opens_only_for_handlers_that_reach_the_database(database):
         concurrency=1,
         transaction_mode=TransactionMode.TRANSACTION_SCOPE,
         peek_delay=0.1,
-        batch_size=BATCH,
+        batch_size=batch,
         batch_flush=0.05,
         immediate_retries=1,
         delayed_retries=0,
