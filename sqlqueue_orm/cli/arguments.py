@@ -108,10 +108,14 @@ ttbr_seconds = seconds(0, high=MAX_TTBR_SECONDS, high_name="100 years; leave --t
 
 
 def input_file(text: str) -> str:
-    """Argument type: a readable file, or ``-`` for standard input."""
+    """Argument type: a readable file, or ``-`` for standard input.
+
+    Not only regular files: ``/dev/null`` (an empty body), a named pipe or a shell's process
+    substitution (``<(command)``) are read as well.
+    """
     if text == "-":
         return text
-    if not os.path.isfile(text):
+    if os.path.isdir(text) or not os.path.exists(text):
         reason = "is a directory" if os.path.isdir(text) else "does not exist"
         raise argparse.ArgumentTypeError(f"{text!r} {reason}")
     if not os.access(text, os.R_OK):

@@ -11,6 +11,7 @@ import shlex
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import sqlalchemy as sa
@@ -113,6 +114,29 @@ def test_binary_body_survives_a_round_trip_through_json(database, tmp_path):
     assert base64.b64decode(json.loads(last)["body_base64"]) == b"plain text"
     assert sqlqueue(url, "peek", "bin").stdout.strip() in ("0", "1")  # estimate: max - min
     assert sqlqueue(url, "receive", "bin").stdout == ""
+
+
+@only("sqlite")
+def test_body_file_reads_dev_null_and_a_named_pipe(database, tmp_path):
+    """Not only regular files: /dev/null is an empty body, a FIFO (as a shell's ``<(...)``
+    gives) is read to its end."""
+    url = database.url
+    sqlqueue(url, "create-queue", "special")
+    sqlqueue(url, "send", "special", "--body-file", os.devnull)
+    fifo = tmp_path / "body.fifo"
+    os.mkfifo(fifo)
+
+    def feed() -> None:
+        with open(fifo, "wb") as writer:
+            writer.write(b"through a pipe")
+
+    feeder = threading.Thread(target=feed)
+    feeder.start()
+    sqlqueue(url, "send", "special", "--body-file", str(fifo))
+    feeder.join(10)
+    lines = sqlqueue(url, "receive", "special", "--count", "2", "--json").stdout.splitlines()
+    bodies = [json.loads(line).get("body") for line in lines]
+    assert bodies == ["", "through a pipe"], lines
 
 
 @only("sqlite")
