@@ -229,3 +229,54 @@ def test_send_and_reply_leave_the_callers_message_unchanged(database):
     [reply] = transport.receive("client")
     assert sent.headers[headers.MESSAGE_INTENT] == "Send"  # not the reply's intent, or vice versa
     assert reply.headers[headers.MESSAGE_INTENT] == "Reply"
+
+
+class _Slot:
+    """The pump's side of one receive (the ``Slot`` protocol), recording what it is told."""
+
+    def __init__(self) -> None:
+        self.found: list[bool] = []
+
+    def received(self, found: bool) -> None:
+        self.found.append(found)
+
+    def track(self, connection: object) -> None:
+        pass
+
+    def commit(self, transaction) -> None:  # type: ignore[no-untyped-def]
+        transaction.commit()
+
+    def outcome(self, name: str, count: int = 1) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("mode", "batch"),
+    [(TransactionMode.TRANSACTION_SCOPE, 1), (TransactionMode.TRANSACTION_SCOPE, 10),
+     (TransactionMode.NONE, 1)],
+    ids=["unbatched", "batched", "none"],
+)
+def test_a_receive_that_finds_nothing_commits_not_rolls_back(database, mode, batch):
+    """An empty receive's transaction changed nothing: it commits. A rollback would make
+    psycopg drop the connection's prepared statements (and send DEALLOCATE ALL)."""
+    import sqlalchemy as sa
+
+    from sqlqueue_orm.receiving import strategies
+
+    transport = database.transport()
+    transport.create_queue("empty_receive")
+    endpoint = Endpoint(
+        "empty_receive", transport, transaction_mode=mode, batch_size=batch, batch_flush=0.01,
+        delayed_delivery=False,
+    )
+    endpoint.handle_raw(lambda body, context: None)
+    strategy = strategies.for_endpoint(endpoint)
+    strategy.prepare()
+    ended: list[str] = []
+    sa.event.listen(transport.engine, "rollback", lambda connection: ended.append("rollback"))
+    sa.event.listen(transport.engine, "commit", lambda connection: ended.append("commit"))
+    slot = _Slot()
+    for _ in range(3):
+        strategy.process(slot)
+    assert slot.found == [False, False, False]
+    assert ended == ["commit"] * 3
