@@ -124,14 +124,14 @@ def retry_command(args: argparse.Namespace) -> int:
     if args.failed_queue is not None and not args.all:
         raise exceptions.ConfigurationError("--failed-queue goes with --all")
     if args.all:
-        count = errors.retry_all(args.failed_queue)
-        print(f"{count} message(s) sent back from {errors.name}")
-        return 0
-    _known(errors, args.ids)
-    count = errors.retry(args.ids)
+        ids = errors.retryable_ids(args.failed_queue)
+    else:
+        _known(errors, args.ids)
+        ids = args.ids
+    count = errors.retry(ids)
     print(f"{count} message(s) sent back from {errors.name}")
-    if count < len(args.ids):
-        print(f"sqlqueue: error: {len(args.ids) - count} message(s) were not sent back "
+    if count < len(ids):
+        print(f"sqlqueue: error: {len(ids) - count} message(s) were not sent back "
               "(no FailedQ header, no such queue, or taken by someone else; see the log)",
               file=sys.stderr)
         return 1

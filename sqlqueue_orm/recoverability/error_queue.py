@@ -321,6 +321,13 @@ class ErrorQueue:
 
     def retry_all(self, failed_queue: str | None = None) -> int:
         """:meth:`retry` every message (that failed in *failed_queue*, if given)."""
+        return self.retry(self.retryable_ids(failed_queue))
+
+    def retryable_ids(self, failed_queue: str | None = None) -> tuple[str, ...]:
+        """The ids :meth:`retry_all` sends back, oldest first.
+
+        Every message that names the queue it failed in (*failed_queue*, if given).
+        """
         wanted = None if failed_queue is None else self.transport.address(failed_queue)
         ids = []
         for row in self._rows():
@@ -334,7 +341,7 @@ class ErrorQueue:
                 except exceptions.ConfigurationError:
                     continue
             ids.append(str(row.id))
-        return self.retry(ids)
+        return tuple(ids)
 
     def delete(self, ids: Iterable[str]) -> int:
         """Delete each message (one transaction each); return how many were deleted.

@@ -114,3 +114,20 @@ def test_errors_commands_on_another_error_queue(database, sqlqueue):
     assert [m.message_id for m in transport.receive("inbox")] == ["m"]
     missing = sqlqueue(database.url, "errors", "list", check=False)  # no "error" queue here
     assert missing.returncode == 2 and "'error' does not exist" in missing.stderr
+
+
+def test_retry_all_exits_1_when_a_message_could_not_go_back(database, sqlqueue):
+    """``--all`` sends back what it can; one that names a queue that is gone stays, and the
+    command says so and exits 1 (as retrying by id does)."""
+    transport = database.transport()
+    transport.create_queues(["error", "inbox"])
+    transport.send("error", OutgoingMessage(b"x", message_id="ok", headers={
+        headers.FAILED_QUEUE: transport.address_text("inbox")}))
+    transport.send("error", OutgoingMessage(b"x", message_id="orphan", headers={
+        headers.FAILED_QUEUE: transport.address_text("gone_since")}))
+    result = sqlqueue(database.url, "errors", "retry", "--all", check=False)
+    assert result.returncode == 1, result
+    assert "1 message(s) sent back" in result.stdout
+    assert "1 message(s) were not sent back" in result.stderr
+    assert [m.message_id for m in transport.receive("inbox")] == ["ok"]
+    assert [m.message_id for m in transport.browse("error")] == ["orphan"]
