@@ -498,11 +498,17 @@ class Transport:
         """
         outgoing, chosen = publishing.prepare(event, type_names, topics)
         assert outgoing.message_id is not None
-        destinations = list(
-            dict.fromkeys(
-                self.address(text) for text in self.subscriptions.subscribers(chosen, connection)
-            )
-        )
+        # One copy per table: ``billing`` and ``billing@[dbo]`` / ``"public"."billing"`` (the
+        # schema the connection's default) are one queue, subscribed under two spellings.
+        default = self.engine.dialect.default_schema_name
+        by_table: dict[addressing.QueueAddress, addressing.QueueAddress] = {}
+        for text in self.subscriptions.subscribers(chosen, connection):
+            address = self.address(text)
+            same = address
+            if address.schema is None and default is not None:
+                same = addressing.QueueAddress(address.table, default, address.catalog)
+            by_table.setdefault(same, address)
+        destinations = list(by_table.values())
         if destinations:
             with self._connection(connection) as conn:
                 for destination in destinations:

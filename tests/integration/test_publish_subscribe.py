@@ -462,6 +462,21 @@ def test_a_handlers_publish_follows_the_transaction_mode(database, tmp_path, mod
     assert sorted(copies) == sorted([-1] * failing_tries * LEAKS[mode] + [1])
 
 
+def test_a_queue_named_with_and_without_its_default_schema_gets_one_copy(database):
+    """``billing`` and ``billing@[main]`` (SQLite) / ``"public"."billing"`` (PostgreSQL) /
+    ``billing@[dbo]`` (SQL Server) name one table: one copy."""
+    from sqlqueue_orm.addressing import QueueAddress
+
+    transport = _setup(database, "billing")
+    default = transport.engine.dialect.default_schema_name
+    assert default
+    transport.subscriptions.subscribe(
+        "Billing", PLACED, transport.address_text(QueueAddress("billing", default)))
+    transport.subscriptions.subscribe("billing-py", PLACED, "billing")
+    transport.publish(OrderPlaced(order_id=1))
+    assert len(_drain(transport, "billing")) == 1
+
+
 @only("postgresql")
 def test_two_spellings_of_one_queue_get_one_copy(database):
     """``"public"."billing"`` (.NET) and ``billing@[public]`` name one queue: one copy."""
