@@ -38,7 +38,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from sqlalchemy.engine import Connection, Engine
 
@@ -97,7 +97,8 @@ class HandlerContext:
         self.message = message
         self._sender = sender
         self._session_factory = session_factory
-        self._session: Session | None = None
+        #: The session if a handler used it, else None (for the strategies).
+        self.session_used: Session | None = None
 
     @property
     def message_id(self) -> str:
@@ -112,14 +113,10 @@ class HandlerContext:
     @property
     def session(self) -> Session:
         """The ORM session of this message's handling (made on first use)."""
-        if self._session is None:
-            self._session = self._session_factory()
-        return self._session
-
-    @property
-    def session_used(self) -> Session | None:
-        """The session if a handler used it, else None (for the strategies)."""
-        return self._session
+        session = self.session_used
+        if session is None:
+            session = self.session_used = self._session_factory()
+        return session
 
     def send(
         self,
@@ -244,6 +241,41 @@ class HandlerContext:
         return dataclasses.replace(outgoing, headers=stamped)  # the caller's message unchanged
 
 
+class MessageScope(Protocol):
+    """A sender that also makes the handlers' session (a transactional message's scope)."""
+
+    def __call__(
+        self, destination: str | addressing.QueueAddress, outgoing: OutgoingMessage, /
+    ) -> str:
+        """Send *outgoing* to *destination*; return its message id."""
+
+    def session(self) -> Session:
+        """The handlers' ORM session."""
+
+
+class ScopedContext(HandlerContext):
+    """A :class:`HandlerContext` whose sender also makes its session (one object less each).
+
+    The context of a TRANSACTION_SCOPE message: its scope sends in the receive's transaction
+    and makes the session inside the message's SAVEPOINT.
+    """
+
+    def __init__(self, endpoint: Endpoint, message: IncomingMessage, scope: MessageScope) -> None:
+        self.endpoint = endpoint
+        self.message = message
+        self._sender = scope
+        self._scope = scope
+        self.session_used = None
+
+    @property
+    def session(self) -> Session:
+        """The ORM session of this message's handling (made on first use)."""
+        session = self.session_used
+        if session is None:
+            session = self.session_used = self._scope.session()
+        return session
+
+
 class Endpoint:
     """An input queue, handlers per message type, and a pump running them in a transaction mode.
 
@@ -298,7 +330,8 @@ class Endpoint:
         self._typed: dict[str, tuple[type[Any], list[TypedHandler]]] = {}
         self._names: dict[type[Any], str] = {}
         self._events: list[type[Any]] = []
-        self._raw: list[RawHandler] = []
+        #: Replaced, not changed, on registration: a pump reading it needs no copy.
+        self._raw: tuple[RawHandler, ...] = ()
         self._pump: pump.MessagePump | None = None
         self._mover: mover.DelayedMessageMover | None = None
         self._instance_pump: pump.MessagePump | None = None
@@ -432,7 +465,7 @@ class Endpoint:
     def handle_raw(self, handler: RawHandler) -> RawHandler:
         """Register *handler* for every message: it gets the body bytes and the context."""
         with self._lock:
-            self._raw.append(handler)
+            self._raw = (*self._raw, handler)
         return handler
 
     def map_type(self, model: type[Any], type_name: str) -> None:
@@ -516,12 +549,30 @@ class Endpoint:
 
         :raises UnknownMessageType: none does.
         """
-        instrumentation = self.instrumentation
+        instrumentation = self._instrumentation or self.transport.instrumentation
         if instrumentation is not None:
             queue = self.transport.queue(self.name).name
             instrumentation.handle(queue, context.message, lambda: self._invoke(context))
             return
         self._invoke(context)
+
+    def invoker(self) -> Callable[[HandlerContext], None]:
+        """:meth:`invoke`, shortened for the handlers registered now (a batch's dispatch).
+
+        Without instrumentation: the dispatch itself, and with one raw handler and no typed
+        one, that handler's call.
+        """
+        if self._instrumentation is not None or self.transport.instrumentation is not None:
+            return self.invoke
+        raws = self._raw
+        if self._typed or len(raws) != 1:
+            return self._invoke
+        raw = raws[0]
+
+        def invoke_raw(context: HandlerContext) -> None:
+            raw(context.message.body or b"", context)
+
+        return invoke_raw
 
     def _invoke(self, context: HandlerContext) -> None:
         message = context.message
@@ -540,8 +591,11 @@ class Endpoint:
             body = message.model(model)
             for handler in list(handlers):
                 handler(body, context)
-        for raw in list(self._raw):
-            raw(message.body or b"", context)
+        raws = self._raw
+        if raws:
+            raw_body = message.body or b""
+            for raw in raws:
+                raw(raw_body, context)
 
     # -- running ---------------------------------------------------------------------------
     @property

@@ -119,19 +119,41 @@ class FailureCounts:
                 self._counts.pop(str(message.id), None)
 
 
-class _LazySavepoint:
-    """A message's SAVEPOINT, opened when its handler first reaches the database.
+class _MessageScope:
+    """One message's handling inside the receive's transaction: its SAVEPOINT and its sends.
 
-    Its session, its sends, its defers and its audit copy open it first. A handler that
-    touches none of them needs none: if it fails, nothing of it is in the transaction to roll
-    back. So a message (or a batch) whose handlers write nothing is BEGIN, one receive, COMMIT.
+    The SAVEPOINT opens when the handlers first reach the database: the session, a send, a
+    defer (:attr:`connection`) or the audit copy open it first. A handler that touches none of
+    them needs none: if it fails, nothing of it is in the transaction to roll back. So a
+    message (or a batch) whose handlers write nothing is BEGIN, one receive, COMMIT.
+
+    It is also the handlers' sender: each send goes out on the receive's connection and its
+    destination is appended to :attr:`sent` (a batch's scopes share one list), to wake them
+    after the commit; a rollback drops what this scope appended.
     """
 
-    __slots__ = ("_connection", "_transaction")
+    __slots__ = ("_connection", "_mark", "_transaction", "_transport", "sent")
 
-    def __init__(self, connection: Connection) -> None:
+    def __init__(
+        self,
+        transport: Transport,
+        connection: Connection,
+        sent: list[str | addressing.QueueAddress] | None = None,
+    ) -> None:
+        self._transport = transport
         self._connection = connection
         self._transaction: NestedTransaction | None = None
+        #: The destinations sent to, in order (shared with the batch's other messages).
+        self.sent: list[str | addressing.QueueAddress] = [] if sent is None else sent
+        self._mark = len(self.sent)
+
+    @property
+    def opened(self) -> bool:
+        """Whether the handlers reached the database (a send, the session, a defer).
+
+        A scope not opened holds nothing: the next message of a batch may use it.
+        """
+        return self._transaction is not None
 
     def open(self) -> None:
         """Open the SAVEPOINT unless it is open already."""
@@ -140,52 +162,34 @@ class _LazySavepoint:
 
     def rollback(self) -> None:
         """Roll back what the handler wrote (nothing to do if it wrote nothing)."""
+        del self.sent[self._mark :]
         transaction = self._transaction
         if transaction is not None and transaction.is_active:
             transaction.rollback()
 
     def session(self) -> Session:
-        """An ORM session in the batch's transaction, inside this SAVEPOINT (opened first)."""
+        """An ORM session in the receive's transaction, inside this SAVEPOINT (opened first)."""
         self.open()
         return Session(
             bind=self._connection, join_transaction_mode="create_savepoint", expire_on_commit=False
         )
 
     def release(self) -> None:
-        """Keep what the handler wrote in the batch's transaction."""
+        """Keep what the handler wrote in the receive's transaction."""
         transaction = self._transaction
         if transaction is not None and transaction.is_active:
             transaction.commit()
 
-
-class _TransactionalSender:
-    """Sends in the receive's transaction and notes where (to wake them after the commit).
-
-    ``connection`` is what :meth:`HandlerContext.defer` stores on; reading it, like a send,
-    opens the batched message's SAVEPOINT first.
-    """
-
-    __slots__ = ("_connection", "_savepoint", "_transport", "sent")
-
-    def __init__(
-        self, transport: Transport, connection: Connection, savepoint: _LazySavepoint | None
-    ) -> None:
-        self._transport = transport
-        self._connection = connection
-        self._savepoint = savepoint
-        #: The destinations sent to, in order.
-        self.sent: list[str | addressing.QueueAddress] = []
-
     @property
     def connection(self) -> Connection:
-        """The receive's connection, its SAVEPOINT open."""
-        if self._savepoint is not None:
-            self._savepoint.open()
+        """The receive's connection, the SAVEPOINT open (:meth:`HandlerContext.defer`)."""
+        self.open()
         return self._connection
 
     def __call__(
         self, destination: str | addressing.QueueAddress, outgoing: OutgoingMessage
     ) -> str:
+        """Send *outgoing* to *destination* in the receive's transaction."""
         message_id = self._transport.send(destination, outgoing, connection=self.connection)
         self.sent.append(destination)
         return message_id
@@ -205,9 +209,11 @@ class ReceiveStrategy:
         self.queue: str | addressing.QueueAddress = endpoint.name if queue is None else queue
         self.failures = FailureCounts()
         self._local = threading.local()
-        from sqlqueue_orm.receiving.endpoint import HandlerContext  # endpoint imports this module
+        # endpoint imports this module
+        from sqlqueue_orm.receiving.endpoint import HandlerContext, ScopedContext
 
         self._context_class = HandlerContext
+        self._scoped_context_class = ScopedContext
         limit = endpoint.settings.global_concurrency
         #: The global concurrency limit (:mod:`flow`), or None.
         self.gate = (
@@ -245,24 +251,24 @@ class ReceiveStrategy:
         )
 
     def _transactional_sender(self, connection: Connection) -> Sender:
-        """Send in *connection*'s transaction, noting where (to wake after the commit).
+        """Send in *connection*'s transaction, inside the message's SAVEPOINT (opened first)."""
+        return self._scope(connection)
 
-        In a batch, the first send (or defer) opens the message's SAVEPOINT first.
+    def _scope(self, connection: Connection) -> _MessageScope:
+        """The scope of the message being handled on this thread (it is the sender).
+
+        :meth:`_NativeTransaction._handle_batched` sets it; a new one outside it.
         """
-        sender = _TransactionalSender(
-            self.transport, connection, getattr(self._local, "savepoint", None)
-        )
-        self._local.sent = sender.sent
-        return sender
+        scope: _MessageScope | None = getattr(self._local, "scope", None)
+        return _MessageScope(self.transport, connection) if scope is None else scope
 
-    def _wake_destinations(self) -> None:
-        """Wake this process's endpoints of the queues sent to in the committed transaction."""
-        sent = getattr(self._local, "sent", None)
-        self._local.sent = None
-        if sent and self.transport.sent_hooks:
+    def _wake_destinations(self, sent: Iterable[str | addressing.QueueAddress]) -> None:
+        """Wake this process's endpoints of the queues *sent* to in the committed transaction."""
+        hooks = self.transport.sent_hooks
+        if hooks:
             for destination in set(sent):
                 address = self.transport.address(destination)
-                for hook in self.transport.sent_hooks:
+                for hook in hooks:
                     hook(address)
 
     def prepare(self) -> None:
@@ -541,15 +547,14 @@ class _NativeTransaction(ReceiveStrategy):
             )
             # opened when the handlers first reach the database, as in a batch: handlers that
             # write nothing cost no SAVEPOINT round trips
-            savepoint = _LazySavepoint(connection)
+            scope = _MessageScope(self.transport, connection)
             try:
-                self._handle_batched(connection, message, savepoint)
+                self._handle_batched(connection, message, scope)
                 if started is not None:
-                    savepoint.open()
+                    scope.open()
                     self._audit(connection, message, started)  # in the receive's transaction
             except Exception as error:
-                savepoint.rollback()
-                self._local.sent = None  # rolled back with the SAVEPOINT
+                scope.rollback()  # and its sends
                 attempts = self.failures.record(str(message.id))
                 decision = recoverability.decide(
                     self.endpoint, message, attempts, _is_permanent(error)
@@ -579,23 +584,29 @@ class _NativeTransaction(ReceiveStrategy):
                 slot.commit(transaction)
                 slot.outcome("failed")
                 return
-            savepoint.release()
+            scope.release()
             slot.commit(transaction)
-            self._wake_destinations()
+            self._wake_destinations(scope.sent)
             self.failures.forget(str(message.id))
             slot.outcome("handled")
 
     def _process_batch(self, slot: Slot) -> None:
         """Receive up to ``batch_size`` messages in one transaction; commit them together.
 
-        Each is handled under a SAVEPOINT of its own (see the module docstring).
+        Each is handled under a SAVEPOINT of its own (see the module docstring). The loop over
+        the messages is the batch's hot path: a message that is not expired, poison, a matured
+        delayed message or audited runs its handlers right there (:meth:`_batch_one` takes the
+        others, and the retries).
         """
         settings = self.endpoint.settings
         most = getattr(self._local, "allowance", None) or settings.batch_size
         outcomes: list[tuple[str, IncomingMessage]] = []
         sent: list[str | addressing.QueueAddress] = []
         forwarded: list[addressing.QueueAddress] = []
-        with self.transport.engine.connect() as connection:
+        audit = settings.audit_queue is not None
+        handle = self._batch_handler()
+        transport = self.transport
+        with transport.engine.connect() as connection:
             slot.track(connection)
             transaction = connection.begin()
             if not self._claim(connection):
@@ -611,15 +622,32 @@ class _NativeTransaction(ReceiveStrategy):
                 if not messages:
                     break
                 taken += len(messages)
-                local = self._local
+                scope = _MessageScope(transport, connection, sent)
                 for message in messages:
-                    local.sent = local.forwarded = None
-                    outcomes.append((self._batch_one(connection, message, outcomes), message))
-                    if local.sent:
-                        sent.extend(local.sent)
-                    if local.forwarded is not None:
-                        forwarded.append(local.forwarded)
-                local.sent = local.forwarded = None
+                    if (
+                        audit
+                        or message.expired
+                        or message.headers_error is not None
+                        or FORWARD_DESTINATION in message.headers
+                    ):
+                        outcome = self._batch_one(
+                            connection, message, outcomes, sent, forwarded, handle
+                        )
+                    else:
+                        try:
+                            handle(connection, message, scope)
+                        except Exception as error:
+                            failed = self._batch_failed(connection, message, scope, error, outcomes)
+                            outcome = failed or self._batch_one(  # None: retry it at once
+                                connection, message, outcomes, sent, forwarded, handle
+                            )
+                            scope = _MessageScope(transport, connection, sent)
+                        else:
+                            outcome = "handled"
+                            if scope.opened:  # else untouched: the next message's scope
+                                scope.release()
+                                scope = _MessageScope(transport, connection, sent)
+                    outcomes.append((outcome, message))
                 if time.monotonic() - opened >= settings.batch_flush:
                     break
             if not taken:
@@ -627,8 +655,7 @@ class _NativeTransaction(ReceiveStrategy):
                 return
             slot.commit(transaction)
         log.debug("queue %s: batch of %d committed", self.queue, taken)
-        self._local.sent = sent
-        self._wake_destinations()
+        self._wake_destinations(sent)
         for destination in set(forwarded):
             for hook in self.transport.sent_hooks:
                 hook(destination)
@@ -638,15 +665,23 @@ class _NativeTransaction(ReceiveStrategy):
         for outcome, count in collections.Counter(outcome for outcome, _ in outcomes).items():
             slot.outcome(outcome, count)
 
+    def _batch_handler(self) -> Callable[[Connection, IncomingMessage, _MessageScope], None]:
+        """What runs a batched message's handlers in its scope (one lookup per batch)."""
+        return self._handle_batched
+
     def _batch_one(
         self,
         connection: Connection,
         message: IncomingMessage,
         outcomes: list[tuple[str, IncomingMessage]],
+        sent: list[str | addressing.QueueAddress],
+        forwarded: list[addressing.QueueAddress],
+        handle: Callable[[Connection, IncomingMessage, _MessageScope], None],
     ) -> str:
         """Process one message of a batch in *connection*'s transaction; return its outcome.
 
-        Its immediate retries are appended to *outcomes* as they happen.
+        Its immediate retries are appended to *outcomes* as they happen, the destinations of
+        its sends to *sent*, a matured delayed message's destination to *forwarded*.
         """
         if message.expired:
             self._discard_expired(message)
@@ -655,59 +690,76 @@ class _NativeTransaction(ReceiveStrategy):
             self._dead_letter(connection, message)
             return "poison"
         if FORWARD_DESTINATION in message.headers:  # a matured delayed message
+            self._local.forwarded = None
             local = self._forward_delayed(connection, message)
             if local is None:
+                if self._local.forwarded is not None:
+                    forwarded.append(self._local.forwarded)
+                self._local.forwarded = None
                 return "handled"
             message = local
         audit = self.endpoint.settings.audit_queue is not None
         while True:
             started = dt.datetime.now(dt.UTC) if audit else None
-            savepoint = _LazySavepoint(connection)
+            scope = _MessageScope(self.transport, connection, sent)
             try:
-                self._handle_batched(connection, message, savepoint)
+                handle(connection, message, scope)
                 if started is not None:
-                    savepoint.open()
+                    scope.open()
                     self._audit(connection, message, started)
             except Exception as error:
-                savepoint.rollback()
-                self._local.sent = None  # rolled back with the SAVEPOINT
-                attempts = self.failures.record(str(message.id))
-                decision = recoverability.decide(
-                    self.endpoint, message, attempts, _is_permanent(error)
-                )
-                if decision.action == recoverability.IMMEDIATE:
-                    log.warning(
-                        "queue %s: message %s failed in a batch (attempt %d), retrying: %s: %s",
-                        self.queue,
-                        message.message_id,
-                        attempts,
-                        type(error).__name__,
-                        error,
-                    )
-                    outcomes.append(("retried", message))  # counted once the batch commits
-                    continue
-                if decision.action == recoverability.DELAYED:
-                    recoverability.retry_later(
-                        self.endpoint, connection, message, decision, self.queue
-                    )
-                    return "delayed"
-                self._to_error_queue(connection, message, error)
-                return "failed"
-            savepoint.release()
+                outcome = self._batch_failed(connection, message, scope, error, outcomes)
+                if outcome is None:
+                    continue  # an immediate retry
+                return outcome
+            scope.release()
             return "handled"
+
+    def _batch_failed(
+        self,
+        connection: Connection,
+        message: IncomingMessage,
+        scope: _MessageScope,
+        error: Exception,
+        outcomes: list[tuple[str, IncomingMessage]],
+    ) -> str | None:
+        """A batched message's handlers raised *error*: roll back *scope*, then recoverability.
+
+        Return its outcome (delayed, failed), or None for an immediate retry (appended to
+        *outcomes*).
+        """
+        scope.rollback()  # and its sends
+        attempts = self.failures.record(str(message.id))
+        decision = recoverability.decide(self.endpoint, message, attempts, _is_permanent(error))
+        if decision.action == recoverability.IMMEDIATE:
+            log.warning(
+                "queue %s: message %s failed in a batch (attempt %d), retrying: %s: %s",
+                self.queue,
+                message.message_id,
+                attempts,
+                type(error).__name__,
+                error,
+            )
+            outcomes.append(("retried", message))  # counted once the batch commits
+            return None
+        if decision.action == recoverability.DELAYED:
+            recoverability.retry_later(self.endpoint, connection, message, decision, self.queue)
+            return "delayed"
+        self._to_error_queue(connection, message, error)
+        return "failed"
 
     def _handle(self, connection: Connection, message: IncomingMessage) -> None:
         raise NotImplementedError
 
     def _handle_batched(
-        self, connection: Connection, message: IncomingMessage, savepoint: _LazySavepoint
+        self, connection: Connection, message: IncomingMessage, scope: _MessageScope
     ) -> None:
-        """Run the handlers of a message of a batch, *savepoint* opened on their first write."""
-        self._local.savepoint = savepoint
+        """Run the handlers of a message in *scope* (its SAVEPOINT opened on their first write)."""
+        self._local.scope = scope
         try:
             self._handle(connection, message)
         finally:
-            self._local.savepoint = None
+            self._local.scope = None
 
     def _run_with_own_session(self, message: IncomingMessage, sender: Sender) -> None:
         """Run the handlers with a session of its own, committed when they succeed."""
@@ -754,34 +806,40 @@ class TransactionScope(_NativeTransaction):
     mode = TransactionMode.TRANSACTION_SCOPE
 
     def _handle(self, connection: Connection, message: IncomingMessage) -> None:
-        context = self._context(
-            message,
-            self._transactional_sender(connection),
-            lambda: Session(
-                bind=connection, join_transaction_mode="create_savepoint", expire_on_commit=False
-            ),
-        )
-        self._run_scoped(context)
+        self._handle_batched(connection, message, self._scope(connection))
 
     def _handle_batched(
-        self, connection: Connection, message: IncomingMessage, savepoint: _LazySavepoint
+        self, connection: Connection, message: IncomingMessage, scope: _MessageScope
     ) -> None:
-        # the batch's hot path: no closure, no thread-local savepoint
-        sender = _TransactionalSender(self.transport, connection, savepoint)
-        self._local.sent = sender.sent
-        self._run_scoped(self._context_class(self.endpoint, message, sender, savepoint.session))
+        self._batch_handler()(connection, message, scope)
 
-    def _run_scoped(self, context: HandlerContext) -> None:
-        """Invoke the handlers; commit the session's SAVEPOINT if they used it (tx stays open)."""
-        try:
-            self.endpoint.invoke(context)
+    def _batch_handler(self) -> Callable[[Connection, IncomingMessage, _MessageScope], None]:
+        """Invoke the handlers; commit the session's SAVEPOINT if they used it (tx stays open).
+
+        The hot path of a batch: the scope is the sender and makes the session; no
+        thread-local, and the handler dispatch looked up once per batch.
+        """
+        endpoint = self.endpoint
+        invoke = endpoint.invoker()
+        context_class = self._scoped_context_class
+
+        def handle(connection: Connection, message: IncomingMessage, scope: _MessageScope) -> None:
+            context = context_class(endpoint, message, scope)
+            try:
+                invoke(context)
+            except BaseException:
+                used = context.session_used
+                if used is not None:
+                    used.close()
+                raise
             used = context.session_used
             if used is not None:
-                used.commit()  # flushes, releases its SAVEPOINT; tx stays open
-        finally:
-            used = context.session_used
-            if used is not None:
-                used.close()
+                try:
+                    used.commit()  # flushes, releases its SAVEPOINT; tx stays open
+                finally:
+                    used.close()
+
+        return handle
 
 
 class OutboxStrategy(_NativeTransaction):
