@@ -614,7 +614,8 @@ class _NativeTransaction(ReceiveStrategy):
                 slot.received(False)
                 return
             opened = time.monotonic()
-            taken = 0
+            taken = handled = 0
+            received: list[IncomingMessage] = []
             while taken < most:
                 messages = self._receive(connection, most - taken)
                 if not taken:
@@ -622,6 +623,7 @@ class _NativeTransaction(ReceiveStrategy):
                 if not messages:
                     break
                 taken += len(messages)
+                received += messages
                 scope = _MessageScope(transport, connection, sent)
                 for message in messages:
                     if (
@@ -633,21 +635,22 @@ class _NativeTransaction(ReceiveStrategy):
                         outcome = self._batch_one(
                             connection, message, outcomes, sent, forwarded, handle
                         )
-                    else:
-                        try:
-                            handle(connection, message, scope)
-                        except Exception as error:
-                            failed = self._batch_failed(connection, message, scope, error, outcomes)
-                            outcome = failed or self._batch_one(  # None: retry it at once
-                                connection, message, outcomes, sent, forwarded, handle
-                            )
-                            scope = _MessageScope(transport, connection, sent)
-                        else:
-                            outcome = "handled"
-                            if scope.opened:  # else untouched: the next message's scope
-                                scope.release()
-                                scope = _MessageScope(transport, connection, sent)
-                    outcomes.append((outcome, message))
+                        outcomes.append((outcome, message))
+                        continue
+                    try:
+                        handle(connection, message, scope)
+                    except Exception as error:
+                        failed = self._batch_failed(connection, message, scope, error, outcomes)
+                        outcome = failed or self._batch_one(  # None: retry it at once
+                            connection, message, outcomes, sent, forwarded, handle
+                        )
+                        outcomes.append((outcome, message))
+                        scope = _MessageScope(transport, connection, sent)
+                        continue
+                    handled += 1
+                    if scope.opened:  # else untouched: the next message's scope
+                        scope.release()
+                        scope = _MessageScope(transport, connection, sent)
                 if time.monotonic() - opened >= settings.batch_flush:
                     break
             if not taken:
@@ -659,11 +662,14 @@ class _NativeTransaction(ReceiveStrategy):
         for destination in set(forwarded):
             for hook in self.transport.sent_hooks:
                 hook(destination)
-        self.failures.forget_all(
-            message for outcome, message in outcomes if outcome in ("handled", "delayed")
-        )
-        for outcome, count in collections.Counter(outcome for outcome, _ in outcomes).items():
-            slot.outcome(outcome, count)
+        # every message of the batch is done with here (handled, delayed, or gone: the error
+        # queue, expired, poison): none of their failures is worth remembering
+        self.failures.forget_all(received)
+        counts = collections.Counter(outcome for outcome, _ in outcomes)
+        counts["handled"] += handled
+        for outcome, count in counts.items():
+            if count:
+                slot.outcome(outcome, count)
 
     def _batch_handler(self) -> Callable[[Connection, IncomingMessage, _MessageScope], None]:
         """What runs a batched message's handlers in its scope (one lookup per batch)."""
