@@ -265,3 +265,47 @@ def _delayed_rows(transport, endpoint: str) -> int:  # type: ignore[no-untyped-d
     table = sql.format_table(transport.engine.dialect, transport.delayed_table(endpoint).address)
     with transport.engine.connect() as connection:
         return int(connection.exec_driver_sql(f"SELECT COUNT(*) FROM {table}").scalar_one())
+
+
+@pytest.mark.parametrize("batch", [BATCH, 1], ids=["batched", "unbatched"])
+def test_a_failed_handlers_sends_are_rolled_back_and_wake_nobody(database, batch):
+    """A handler that sends and then fails: its send rolls back with its SAVEPOINT, and the
+    wake-up after the commit names only the queues of the sends that stayed (the others of
+    the batch, which share one list of destinations with it)."""
+    transport = database.transport()
+    queue = f"sends_roll_back_{batch}"
+    for name in (queue, "kept", "ghost", "error"):
+        transport.create_queue(name)
+    endpoint = Endpoint(
+        queue,
+        transport,
+        concurrency=1,
+        transaction_mode=TransactionMode.TRANSACTION_SCOPE,
+        peek_delay=0.1,
+        batch_size=batch,
+        batch_flush=0.05,
+        immediate_retries=0,
+        delayed_retries=0,
+    )
+
+    @endpoint.handle(Job)
+    def handle(job: Job, context: HandlerContext) -> None:
+        if job.number % 3 == 0:
+            context.send("ghost", OutgoingMessage(f"never {job.number}"))
+            raise Boom(f"job {job.number} fails after its send")
+        context.send("kept", OutgoingMessage(f"from {job.number}"))
+
+    woken: list[str] = []
+    transport.sent_hooks.append(lambda address: woken.append(address.table))
+    total = 30
+    transport.send_many(queue, [OutgoingMessage(Job(number=n)) for n in range(total)])
+    woken.clear()  # the sends above announce the input queue
+    _run_until(endpoint, lambda: endpoint.stats.handled + endpoint.stats.failed == total)
+
+    failing = len(range(0, total, 3))
+    assert (endpoint.stats.handled, endpoint.stats.failed) == (total - failing, failing)
+    assert count(transport.engine, "kept") == total - failing
+    assert count(transport.engine, "ghost") == 0
+    assert count(transport.engine, "error") == failing
+    assert "kept" in woken
+    assert "ghost" not in woken
