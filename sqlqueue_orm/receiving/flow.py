@@ -61,7 +61,7 @@ import random
 import threading
 import time
 from collections.abc import Collection
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final
 
 import sqlalchemy as sa
 
@@ -493,11 +493,10 @@ class KeyConcurrency:
             taken = transport.receive(queue, count, connection=connection)
             if not taken:
                 return taken
-            keys = {self.key_of(message) for message in taken}
-            keys.discard(None)
+            keys = {key for message in taken if (key := self.key_of(message)) is not None}
             claims: list[Claim] = []
             if keys:
-                claims.append((self._prefix, cast("set[str]", keys), self.limit))
+                claims.append((self._prefix, keys, self.limit))
             if gate is not None:
                 claims.append(("", (gate.lock_name,), gate.limit))
             if not claims or _try_slots(connection, claims):

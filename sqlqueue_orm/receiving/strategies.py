@@ -250,14 +250,11 @@ class ReceiveStrategy:
             )
         )
 
-    def _transactional_sender(self, connection: Connection) -> Sender:
-        """Send in *connection*'s transaction, inside the message's SAVEPOINT (opened first)."""
-        return self._scope(connection)
+    def _transactional_sender(self, connection: Connection) -> _MessageScope:
+        """Send in *connection*'s transaction, inside the message's SAVEPOINT (opened first).
 
-    def _scope(self, connection: Connection) -> _MessageScope:
-        """The scope of the message being handled on this thread (it is the sender).
-
-        :meth:`_NativeTransaction._handle_batched` sets it; a new one outside it.
+        The sender is the scope of the message being handled on this thread
+        (:meth:`_NativeTransaction._handle_batched` sets it); a new one outside it.
         """
         scope: _MessageScope | None = getattr(self._local, "scope", None)
         return _MessageScope(self.transport, connection) if scope is None else scope
@@ -554,35 +551,15 @@ class _NativeTransaction(ReceiveStrategy):
                     scope.open()
                     self._audit(connection, message, started)  # in the receive's transaction
             except Exception as error:
-                scope.rollback()  # and its sends
-                attempts = self.failures.record(str(message.id))
-                decision = recoverability.decide(
-                    self.endpoint, message, attempts, _is_permanent(error)
-                )
-                if decision.action == recoverability.IMMEDIATE:
-                    log.warning(
-                        "queue %s: message %s failed (attempt %d), retrying: %s: %s",
-                        self.queue,
-                        message.message_id,
-                        attempts,
-                        type(error).__name__,
-                        error,
-                    )
+                outcome = self._failed(connection, message, scope, error, in_batch=False)
+                if outcome == "retried":
                     transaction.rollback()
                     self._returned(message)  # retried at once, so found at once
-                    slot.outcome("retried")
-                    return
-                if decision.action == recoverability.DELAYED:
-                    recoverability.retry_later(
-                        self.endpoint, connection, message, decision, self.queue
-                    )
+                else:  # delayed or failed: its retry or error-queue row commits with the receive
                     slot.commit(transaction)
-                    self.failures.forget(str(message.id))
-                    slot.outcome("delayed")
-                    return
-                self._to_error_queue(connection, message, error)
-                slot.commit(transaction)
-                slot.outcome("failed")
+                    if outcome == "delayed":
+                        self.failures.forget(str(message.id))
+                slot.outcome(outcome)
                 return
             scope.release()
             slot.commit(transaction)
@@ -729,25 +706,45 @@ class _NativeTransaction(ReceiveStrategy):
         error: Exception,
         outcomes: list[tuple[str, IncomingMessage]],
     ) -> str | None:
-        """A batched message's handlers raised *error*: roll back *scope*, then recoverability.
+        """A batched message's handlers raised *error* (:meth:`_failed`).
 
         Return its outcome (delayed, failed), or None for an immediate retry (appended to
-        *outcomes*).
+        *outcomes*, counted once the batch commits).
+        """
+        outcome = self._failed(connection, message, scope, error, in_batch=True)
+        if outcome == "retried":
+            outcomes.append((outcome, message))
+            return None
+        return outcome
+
+    def _failed(
+        self,
+        connection: Connection,
+        message: IncomingMessage,
+        scope: _MessageScope,
+        error: Exception,
+        in_batch: bool,
+    ) -> str:
+        """*message*'s handlers raised *error*: roll back *scope*, then recoverability.
+
+        The failure is counted and recoverability's decision carried out in the receive's
+        transaction. Return the outcome: ``retried`` (nothing done: the caller retries it at once),
+        ``delayed`` (its delayed retry written) or ``failed`` (moved to the error queue).
         """
         scope.rollback()  # and its sends
         attempts = self.failures.record(str(message.id))
         decision = recoverability.decide(self.endpoint, message, attempts, _is_permanent(error))
         if decision.action == recoverability.IMMEDIATE:
             log.warning(
-                "queue %s: message %s failed in a batch (attempt %d), retrying: %s: %s",
+                "queue %s: message %s failed%s (attempt %d), retrying: %s: %s",
                 self.queue,
                 message.message_id,
+                " in a batch" if in_batch else "",
                 attempts,
                 type(error).__name__,
                 error,
             )
-            outcomes.append(("retried", message))  # counted once the batch commits
-            return None
+            return "retried"
         if decision.action == recoverability.DELAYED:
             recoverability.retry_later(self.endpoint, connection, message, decision, self.queue)
             return "delayed"
@@ -812,7 +809,7 @@ class TransactionScope(_NativeTransaction):
     mode = TransactionMode.TRANSACTION_SCOPE
 
     def _handle(self, connection: Connection, message: IncomingMessage) -> None:
-        self._handle_batched(connection, message, self._scope(connection))
+        self._handle_batched(connection, message, self._transactional_sender(connection))
 
     def _handle_batched(
         self, connection: Connection, message: IncomingMessage, scope: _MessageScope
