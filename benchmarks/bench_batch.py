@@ -401,12 +401,10 @@ def flow_cost(run: Run) -> None:
         n = run.settings.messages * 4 if batch == 1 else max(1, run.settings.burn_down // 5)
         plain: list[float] = []
         limited: list[float] = []
+        sides: list[tuple[dict[str, object], list[float]]] = [({}, plain), (FAR_LIMITS, limited)]
         for number in range(FLOW_ROUNDS):
-            if number % 2:
-                limited.append(_drain(run, queue, n, FAR_LIMITS, batch))
-            plain.append(_drain(run, queue, n, {}, batch))
-            if not number % 2:
-                limited.append(_drain(run, queue, n, FAR_LIMITS, batch))
+            for flow, drains in sides if number % 2 == 0 else sides[::-1]:
+                drains.append(_drain(run, queue, n, flow, batch))
         ratios = sorted(ours / theirs for ours, theirs in zip(plain, limited, strict=True))
         ratio = ratios[len(ratios) // 2]
         shown = "" if batch == 1 else f" (batch {batch})"
