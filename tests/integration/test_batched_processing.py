@@ -40,6 +40,22 @@ def _modes(database):  # type: ignore[no-untyped-def]
     return [TransactionMode.TRANSACTION_SCOPE, TransactionMode.OUTBOX]
 
 
+def _one_worker_scope(queue: str, transport, batch: int, immediate_retries: int) -> Endpoint:  # type: ignore[no-untyped-def]
+    """A TRANSACTION_SCOPE endpoint on one worker, *batch* messages a transaction, no delayed
+    retries (a message that fails its immediate retries goes to the error queue)."""
+    return Endpoint(
+        queue,
+        transport,
+        concurrency=1,
+        transaction_mode=TransactionMode.TRANSACTION_SCOPE,
+        peek_delay=0.1,
+        batch_size=batch,
+        batch_flush=0.05,
+        immediate_retries=immediate_retries,
+        delayed_retries=0,
+    )
+
+
 def _run_until(endpoint: Endpoint, done, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
     endpoint.start()
     try:
@@ -202,16 +218,7 @@ def test_a_savepoint_opens_only_for_handlers_that_reach_the_database(database, b
     for name in (queue, "out", "error"):
         transport.create_queue(name)
     transport.create_delayed_table(queue)
-    settings = EndpointSettings(
-        concurrency=1,
-        transaction_mode=TransactionMode.TRANSACTION_SCOPE,
-        peek_delay=0.1,
-        batch_size=batch,
-        batch_flush=0.05,
-        immediate_retries=1,
-        delayed_retries=0,
-    )
-    endpoint = Endpoint(queue, transport, settings=settings)
+    endpoint = _one_worker_scope(queue, transport, batch, immediate_retries=1)
     runs: collections.Counter[int] = collections.Counter()
 
     @endpoint.handle(Job)
@@ -276,17 +283,7 @@ def test_a_failed_handlers_sends_are_rolled_back_and_wake_nobody(database, batch
     queue = f"sends_roll_back_{batch}"
     for name in (queue, "kept", "ghost", "error"):
         transport.create_queue(name)
-    endpoint = Endpoint(
-        queue,
-        transport,
-        concurrency=1,
-        transaction_mode=TransactionMode.TRANSACTION_SCOPE,
-        peek_delay=0.1,
-        batch_size=batch,
-        batch_flush=0.05,
-        immediate_retries=0,
-        delayed_retries=0,
-    )
+    endpoint = _one_worker_scope(queue, transport, batch, immediate_retries=0)
 
     @endpoint.handle(Job)
     def handle(job: Job, context: HandlerContext) -> None:
