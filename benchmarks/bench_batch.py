@@ -85,13 +85,24 @@ def raw_batched_loop(transport: Transport, queue: str, threads: int, batch: int)
 def _fill(
     run: Run, queue: str, n: int, headers: Callable[[int], dict[str, str]] | None = None
 ) -> None:
-    """*n* messages waiting in *queue*, then VACUUM: each round starts on a clean table."""
+    """*n* messages waiting in *queue*, then VACUUM and CHECKPOINT: each drain starts on a
+    clean table and a fresh checkpoint.
+
+    Without the CHECKPOINT a drain meets the server's own at a random moment (every 5
+    minutes, or when the fill's WAL passes ``max_wal_size``): its buffer writes, and the
+    full-page images every first change of a page after it adds to the WAL, fall on whichever
+    side is draining then. After it, every drain writes the same WAL for the same work.
+    """
     run.fill_backlog(queue, n, headers)
     table = run.transport.queue(queue).quoted_table.replace("%%", "%")
     with run.transport.engine.connect().execution_options(
         isolation_level="AUTOCOMMIT"
     ) as connection:
         connection.exec_driver_sql(f"VACUUM (ANALYZE) {table}")
+        try:
+            connection.exec_driver_sql("CHECKPOINT")
+        except sa.exc.DBAPIError as error:  # not superuser or pg_checkpoint: drains as they come
+            print(f"  (no CHECKPOINT before the drain: {error.orig})")
 
 
 @dataclasses.dataclass

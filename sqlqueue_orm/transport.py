@@ -559,28 +559,30 @@ class Transport:
         with self._connections.statement() as cursor:
             return table_queue.receive_on_cursor(cursor, max_messages)
 
-    def receive_wrapped(
+    def receive_returning(
         self,
         queue: QueueRef,
         max_messages: int,
         connection: Connection,
-        wrapper: str,
+        returning: str,
         values: dict[str, Any],
     ) -> list[tuple[IncomingMessage, tuple[Any, ...]]]:
-        """:meth:`receive` in *connection*'s transaction inside *wrapper*.
+        """:meth:`receive` in *connection*'s transaction, with further columns per row taken.
 
-        *wrapper* is a statement adding columns to each row taken: flow control's
-        one-statement key claim (see ``TableQueue.receive_wrapped``). Each message comes with
-        the row's further columns.
+        *returning* is a list of expressions over each deleted row, bound with *values*:
+        flow control's one-statement key claim (see ``TableQueue.receive_returning``). Each
+        message comes with the row's further columns.
         """
         table_queue = self.queue(queue)
         self._first_use(connection, table_queue)
         if self.instrumentation is None:
-            return table_queue.receive_wrapped(connection, max_messages, wrapper, values)
+            return table_queue.receive_returning(connection, max_messages, returning, values)
         rows: list[tuple[IncomingMessage, tuple[Any, ...]]] = []
 
         def proceed() -> list[IncomingMessage]:
-            rows.extend(table_queue.receive_wrapped(connection, max_messages, wrapper, values))
+            rows.extend(
+                table_queue.receive_returning(connection, max_messages, returning, values)
+            )
             return [message for message, _extra in rows]
 
         self.instrumentation.receive(table_queue.name, proceed)

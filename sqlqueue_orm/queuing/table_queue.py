@@ -94,8 +94,8 @@ class TableQueue:
             self.floor = floor_module.ReceiveFloor(self.name)
             self._peek_from_floor = sql.render(self._text.peek_from_floor, dialect, table)
         self._receive_by_id: sql.Statement | None = None  # rendered on first use
-        # receive_wrapped's statements by (wrapper, row limit, advisory variant)
-        self._wrapped: dict[tuple[str, int, bool], sql.Statement] = {}
+        # receive_returning's statements by (further columns, row limit, advisory variant)
+        self._returning: dict[tuple[str, int, bool], sql.Statement] = {}
         self._purge = sql.render(self._text.purge_expired, dialect, table)
         self._purge_all = sql.render(self._text.purge_all, dialect, table)
         self._receive_advisory = self._purge_advisory = None
@@ -137,29 +137,32 @@ class TableQueue:
         rows = self._on(connection, self._receive_args(max_messages), fetch=True)
         return self._messages(rows)
 
-    def receive_wrapped(
+    def receive_returning(
         self,
         connection: Connection,
         max_messages: int,
-        wrapper: str,
+        returning: str,
         values: dict[str, Any],
     ) -> list[tuple[IncomingMessage, tuple[Any, ...]]]:
-        """:meth:`receive` inside *wrapper*, a statement that adds columns to each row taken.
+        """:meth:`receive` returning the further columns *returning* for each row taken.
 
-        *wrapper* holds ``{receive}`` where the receive goes (its id, seq, expired, headers and
-        body first, as the receive returns them; flow control's one-statement key claim) and
-        binds *values*. Each message comes with the row's further columns.
+        *returning* is a list of expressions over the deleted row, written after the receive's
+        own RETURNING list (id, seq, expired, headers, body), binding *values* (flow control's
+        one-statement key claim; PostgreSQL, whose every receive ends with that list). Each
+        message comes with the row's further columns.
         """
         self.probe(connection)
-        key = (wrapper, max_messages, self._advisory())
-        statement = self._wrapped.get(key)
+        key = (returning, max_messages, self._advisory())
+        statement = self._returning.get(key)
         if statement is None:
             template, literals = self._receive_template(max_messages, key[2])
+            if " RETURNING " not in template:
+                raise ValueError(f"queue {self.name}: this dialect's receive returns no columns")
             statement = sql.render(
-                wrapper.replace("{receive}", template), self._dialect, self.quoted_table, literals
+                f"{template}, {returning}", self._dialect, self.quoted_table, literals
             )
-            if len(self._wrapped) < _CACHED_LIMITS:
-                self._wrapped[key] = statement
+            if len(self._returning) < _CACHED_LIMITS:
+                self._returning[key] = statement
         floor = self.floor
         position, epoch = floor.start() if floor is not None else (0, 0)
         if floor is not None:

@@ -494,10 +494,13 @@ def test_a_worker_whose_own_slot_is_held_takes_the_next_free_one(database):
 
 
 @only("postgresql")
-def test_a_small_receive_claims_its_slots_in_the_same_statement(database):
-    """One statement: the receive, the key's slot and the global slot (RECEIVE_CLAIMING)."""
+@pytest.mark.parametrize("count", [1, 30])
+def test_a_receive_claims_its_slots_in_the_same_statement(database, count):
+    """One statement: the receive, its keys' slots and the global slot (RECEIVE_CLAIMING), for
+    one message as for a batch (keys repeated in it hold one lock each)."""
     transport = database.transport()
-    _keyed(transport, "folded", ["a", "b"], 1)
+    sent = [f"k{number % 12}" for number in range(count + 5)]
+    _keyed(transport, "folded", sent, 1)
     _name, keys, gate = _limits(transport, "folded", 1, 3)
     statements: list[str] = []
 
@@ -507,12 +510,15 @@ def test_a_small_receive_claims_its_slots_in_the_same_statement(database):
     with transport.engine.connect() as connection:
         transaction = connection.begin()
         sa.event.listen(connection, "before_cursor_execute", seen)
-        taken = keys.receive(transport, "folded", connection, 1, gate)
+        taken = keys.receive(transport, "folded", connection, count, gate)
         sa.event.remove(connection, "before_cursor_execute", seen)
-        assert [message.headers["customer"] for message in taken] == ["a"]
-        assert len(statements) == 1 and statements[0].startswith("WITH taken AS (DELETE")
-        assert _advisory_locks(connection) == 2  # the key's slot and the global one
+        assert [message.headers["customer"] for message in taken] == sent[:count]
+        assert len(statements) == 1, statements
+        assert statements[0].startswith("DELETE") and "pg_try_advisory_xact_lock" in statements[0]
+        # each distinct key's slot and the global one
+        assert _advisory_locks(connection) == len(set(sent[:count])) + 1
         transaction.commit()
+    assert len(transport.browse("folded", 100)) == 5
 
 
 @only("postgresql")
@@ -558,10 +564,19 @@ def test_the_many_key_claim_scans_past_held_slots_and_refuses_a_full_key(databas
     try:
         with transport.engine.connect() as connection:
             transaction = connection.begin()
-            # every odd key's own slot is held: the claim takes its other one
+            # every odd key's own slot is held: the claim by name (a batch's keys read otherwise
+            # in its statement; SQL Server's every claim) takes its other one
+            claims = [(keys._prefix, keys_sent, 2), ("", [gate.lock_name], 3)]
+            assert flow._try_slots(connection, claims)
+            assert _advisory_locks(connection) == len(keys_sent) + 1
+            transaction.rollback()
+            transaction = connection.begin()
+            # the receive: keys read in its own statement, the JSON-escaped ones (the quote, the
+            # backslash, the control characters) claimed as parsed, besides a lock each for
+            # their misread forms (which only restrict)
             taken = keys.receive(transport, "grouped", connection, len(keys_sent), gate)
             assert sorted(message.headers["customer"] for message in taken) == sorted(keys_sent)
-            assert _advisory_locks(connection) == len(keys_sent) + 1
+            assert _advisory_locks(connection) == len(keys_sent) + 1 + 3
             transaction.rollback()
         # both slots of one odd key held: that key is refused, the rest are taken carefully
         full = _held_elsewhere(transport.engine, f"{flow.KEY_PREFIX}{name}\x1f{odd[1]}",
