@@ -6,11 +6,14 @@ Its state lives in locks, never in a column of the queue table (which .NET endpo
 
 * **PostgreSQL**: K transaction-scoped advisory locks, ``(hashtext('sqlqueue.slots.' ||
   <queue address>), 0..K-1)``. The receive's transaction takes a free one
-  (``pg_try_advisory_xact_lock``, one statement) before it receives, and holds it until it
-  commits or rolls back, so the slot covers the receive, the handlers and the commit; a crash
-  frees it with the connection. Each worker thread tries its own slot first (its number in the
-  process plus a random offset per process, modulo K), then the next ones: while the limit is
-  far from binding the first lock tried is free.
+  (``pg_try_advisory_xact_lock``) and holds it until it commits or rolls back, so the slot
+  covers the receive, the handlers and the commit; a crash frees it with the connection. The
+  receive claims it in its own statement (:data:`RECEIVE_GATED`; with a per-key limit,
+  :data:`RECEIVE_CLAIMING`); when that is refused the rows go back and, for
+  :data:`GATED_PAUSE` seconds, the worker claims in a statement of its own before it receives,
+  so a limit that binds touches no row it cannot keep. Each worker thread tries its own slot
+  first (its number in the process plus a random offset per process, modulo K), then the next
+  ones: while the limit is far from binding the first lock tried is free.
 * **SQL Server**: the same with ``sp_getapplock`` (``@LockOwner = 'Transaction'``, no wait) on
   K resources named after a SHA-256 of the queue address.
 * **SQLite**: one process only (the database has no shared locks to hold): a semaphore of K
@@ -227,6 +230,18 @@ RECEIVE_CLAIMING: Final[dict[str, str]] = {
     ),
 }
 
+#: The global slot's claim alone as a further column of the receive's RETURNING list
+#: (PostgreSQL; ``:gname``, ``:gk`` slots): the global limit without a per-key one, one
+#: statement per receive instead of two. A scalar subquery, so it runs once, at the first row
+#: (no row: no lock).
+RECEIVE_GATED: Final[dict[str, str]] = {
+    "postgresql": "(SELECT " + _claim_of("CAST(:gname AS text)", "CAST(:gk AS integer)") + ")",
+}
+#: Seconds a global limit claims its slot in a statement of its own (no row touched when none
+#: is free) after its one-statement receive was refused: a limit that binds costs a rolled-back
+#: receive at most once per worker in this long.
+GATED_PAUSE = 1.0
+
 #: Most limits claimed with :func:`_claim_few` (one statement per count, no arrays) on
 #: PostgreSQL; more go through :data:`CLAIM_SLOTS`.
 FEW = 8
@@ -368,6 +383,23 @@ def _try_slots(connection: Connection, claims: list[Claim]) -> bool:
     return taken is not None and int(taken) == wanted
 
 
+def _put_back(
+    transport: Transport,
+    queue: str | addressing.QueueAddress,
+    connection: Connection,
+    messages: list[IncomingMessage],
+) -> None:
+    """Roll back the transaction that took *messages* and nothing else (a slot was refused).
+
+    The driver's rollback is the whole of it (the next statement begins a new transaction);
+    the receive floor is told, so it does not pass the rows now back in their places.
+    """
+    connection.connection.dbapi_connection.rollback()  # type: ignore[union-attr]
+    floor = transport.queue(queue).floor
+    if floor is not None and messages:
+        floor.returned(min(message.row_version for message in messages))
+
+
 _local_key_counts: dict[tuple[str, str], dict[str, int]] = {}
 
 
@@ -392,6 +424,10 @@ class GlobalConcurrency:
         self.local = dialects.for_dialect(engine).single_writer
         self._semaphore = _semaphore(engine, name, limit) if self.local else None
         self._statement = None if self.local else CLAIM_SLOT[engine.dialect.name]
+        #: The one-statement receive and claim (PostgreSQL), or None.
+        self._gated = None if self.local else RECEIVE_GATED.get(engine.dialect.name)
+        #: Until when (monotonic) :meth:`claim` runs first instead (a refusal was recent).
+        self._claim_first_until = 0.0
 
     @property
     def lock_name(self) -> str:
@@ -408,6 +444,39 @@ class GlobalConcurrency:
         """SQLite: give the slot :meth:`enter` took back."""
         if self._semaphore is not None:
             self._semaphore.release()
+
+    @property
+    def receives(self) -> bool:
+        """Whether :meth:`receive` should take the slot (no :meth:`claim` first).
+
+        PostgreSQL, while no one-statement receive was refused in the last
+        :data:`GATED_PAUSE` seconds.
+        """
+        return self._gated is not None and time.monotonic() >= self._claim_first_until
+
+    def receive(
+        self,
+        transport: Transport,
+        queue: str | addressing.QueueAddress,
+        connection: Connection,
+        count: int,
+    ) -> list[IncomingMessage]:
+        """Take up to *count* messages and a slot in one statement (:data:`RECEIVE_GATED`).
+
+        Refused (every slot held): the rows go back, the slot is claimed on its own as
+        :meth:`claim` does (waiting up to :data:`SLOT_WAIT`), and then the plain receive runs;
+        for :data:`GATED_PAUSE` seconds :attr:`receives` is False, so the worker claims first.
+        """
+        assert self._gated is not None
+        values = {"gname": self.lock_name, "gk": self.limit, "first": _first_slot(self.limit)}
+        rows = transport.receive_returning(queue, count, connection, self._gated, values)
+        if not rows or rows[0][1][0]:
+            return [message for message, _extra in rows]
+        self._claim_first_until = time.monotonic() + GATED_PAUSE
+        _put_back(transport, queue, connection, [message for message, _extra in rows])
+        if not self.claim(connection):
+            return []
+        return transport.receive(queue, count, connection=connection)
 
     def claim(self, connection: Connection) -> bool:
         """Take a free slot for the life of *connection*'s transaction; False if none came."""
@@ -497,10 +566,10 @@ class KeyConcurrency:
         """
         gate = None if gate is None or gate.local else gate
         if first and self._fold is not None:
-            taken = self._receive_claiming(transport, queue, connection, count, gate)
-            if taken is not None:
+            taken, claimed = self._receive_claiming(transport, queue, connection, count, gate)
+            if claimed:
                 return taken
-            connection.connection.dbapi_connection.rollback()  # type: ignore[union-attr]
+            _put_back(transport, queue, connection, taken)
         elif first and self.optimistic:
             taken = transport.receive(queue, count, connection=connection)
             if not taken:
@@ -514,9 +583,8 @@ class KeyConcurrency:
             if not claims or _try_slots(connection, claims):
                 return taken
             # A slot was refused: put every row back (nothing was handled) and take the
-            # careful path for this attempt. The transaction holds only this receive, so the
-            # driver's rollback is the whole of it; the next statement begins a new one.
-            connection.connection.dbapi_connection.rollback()  # type: ignore[union-attr]
+            # careful path for this attempt.
+            _put_back(transport, queue, connection, taken)
         if first and gate is not None and not gate.claim(connection):
             return []
         return self._careful(transport, queue, connection, count)
@@ -528,11 +596,11 @@ class KeyConcurrency:
         connection: Connection,
         count: int,
         gate: GlobalConcurrency | None,
-    ) -> list[IncomingMessage] | None:
+    ) -> tuple[list[IncomingMessage], bool]:
         """The receive and its slots in one statement (:data:`RECEIVE_CLAIMING`).
 
-        :returns: the messages, or None when a slot was refused (the caller rolls back and
-            takes the careful path).
+        :returns: the messages, and whether every slot was taken (if not, the caller puts
+            them back and takes the careful path).
         """
         assert self._fold is not None
         limit = self.limit if gate is None else max(self.limit, gate.limit)
@@ -543,10 +611,9 @@ class KeyConcurrency:
             "gk": 0 if gate is None else gate.limit,
         }
         rows = transport.receive_returning(queue, count, connection, self._fold, values)
-        if not rows:
-            return []
-        if rows[0][1][2] is False:  # the global slot (one claim for the statement)
-            return None
+        taken = [message for message, _extra in rows]
+        if rows and rows[0][1][2] is False:  # the global slot (one claim for the statement)
+            return taken, False
         missed: set[str] = set()
         header = self.header
         for message, (found, claimed, _global) in rows:
@@ -555,12 +622,12 @@ class KeyConcurrency:
                 continue  # not limited (a lock taken for a misread key only restricts)
             if found == key:
                 if not claimed:
-                    return None
+                    return taken, False
             else:  # read otherwise in SQL: claim the key as parsed
                 missed.add(key)
         if missed and not _try_slots(connection, [(self._prefix, missed, self.limit)]):
-            return None
-        return [message for message, _extra in rows]
+            return taken, False
+        return taken, True
 
     def _careful(
         self,

@@ -277,6 +277,7 @@ class ReceiveStrategy:
         """Receive at most one message (or batch) and process it (the pump calls this)."""
         self._local.allowance = None
         self._local.fresh = True  # the transaction about to begin holds nothing yet
+        self._local.gated = False  # set by _claim when the receive takes the global slot
         if self.rate is not None and self.endpoint.settings.batch_size > 1:
             # a batch takes its tokens first, then receives as many messages (one message
             # takes its token after the receive: its handler starts right after the token)
@@ -309,11 +310,17 @@ class ReceiveStrategy:
         The per-key limit also takes the global slot (:meth:`_claim` leaves it to it), in one
         statement with the key slots; the first receive of a transaction may roll it back.
         """
-        if self.keys is None:
+        keys, gate = self.keys, self.gate
+        if keys is None and gate is None:
             return self.transport.receive(self.queue, count, connection=connection)
         first = self._local.__dict__.pop("fresh", True)
         self._local.fresh = False  # a later receive of this batch holds rows already
-        return self.keys.receive(self.transport, self.queue, connection, count, self.gate, first)
+        if keys is not None:
+            return keys.receive(self.transport, self.queue, connection, count, gate, first)
+        assert gate is not None
+        if first and self._local.gated:  # _claim left the slot to it
+            return gate.receive(self.transport, self.queue, connection, count)
+        return self.transport.receive(self.queue, count, connection=connection)
 
     def _process(self, slot: Slot) -> None:
         raise NotImplementedError
@@ -344,11 +351,16 @@ class ReceiveStrategy:
     def _claim(self, connection: Connection) -> bool:
         """Take a global slot in *connection*'s transaction (True without a limit).
 
-        True at once when the per-key receive takes the slot itself (:meth:`_receive`).
+        True at once when the receive takes the slot itself (:meth:`_receive`): the per-key
+        receive's, or the global limit's own one-statement receive.
         """
-        if self.gate is None or (self.keys is not None and self.keys.takes_global_slot):
+        gate = self.gate
+        if gate is None or (self.keys is not None and self.keys.takes_global_slot):
             return True
-        return self.gate.claim(connection)
+        if self.keys is None and gate.receives:
+            self._local.gated = True
+            return True
+        return gate.claim(connection)
 
     def _context(
         self, message: IncomingMessage, sender: Sender, session: Callable[[], Session]

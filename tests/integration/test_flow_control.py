@@ -522,6 +522,43 @@ def test_a_receive_claims_its_slots_in_the_same_statement(database, count):
 
 
 @only("postgresql")
+def test_the_global_limit_alone_claims_its_slot_in_the_receive(database):
+    """Without a per-key limit the receive takes the global slot in its own statement
+    (RECEIVE_GATED); refused, its rows go back and the worker claims first for a while."""
+    transport = database.transport()
+    _keyed(transport, "gated", ["a", "b", "c"], 1)
+    name, _keys, gate = _limits(transport, "gated", 1, 2)
+    statements: list[str] = []
+
+    def seen(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+        statements.append(statement)
+
+    assert gate.receives
+    with transport.engine.connect() as connection:
+        transaction = connection.begin()
+        sa.event.listen(connection, "before_cursor_execute", seen)
+        taken = gate.receive(transport, "gated", connection, 1)
+        sa.event.remove(connection, "before_cursor_execute", seen)
+        assert [message.headers["customer"] for message in taken] == ["a"]
+        assert len(statements) == 1 and statements[0].startswith("DELETE"), statements
+        assert _advisory_locks(connection) == 1
+        transaction.commit()
+    holder = _held_elsewhere(transport.engine, flow.LOCK_PREFIX + name, range(2))
+    try:
+        with transport.engine.connect() as connection:
+            transaction = connection.begin()
+            began = time.monotonic()
+            assert gate.receive(transport, "gated", connection, 2) == []
+            assert time.monotonic() - began >= flow.SLOT_WAIT  # it waited for a slot, in vain
+            assert _advisory_locks(connection) == 0
+            transaction.commit()
+        assert not gate.receives  # claims first for GATED_PAUSE seconds
+    finally:
+        holder.close()
+    assert [message.headers["customer"] for message in transport.browse("gated")] == ["b", "c"]
+
+
+@only("postgresql")
 def test_keys_the_one_statement_claim_cannot_read_are_claimed_as_parsed(database):
     """A key written with JSON escapes is read otherwise in SQL: its slot is claimed by name
     as parsed (held elsewhere: refused, the row put back); unreadable headers pass unlimited."""
