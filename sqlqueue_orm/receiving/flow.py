@@ -10,7 +10,7 @@ Its state lives in locks, never in a column of the queue table (which .NET endpo
   covers the receive, the handlers and the commit; a crash frees it with the connection. The
   receive claims it in its own statement (:data:`RECEIVE_GATED`; with a per-key limit,
   :data:`RECEIVE_CLAIMING`); when that is refused the rows go back and, for
-  :data:`GATED_PAUSE` seconds, the worker claims in a statement of its own before it receives,
+  :data:`REFUSAL_PAUSE` seconds, the worker claims in a statement of its own before it receives,
   so a limit that binds touches no row it cannot keep. Each worker thread tries its own slot
   first (its number in the process plus a random offset per process, modulo K), then the next
   ones: while the limit is far from binding the first lock tried is free.
@@ -237,10 +237,11 @@ RECEIVE_CLAIMING: Final[dict[str, str]] = {
 RECEIVE_GATED: Final[dict[str, str]] = {
     "postgresql": "(SELECT " + _claim_of("CAST(:gname AS text)", "CAST(:gk AS integer)") + ")",
 }
-#: Seconds a global limit claims its slot in a statement of its own (no row touched when none
-#: is free) after its one-statement receive was refused: a limit that binds costs a rolled-back
-#: receive at most once per worker in this long.
-GATED_PAUSE = 1.0
+#: Seconds a limit takes the slots before the rows (the global limit: its claim in a statement
+#: of its own; per key: the careful path) after a receive that took both at once was refused: a
+#: limit that binds costs a rolled-back receive (and psycopg its prepared statements) about once
+#: in this long, not on every receive.
+REFUSAL_PAUSE = 1.0
 
 #: Most limits claimed with :func:`_claim_few` (one statement per count, no arrays) on
 #: PostgreSQL; more go through :data:`CLAIM_SLOTS`.
@@ -450,7 +451,7 @@ class GlobalConcurrency:
         """Whether :meth:`receive` should take the slot (no :meth:`claim` first).
 
         PostgreSQL, while no one-statement receive was refused in the last
-        :data:`GATED_PAUSE` seconds.
+        :data:`REFUSAL_PAUSE` seconds.
         """
         return self._gated is not None and time.monotonic() >= self._claim_first_until
 
@@ -465,14 +466,14 @@ class GlobalConcurrency:
 
         Refused (every slot held): the rows go back, the slot is claimed on its own as
         :meth:`claim` does (waiting up to :data:`SLOT_WAIT`), and then the plain receive runs;
-        for :data:`GATED_PAUSE` seconds :attr:`receives` is False, so the worker claims first.
+        for :data:`REFUSAL_PAUSE` seconds :attr:`receives` is False, so the worker claims first.
         """
         assert self._gated is not None
         values = {"gname": self.lock_name, "gk": self.limit, "first": _first_slot(self.limit)}
         rows = transport.receive_returning(queue, count, connection, self._gated, values)
         if not rows or rows[0][1][0]:
             return [message for message, _extra in rows]
-        self._claim_first_until = time.monotonic() + GATED_PAUSE
+        self._claim_first_until = time.monotonic() + REFUSAL_PAUSE
         _put_back(transport, queue, connection, [message for message, _extra in rows])
         if not self.claim(connection):
             return []
@@ -523,6 +524,8 @@ class KeyConcurrency:
         self.optimistic = not self.local and not fifo
         #: The one-statement receive and claim (PostgreSQL), or None.
         self._fold = RECEIVE_CLAIMING.get(engine.dialect.name) if self.optimistic else None
+        #: Until when (monotonic) receives take the careful path (a refusal was recent).
+        self._careful_until = 0.0
         #: What each key's lock name starts with (the key follows; unit separator: PostgreSQL
         #: text has no NUL).
         self._prefix = f"{KEY_PREFIX}{name}\x1f"
@@ -565,11 +568,13 @@ class KeyConcurrency:
             may the optimistic path roll it back; a later receive of a batch is careful.
         """
         gate = None if gate is None or gate.local else gate
-        if first and self._fold is not None:
+        if first and self.optimistic and time.monotonic() < self._careful_until:
+            pass  # a slot was refused lately: the careful path, without a rolled-back receive
+        elif first and self._fold is not None:
             taken, claimed = self._receive_claiming(transport, queue, connection, count, gate)
             if claimed:
                 return taken
-            _put_back(transport, queue, connection, taken)
+            self._refused(transport, queue, connection, taken)
         elif first and self.optimistic:
             taken = transport.receive(queue, count, connection=connection)
             if not taken:
@@ -583,11 +588,25 @@ class KeyConcurrency:
             if not claims or _try_slots(connection, claims):
                 return taken
             # A slot was refused: put every row back (nothing was handled) and take the
-            # careful path for this attempt.
-            _put_back(transport, queue, connection, taken)
+            # careful path.
+            self._refused(transport, queue, connection, taken)
         if first and gate is not None and not gate.claim(connection):
             return []
         return self._careful(transport, queue, connection, count)
+
+    def _refused(
+        self,
+        transport: Transport,
+        queue: str | addressing.QueueAddress,
+        connection: Connection,
+        taken: list[IncomingMessage],
+    ) -> None:
+        """An optimistic receive's slot was refused: its rows go back.
+
+        Receives take the careful path for :data:`REFUSAL_PAUSE` seconds.
+        """
+        self._careful_until = time.monotonic() + REFUSAL_PAUSE
+        _put_back(transport, queue, connection, taken)
 
     def _receive_claiming(
         self,

@@ -331,6 +331,22 @@ def test_a_refused_key_slot_puts_the_row_back_and_the_next_key_is_taken(database
             assert [message.headers["customer"] for message in taken] == ["free"]
             assert _advisory_locks(connection) == 2  # the global slot and the free key's
             transaction.commit()
+        statements: list[str] = []
+
+        def seen(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+            statements.append(statement)
+
+        _keyed(transport, "refused", ["free"], 1)
+        with transport.engine.connect() as connection:
+            transaction = connection.begin()
+            sa.event.listen(connection, "before_cursor_execute", seen)
+            # a refusal was recent: the careful path at once, no receive to roll back
+            taken = keys.receive(transport, "refused", connection, 1, gate)
+            sa.event.remove(connection, "before_cursor_execute", seen)
+            assert [message.headers["customer"] for message in taken] == ["free"]
+            assert not any("RETURNING" in statement and "advisory" in statement
+                           for statement in statements), statements
+            transaction.commit()
     finally:
         holder.close()
     assert [message.headers["customer"] for message in transport.browse("refused")] == ["busy"]
