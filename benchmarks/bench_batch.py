@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import itertools
 import os
 import threading
@@ -119,12 +120,13 @@ class Side:
     load: float
 
 
-def _server_cpu(cluster: pg_cluster.Cluster | None) -> float | None:
-    """CPU seconds used so far by *cluster*'s postmaster and its children (Linux /proc)."""
-    if cluster is None:
-        return None
+def _server_cpu(run: Run) -> float | None:
+    """CPU seconds used so far by the postmaster of *run*'s server and its children (Linux
+    /proc; None when its data directory cannot be read here: another machine, no rights)."""
     try:
-        with open(os.path.join(cluster.directory, "data", "postmaster.pid")) as pid_file:
+        with run.transport.engine.connect() as connection:
+            directory = connection.exec_driver_sql("SHOW data_directory").scalar_one()
+        with open(os.path.join(directory, "postmaster.pid")) as pid_file:
             postmaster = pid_file.readline().strip()
         ticks = 0
         for entry in os.listdir("/proc"):
@@ -139,7 +141,7 @@ def _server_cpu(cluster: pg_cluster.Cluster | None) -> float | None:
             if entry == postmaster or fields[1] == postmaster:
                 ticks += int(fields[11]) + int(fields[12])
         return ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
+    except (OSError, ValueError, IndexError, sa.exc.DBAPIError):
         return None
 
 
@@ -148,13 +150,13 @@ def _wal_syncs(run: Run) -> int:
         return int(connection.exec_driver_sql("SELECT wal_sync FROM pg_stat_wal").scalar_one())
 
 
-def _measured(run: Run, cluster: pg_cluster.Cluster | None, drain: Callable[[], float]) -> Side:
+def _measured(run: Run, drain: Callable[[], float]) -> Side:
     """Run *drain* (it returns the seconds it drained for), measuring the client's and the
     server's CPU and the WAL flushes meanwhile."""
-    syncs, server, client = _wal_syncs(run), _server_cpu(cluster), os.times()
+    syncs, server, client = _wal_syncs(run), _server_cpu(run), os.times()
     seconds = drain()
     after = os.times()
-    server_after = _server_cpu(cluster)
+    server_after = _server_cpu(run)
     return Side(
         seconds,
         after.user + after.system - client.user - client.system,
@@ -214,9 +216,7 @@ def _drain_pump(run: Run, queue: str, n: int) -> float:
     return seconds
 
 
-def burn_down(
-    run: Run, queue: str, n: int, cluster: pg_cluster.Cluster | None = None
-) -> tuple[list[Side], list[Side]]:
+def burn_down(run: Run, queue: str, n: int) -> tuple[list[Side], list[Side]]:
     """(pump rounds, raw loop rounds) draining a backlog of *n*, :data:`ROUNDS` each.
 
     The sides alternate (raw, pump, then pump, raw, ...), each on a freshly filled table, so
@@ -229,7 +229,7 @@ def burn_down(
         for side in order:
             _fill(run, queue, n)
             drain = _drain_raw if side == "raw" else _drain_pump
-            measured = _measured(run, cluster, lambda drain=drain: drain(run, queue, n))
+            measured = _measured(run, lambda drain=drain: drain(run, queue, n))
             (raw if side == "raw" else pumped).append(measured)
             run.log(
                 f"    round {number + 1} {side}: {n / measured.seconds:,.0f} msg/s, "
@@ -239,14 +239,14 @@ def burn_down(
 
 
 @contextlib.contextmanager
-def _durable(run: Run) -> Iterator[tuple[Run, pg_cluster.Cluster | None, str]]:
+def _durable(run: Run) -> Iterator[tuple[Run, str]]:
     """A Run on a PostgreSQL with fsync on: a cluster of its own (the benchmark's runs fsync
     off), or ``$SQLQUEUE_BENCH_POSTGRES_URL``'s server as it is configured."""
     if os.environ.get("SQLQUEUE_BENCH_POSTGRES_URL"):
         with run.transport.engine.connect() as connection:
             fsync = connection.exec_driver_sql("SHOW fsync").scalar_one()
             synchronous = connection.exec_driver_sql("SHOW synchronous_commit").scalar_one()
-        yield run, None, f"your server: fsync {fsync}, synchronous_commit {synchronous}"
+        yield run, f"your server: fsync {fsync}, synchronous_commit {synchronous}"
         return
     cluster = pg_cluster.start(durable=True)
     name = f"sqlqueue_bench_{uuid.uuid4().hex[:8]}"
@@ -257,7 +257,7 @@ def _durable(run: Run) -> Iterator[tuple[Run, pg_cluster.Cluster | None, str]]:
     database = Database("postgresql", cluster.url(name), "PostgreSQL, fsync on")
     durable = type(run)(database, run.settings, run.results, run.log)
     try:
-        yield durable, cluster, "a cluster of its own, fsync and synchronous_commit on"
+        yield durable, "a cluster of its own, fsync and synchronous_commit on"
     finally:
         durable.close()
         cluster.stop()
@@ -298,9 +298,9 @@ def batch_scenario(run: Run) -> None:
     run.transport.create_queue("error")
     flow_cost(run)
     n = run.settings.burn_down
-    with _durable(run) as (durable, cluster, server):
+    with _durable(run) as (durable, server):
         queue = durable.new_queue("batch")
-        pumped, raw = burn_down(durable, queue, n, cluster)
+        pumped, raw = burn_down(durable, queue, n)
     cores = os.cpu_count() or 1
     ours = [n / side.seconds for side in pumped]
     theirs = [n / side.seconds for side in raw]
@@ -330,7 +330,7 @@ def batch_scenario(run: Run) -> None:
     run.add(
         result.aiming(
             TARGET,
-            f"{best:,.0f} msg/s ({_range(ours)}), {ratio:.2f}x the raw loop, fsync on",
+            f"{best:,.0f} msg/s ({_range(ours)}), {ratio:.3f}x the raw loop, fsync on",
             best >= 15_000 and ratio >= 0.9,
         )
     )
@@ -359,7 +359,7 @@ FAR_LIMITS: dict[str, object] = {
 #: Rounds of the flow cell, each a drain without limits and one with them, alternating which
 #: goes first: one drain differs from the next by up to 40% on this machine, so each round's
 #: ratio compares neighbours, the median is the figure and the spread is printed.
-FLOW_ROUNDS = 5
+FLOW_ROUNDS = 7
 FLOW_TARGET = ">= 0.90x the pump without limits (issue 17: under 10% off)"
 
 
@@ -368,10 +368,9 @@ def _keyed(index: int) -> dict[str, str]:
 
 
 def _drain(run: Run, queue: str, n: int, flow: dict[str, object], batch: int = 1) -> float:
-    """Seconds the pump (TRANSACTION_SCOPE, THREADS workers, empty handler) takes to drain *n*
-    keyed messages (100 keys in turn), with the *flow* settings and *batch* messages per
-    transaction; the backlog is filled and vacuumed first, untimed."""
-    _fill(run, queue, n, _keyed)
+    """Seconds the pump (TRANSACTION_SCOPE, THREADS workers, empty handler) takes to drain the
+    *n* keyed messages :func:`_fill` left (100 keys in turn), with the *flow* settings and
+    *batch* messages per transaction."""
     batching: dict[str, object] = {"batch_size": batch, "batch_flush": 0.05} if batch > 1 else {}
     endpoint = Endpoint(
         queue,
@@ -402,25 +401,36 @@ def flow_cost(run: Run) -> None:
     Unbatched (4 x ``settings.messages``) and with ``batch_size`` :data:`BATCH` (a fifth of
     ``settings.burn_down``: a drain of a second or more, not mostly start and stop),
     :data:`FLOW_ROUNDS` rounds each (which side goes first alternates), each drain on a freshly
-    filled and vacuumed table; the ratio quoted is the median of the rounds' (each round: the
-    two drains run one after the other), with the range beside it.
+    filled, vacuumed and checkpointed table; the ratio quoted is the median of the rounds'
+    (each round: the two drains run one after the other), with the range and the ratio of CPU
+    per message (client and server, all rounds) beside it.
     """
     scenario = "flow control, limits far above the load"
     queue = run.new_queue("flow")
     run.transport.create_queue("error")
     for batch in (1, BATCH):
         n = run.settings.messages * 4 if batch == 1 else max(1, run.settings.burn_down // 5)
-        plain: list[float] = []
-        limited: list[float] = []
-        sides: list[tuple[dict[str, object], list[float]]] = [({}, plain), (FAR_LIMITS, limited)]
+        plain_sides: list[Side] = []
+        limited_sides: list[Side] = []
+        sides = [({}, plain_sides), (FAR_LIMITS, limited_sides)]
         for number in range(FLOW_ROUNDS):
             for flow, drains in sides if number % 2 == 0 else sides[::-1]:
-                drains.append(_drain(run, queue, n, flow, batch))
+                _fill(run, queue, n, _keyed)
+                drains.append(_measured(run, functools.partial(_drain, run, queue, n, flow, batch)))
+        plain = [side.seconds for side in plain_sides]
+        limited = [side.seconds for side in limited_sides]
         ratios = sorted(ours / theirs for ours, theirs in zip(plain, limited, strict=True))
         ratio = ratios[len(ratios) // 2]
+        # the cost in CPU too (client and server): steadier than wall time on a shared machine
+        plain_cpu, limited_cpu = _cpu_per_message(plain_sides), _cpu_per_message(limited_sides)
+        cpu = (
+            ""
+            if plain_cpu is None or limited_cpu is None
+            else f"; by CPU per message, client and server, {plain_cpu / limited_cpu:.2f}x"
+        )
         shown = "" if batch == 1 else f" (batch {batch})"
-        measured = (f"{'unbatched' if batch == 1 else f'batch {batch}'}: {ratio:.2f}x "
-                    f"(rounds {ratios[0]:.2f}-{ratios[-1]:.2f}, {n:,} messages)")
+        measured = (f"{'unbatched' if batch == 1 else f'batch {batch}'}: {ratio:.3f}x "
+                    f"(rounds {ratios[0]:.2f}-{ratios[-1]:.2f}, {n:,} messages{cpu})")
         run.add(
             Result.of(
                 run.database.name,
