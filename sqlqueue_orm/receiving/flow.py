@@ -49,13 +49,12 @@ two keys may share a limit, which can only restrict, never exceed). Two paths:
   a delayed retry or a move to the error queue lets the next one go).
 
 A batch holds **one slot per key** however many of its messages have that key (the locks are
-re-entrant within a transaction; a slot of the key freed by another worker while the one
-statement runs may make it two, which only restricts): with K = 1 a batch may take two
-messages of one key, which it
-handles one after the other, never at once, while no other worker gets that key until the batch
-commits. A message **without the header** (one a .NET endpoint sent) has no key: it is not
-limited (only by ``concurrency`` and ``global_concurrency``). SQLite: the key slots are counted
-within this process (always the careful path).
+re-entrant within a transaction; with K > 1 a slot of the key freed by another worker while
+the one statement runs may make it two, which only restricts): with K = 1 a batch may take two
+messages of one key, which it handles one after the other, never at once, while no other worker
+gets that key until the batch commits. A message **without the header** (one a .NET endpoint
+sent) has no key: it is not limited (only by ``concurrency`` and ``global_concurrency``).
+SQLite: the key slots are counted within this process (always the careful path).
 """
 
 from __future__ import annotations

@@ -305,10 +305,11 @@ class ReceiveStrategy:
         return self.rate.take(1) > 0
 
     def _receive(self, connection: Connection, count: int) -> list[IncomingMessage]:
-        """The receive, through the per-key limit when there is one.
+        """The receive, through the per-key or the global limit when there is one.
 
         The per-key limit also takes the global slot (:meth:`_claim` leaves it to it), in one
-        statement with the key slots; the first receive of a transaction may roll it back.
+        statement with the key slots; so does the global limit's own receive when there is no
+        per-key limit. The first receive of a transaction may roll it back.
         """
         keys, gate = self.keys, self.gate
         if keys is None and gate is None:
