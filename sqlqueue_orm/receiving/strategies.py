@@ -165,7 +165,10 @@ class _MessageScope:
         del self.sent[self._mark :]
         transaction = self._transaction
         if transaction is not None and transaction.is_active:
-            transaction.rollback()
+            # close() rolls back to the SAVEPOINT as rollback() does, without SQLAlchemy's
+            # warning when a failed inner one (the handler's session's, the connection lost
+            # mid-statement) is still the connection's current nested transaction
+            transaction.close()
 
     def session(self) -> Session:
         """An ORM session in the receive's transaction, inside this SAVEPOINT (opened first)."""
