@@ -41,9 +41,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
-from sqlalchemy.engine import Connection, NestedTransaction, RootTransaction
+from sqlalchemy.engine import Connection, Engine, NestedTransaction, RootTransaction
 from sqlalchemy.orm import Session
 
 from sqlqueue_orm import addressing, dialects, exceptions
@@ -68,8 +69,12 @@ class Slot(Protocol):
     def received(self, found: bool) -> None:
         """Tell the pump the receive has run and whether it found a message."""
 
-    def track(self, connection: Connection) -> None:
-        """Register the connection holding the receive, so a timed-out stop can close it."""
+    def connect(self, engine: Engine) -> AbstractContextManager[Connection]:
+        """The connection of this receive, for a ``with`` block.
+
+        The pump's is the worker's connection, kept while receives keep coming, which a
+        timed-out stop can close; the block rolls back what it left open.
+        """
 
     def commit(self, transaction: RootTransaction) -> None:
         """Commit the receive unless the stop abandoned this message (then roll back)."""
@@ -468,8 +473,7 @@ class NoTransaction(ReceiveStrategy):
 
     def _process(self, slot: Slot) -> None:
         """Receive (committed), then handle outside any transaction of the queue."""
-        with self.transport.engine.connect() as connection:
-            slot.track(connection)
+        with slot.connect(self.transport.engine) as connection:
             transaction = connection.begin()
             messages = self._receive(connection, 1)
             slot.received(bool(messages))
@@ -525,8 +529,7 @@ class _NativeTransaction(ReceiveStrategy):
         if self.endpoint.settings.batch_size > 1:
             self._process_batch(slot)
             return
-        with self.transport.engine.connect() as connection:
-            slot.track(connection)
+        with slot.connect(self.transport.engine) as connection:
             transaction = connection.begin()
             if not self._claim(connection):
                 self._nothing_handled(transaction, [])
@@ -599,8 +602,7 @@ class _NativeTransaction(ReceiveStrategy):
         audit = settings.audit_queue is not None
         handle = self._batch_handler()
         transport = self.transport
-        with transport.engine.connect() as connection:
-            slot.track(connection)
+        with slot.connect(transport.engine) as connection:
             transaction = connection.begin()
             if not self._claim(connection):
                 self._nothing_handled(transaction, [])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -107,3 +108,43 @@ def test_two_endpoint_processes_handle_each_message_exactly_once(database):
     else:
         assert workers <= {process.pid for process in processes}
     watcher.dispose()
+
+
+@pytest.mark.parametrize("batch", [1, 5], ids=["unbatched", "batched"])
+def test_a_busy_worker_keeps_its_connection_and_an_idle_one_gives_it_back(database, batch):
+    """A worker reuses its connection while receives keep coming (far fewer checkouts than
+    receives) and gives it back to the pool once it has nothing to run."""
+    transport = database.transport()
+    transport.create_queue("kept")
+    send_jobs(transport, "kept", 60)
+    engine = transport.engine
+    held: dict[int, str] = {}  # connections the worker thread has checked out, not back in
+    checkouts: list[int] = []
+
+    def checkout(dbapi_connection, record, proxy):  # type: ignore[no-untyped-def]
+        if "worker" in threading.current_thread().name:
+            checkouts.append(1)
+            held[id(record)] = threading.current_thread().name
+
+    sa.event.listen(engine, "checkout", checkout)
+    sa.event.listen(engine, "checkin", lambda dbapi_connection, record: held.pop(id(record), None))
+    settings = EndpointSettings(
+        concurrency=1, peek_delay=0.1, wakeup="poll", batch_size=batch, batch_flush=0.05,
+        transaction_mode=TransactionMode.TRANSACTION_SCOPE, delayed_delivery=False,
+    )
+    endpoint = Endpoint("kept", transport, settings=settings)
+    endpoint.handle(Job)(lambda job, context: None)
+    endpoint.start()
+    try:
+        deadline = time.monotonic() + 30
+        while endpoint.stats.handled < 60:
+            assert time.monotonic() < deadline, endpoint.stats
+            time.sleep(0.01)
+        # before: one checkout per receive; now one each time the worker had been idle
+        assert len(checkouts) < 60 // batch // 2, (len(checkouts), endpoint.stats)
+        deadline = time.monotonic() + 5
+        while held:  # idle now: the worker's connection goes back to the pool
+            assert time.monotonic() < deadline, held
+            time.sleep(0.01)
+    finally:
+        assert endpoint.stop(10)

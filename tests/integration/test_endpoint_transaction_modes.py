@@ -240,8 +240,8 @@ class _Slot:
     def received(self, found: bool) -> None:
         self.found.append(found)
 
-    def track(self, connection: object) -> None:
-        pass
+    def connect(self, engine):  # type: ignore[no-untyped-def]
+        return engine.connect()
 
     def commit(self, transaction) -> None:  # type: ignore[no-untyped-def]
         transaction.commit()
