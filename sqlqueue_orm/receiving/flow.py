@@ -394,7 +394,14 @@ def _put_back(
     The driver's rollback is the whole of it (the next statement begins a new transaction);
     the receive floor is told, so it does not pass the rows now back in their places.
     """
-    connection.connection.dbapi_connection.rollback()  # type: ignore[union-attr]
+    try:
+        connection.connection.dbapi_connection.rollback()  # type: ignore[union-attr]
+    except Exception as error:  # the driver's own: its state is not known, drop it
+        connection.invalidate()
+        raise exceptions.DatabaseError(
+            f"queue {queue}: rolling back a receive whose slot was refused failed: {error}",
+            transient=True,
+        ) from error
     floor = transport.queue(queue).floor
     if floor is not None and messages:
         floor.returned(min(message.row_version for message in messages))

@@ -204,21 +204,30 @@ class _Batch:
                 self.done.set()
 
 
+#: Most receives a worker runs on one kept connection before giving it back to the pool, so
+#: the pool's own checks (``pool_pre_ping``, ``pool_recycle``) still run under steady load.
+KEEP_MOST = 1_000
+
+
 class _KeptConnection:
     """A worker's connection, kept from one receive to the next (see the module docstring).
 
     Used as the ``with`` block of one receive (:meth:`_Slot.connect`): on leaving it a
-    transaction still open is rolled back, and after an exception, or when the stop abandoned
-    the receive, the connection is closed and dropped.
+    transaction still open is rolled back, and after an exception, when the stop abandoned the
+    receive, when the receive asked not to keep it (NONE: its handler runs after the block) or
+    after :data:`KEEP_MOST` receives, the connection goes back to the pool.
     """
 
-    __slots__ = ("connection", "slot")
+    __slots__ = ("connection", "keep", "pump", "slot", "uses")
 
-    def __init__(self) -> None:
+    def __init__(self, pump: MessagePump) -> None:
+        self.pump = pump
         self.connection: Connection | None = None
         self.slot: _Slot | None = None
+        self.keep = True
+        self.uses = 0
 
-    def open(self, engine: Engine, slot: _Slot) -> _KeptConnection:
+    def open(self, engine: Engine, slot: _Slot, keep: bool) -> _KeptConnection:
         """Ready for *slot*'s receive on *engine*: the kept connection, or a new one."""
         connection = self.connection
         if (
@@ -228,8 +237,13 @@ class _KeptConnection:
             or connection.engine is not engine
         ):
             self.release()
-            connection = self.connection = engine.connect()
+            connection = engine.connect()
+            self.pump._holding(1)
+            self.connection = connection
+            self.uses = 0
+        self.uses += 1
         self.slot = slot
+        self.keep = keep
         slot._connection = connection
         return self
 
@@ -239,12 +253,19 @@ class _KeptConnection:
 
     def __exit__(self, kind: object, error: object, traceback: object) -> None:
         connection = self.connection
-        slot = self.slot
-        self.slot = None
+        slot, self.slot = self.slot, None
+        if slot is not None:
+            slot._connection = None  # a stop abandoning it later must not close this one
         if connection is None:
             return
-        if kind is not None or connection.invalidated or (slot is not None and slot.abandoned):
-            self.release()  # its state is not known: the next receive gets another
+        if (
+            kind is not None
+            or connection.invalidated
+            or (slot is not None and slot.abandoned)
+            or not self.keep
+            or self.uses >= KEEP_MOST
+        ):
+            self.release()  # (after a failure its state is not known: the next gets another)
         elif connection.in_transaction():
             connection.rollback()  # what closing it would have done
 
@@ -256,6 +277,8 @@ class _KeptConnection:
                 connection.close()
             except Exception as error:  # already broken: the pool discards it
                 log.debug("closing a worker's connection: %s", error)
+            finally:
+                self.pump._holding(-1)
 
 
 class _Slot:
@@ -280,9 +303,9 @@ class _Slot:
             self.found = self.holding = found
             self._batch.mark(found)
 
-    def connect(self, engine: Engine) -> _KeptConnection:
-        """The receive's connection (the worker's, kept), for a ``with`` block."""
-        return self._kept.open(engine, self)
+    def connect(self, engine: Engine, keep: bool = True) -> _KeptConnection:
+        """The receive's connection (the worker's, kept unless *keep* is False), for ``with``."""
+        return self._kept.open(engine, self, keep)
 
     def commit(self, transaction: RootTransaction) -> None:
         if self.abandoned:
@@ -335,6 +358,8 @@ class MessagePump:
         #: Whether the dialect's peek counts rows whose receive has not committed.
         self._peek_counts_held_rows = False
         self._tickets: queue_module.SimpleQueue[_Batch | None] = queue_module.SimpleQueue()
+        #: Kept connections the workers hold (under ``_condition``; see :class:`_KeptConnection`).
+        self._held = 0
         self._condition = threading.Condition()
         self._busy = 0
         self._active: set[_Slot] = set()
@@ -526,7 +551,7 @@ class MessagePump:
         return False
 
     def _work(self) -> None:
-        kept = _KeptConnection()
+        kept = _KeptConnection(self)
         try:
             self._work_with(kept)
         finally:
@@ -574,6 +599,8 @@ class MessagePump:
                 self.receive_breaker.failure(failure)
             elif failure is None:
                 self.receive_breaker.success()
+            if self._stopping.is_set():
+                kept.release()  # before the stop can see this worker idle
             with self._condition:
                 self._busy -= 1
                 self._active.discard(slot)
@@ -583,6 +610,13 @@ class MessagePump:
                     self._ended += 1
                     if self._pausing:
                         self._wake.set()
+
+    def _holding(self, change: int) -> None:
+        """A worker took (1) or gave back (-1) a kept connection."""
+        with self._condition:
+            self._held += change
+            if not self._held:
+                self._condition.notify_all()
 
     def _rewind(self) -> None:
         floor = self.endpoint.transport.queue(self.queue).floor
@@ -619,7 +653,8 @@ class MessagePump:
         self.stop_taking()
         deadline = time.monotonic() + timeout
         with self._condition:
-            while self._busy and time.monotonic() < deadline:
+            # the workers' kept connections too: back in the pool when stop() returns
+            while (self._busy or self._held) and time.monotonic() < deadline:
                 self._condition.wait(min(0.1, max(0.0, deadline - time.monotonic())))
             finished = self._busy == 0
             abandoned = list(self._active)

@@ -69,11 +69,12 @@ class Slot(Protocol):
     def received(self, found: bool) -> None:
         """Tell the pump the receive has run and whether it found a message."""
 
-    def connect(self, engine: Engine) -> AbstractContextManager[Connection]:
+    def connect(self, engine: Engine, keep: bool = True) -> AbstractContextManager[Connection]:
         """The connection of this receive, for a ``with`` block.
 
-        The pump's is the worker's connection, kept while receives keep coming, which a
-        timed-out stop can close; the block rolls back what it left open.
+        The pump's is the worker's connection, kept while receives keep coming (unless *keep*
+        is False: given back when the block ends), which a timed-out stop can close; the block
+        rolls back what it left open.
         """
 
     def commit(self, transaction: RootTransaction) -> None:
@@ -473,7 +474,8 @@ class NoTransaction(ReceiveStrategy):
 
     def _process(self, slot: Slot) -> None:
         """Receive (committed), then handle outside any transaction of the queue."""
-        with slot.connect(self.transport.engine) as connection:
+        # not kept: the handler runs after the block, and must not find it checked out still
+        with slot.connect(self.transport.engine, keep=False) as connection:
             transaction = connection.begin()
             messages = self._receive(connection, 1)
             slot.received(bool(messages))

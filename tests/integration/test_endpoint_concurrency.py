@@ -110,16 +110,10 @@ def test_two_endpoint_processes_handle_each_message_exactly_once(database):
     watcher.dispose()
 
 
-@pytest.mark.parametrize("batch", [1, 5], ids=["unbatched", "batched"])
-def test_a_busy_worker_keeps_its_connection_and_an_idle_one_gives_it_back(database, batch):
-    """A worker reuses its connection while receives keep coming (far fewer checkouts than
-    receives) and gives it back to the pool once it has nothing to run."""
-    transport = database.transport()
-    transport.create_queue("kept")
-    send_jobs(transport, "kept", 60)
-    engine = transport.engine
-    held: dict[int, str] = {}  # connections the worker thread has checked out, not back in
+def _workers_checkouts(engine: sa.Engine) -> tuple[list[int], dict[int, str]]:
+    """Checkouts made by pump worker threads, and the connections they hold (not back in)."""
     checkouts: list[int] = []
+    held: dict[int, str] = {}
 
     def checkout(dbapi_connection, record, proxy):  # type: ignore[no-untyped-def]
         if "worker" in threading.current_thread().name:
@@ -128,6 +122,17 @@ def test_a_busy_worker_keeps_its_connection_and_an_idle_one_gives_it_back(databa
 
     sa.event.listen(engine, "checkout", checkout)
     sa.event.listen(engine, "checkin", lambda dbapi_connection, record: held.pop(id(record), None))
+    return checkouts, held
+
+
+@pytest.mark.parametrize("batch", [1, 5], ids=["unbatched", "batched"])
+def test_a_busy_worker_keeps_its_connection_and_an_idle_one_gives_it_back(database, batch):
+    """A worker reuses its connection while receives keep coming (far fewer checkouts than
+    receives) and gives it back to the pool once it has nothing to run."""
+    transport = database.transport()
+    transport.create_queue("kept")
+    send_jobs(transport, "kept", 60)
+    checkouts, held = _workers_checkouts(transport.engine)
     settings = EndpointSettings(
         concurrency=1, peek_delay=0.1, wakeup="poll", batch_size=batch, batch_flush=0.05,
         transaction_mode=TransactionMode.TRANSACTION_SCOPE, delayed_delivery=False,
@@ -148,3 +153,55 @@ def test_a_busy_worker_keeps_its_connection_and_an_idle_one_gives_it_back(databa
             time.sleep(0.01)
     finally:
         assert endpoint.stop(10)
+
+
+def test_stop_returns_with_the_workers_connections_back_in_the_pool(database, monkeypatch):
+    """Stopped while busy: when stop() returns no worker holds a connection (an engine
+    disposed or a database dropped right after finds none checked out). The workers are made
+    slow between two receives, where they hold their kept connection, once the stop begins."""
+    import queue
+
+    from sqlqueue_orm.receiving import pump
+
+    class SlowTickets(queue.SimpleQueue):  # type: ignore[type-arg]
+        delay = 0.0
+
+        def get(self, block=True, timeout=None):  # type: ignore[no-untyped-def]
+            if not block and SlowTickets.delay:
+                time.sleep(SlowTickets.delay)
+            return super().get(block, timeout)
+
+    monkeypatch.setattr(pump, "queue_module", type(
+        "Tickets", (), {"SimpleQueue": SlowTickets, "Empty": queue.Empty}))
+    transport = database.transport()
+    transport.create_queue("stopping")
+    send_jobs(transport, "stopping", 300)
+    _checkouts, held = _workers_checkouts(transport.engine)
+    settings = EndpointSettings(concurrency=2, peek_delay=0.1, delayed_delivery=False,
+                                transaction_mode=TransactionMode.TRANSACTION_SCOPE)
+    endpoint = Endpoint("stopping", transport, settings=settings)
+    endpoint.handle(Job)(lambda job, context: time.sleep(0.002))
+    endpoint.start()
+    deadline = time.monotonic() + 30
+    while endpoint.stats.handled < 20:
+        assert time.monotonic() < deadline, endpoint.stats
+        time.sleep(0.005)
+    SlowTickets.delay = 0.3
+    assert endpoint.stop(10)
+    assert not held, held
+
+
+def test_a_mode_none_handler_runs_with_its_worker_holding_no_connection(database):
+    """NONE commits its receive before the handler runs: the worker gives the connection back
+    first, so a handler using the same engine needs no second one from the pool."""
+    transport = database.transport()
+    transport.create_queue("none_kept")
+    send_jobs(transport, "none_kept", 5)
+    _checkouts, held = _workers_checkouts(transport.engine)
+    seen: list[int] = []
+    settings = EndpointSettings(concurrency=1, peek_delay=0.1, delayed_delivery=False,
+                                transaction_mode=TransactionMode.NONE)
+    endpoint = Endpoint("none_kept", transport, settings=settings)
+    endpoint.handle(Job)(lambda job, context: seen.append(len(held)))
+    run_until(endpoint, lambda: endpoint.stats.handled == 5)
+    assert seen == [0] * 5

@@ -240,7 +240,7 @@ class _Slot:
     def received(self, found: bool) -> None:
         self.found.append(found)
 
-    def connect(self, engine):  # type: ignore[no-untyped-def]
+    def connect(self, engine, keep=True):  # type: ignore[no-untyped-def]
         return engine.connect()
 
     def commit(self, transaction) -> None:  # type: ignore[no-untyped-def]

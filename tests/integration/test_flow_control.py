@@ -317,7 +317,8 @@ def _advisory_locks(connection: sa.Connection) -> int:
 
 
 @only("postgresql")
-def test_a_refused_key_slot_puts_the_row_back_and_the_next_key_is_taken(database):
+def test_a_refused_key_slot_puts_the_row_back_and_the_next_key_is_taken(database, monkeypatch):
+    monkeypatch.setattr(flow, "REFUSAL_PAUSE", 60.0)  # the second receive within it, however slow
     transport = database.transport()
     _keyed(transport, "refused", ["busy", "free"], 1)  # the busy key's message is the oldest
     name, keys, gate = _limits(transport, "refused", 1, 3)
@@ -538,9 +539,10 @@ def test_a_receive_claims_its_slots_in_the_same_statement(database, count):
 
 
 @only("postgresql")
-def test_the_global_limit_alone_claims_its_slot_in_the_receive(database):
+def test_the_global_limit_alone_claims_its_slot_in_the_receive(database, monkeypatch):
     """Without a per-key limit the receive takes the global slot in its own statement
     (RECEIVE_GATED); refused, its rows go back and the worker claims first for a while."""
+    monkeypatch.setattr(flow, "REFUSAL_PAUSE", 60.0)
     transport = database.transport()
     _keyed(transport, "gated", ["a", "b", "c"], 1)
     name, _keys, gate = _limits(transport, "gated", 1, 2)
@@ -568,7 +570,7 @@ def test_the_global_limit_alone_claims_its_slot_in_the_receive(database):
             assert time.monotonic() - began >= flow.SLOT_WAIT  # it waited for a slot, in vain
             assert _advisory_locks(connection) == 0
             transaction.commit()
-        assert not gate.receives  # claims first for GATED_PAUSE seconds
+        assert not gate.receives  # claims first for REFUSAL_PAUSE seconds
     finally:
         holder.close()
     assert [message.headers["customer"] for message in transport.browse("gated")] == ["b", "c"]
