@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 import threading
@@ -12,6 +13,7 @@ import sqlalchemy as sa
 
 from sqlqueue_orm import dialects
 from sqlqueue_orm.receiving import Endpoint, EndpointSettings, HandlerContext, TransactionMode
+from tests.conftest import only
 from tests.endpoint_app import Handled, Job, Meter, UserBase, handled_ids, send_jobs
 from tests.integration.test_endpoint_transaction_modes import run_until
 
@@ -205,3 +207,66 @@ def test_a_mode_none_handler_runs_with_its_worker_holding_no_connection(database
     endpoint.handle(Job)(lambda job, context: seen.append(len(held)))
     run_until(endpoint, lambda: endpoint.stats.handled == 5)
     assert seen == [0] * 5
+
+
+@only("postgresql")
+@pytest.mark.parametrize("batch", [1, 5], ids=["unbatched", "batched"])
+def test_a_worker_whose_commit_failed_gives_its_connection_back(database, batch, caplog):
+    """A receive that raised a database error (here its commit: a deferred unique constraint)
+    drops the worker's kept connection, whose state is not known: the next receive checks out
+    another from the pool. The message comes back and is handled once (PostgreSQL: a deferred
+    constraint checked at COMMIT). Kept, the connection refused the next receive's BEGIN
+    (SQLAlchemy: a failed commit leaves its transaction to be rolled back), an error logged
+    and the receive tasks of that peek cancelled."""
+    transport = database.transport()
+    transport.create_queue("dropped")
+    with transport.engine.begin() as connection:
+        connection.exec_driver_sql(
+            "CREATE TABLE guard (id integer, "
+            "CONSTRAINT guard_once UNIQUE (id) DEFERRABLE INITIALLY DEFERRED)"
+        )
+        connection.exec_driver_sql("INSERT INTO guard VALUES (1)")
+    send_jobs(transport, "dropped", 20)
+    events: list[tuple[str, int]] = []
+    failed = threading.Event()
+
+    def pooled(kind: str):  # type: ignore[no-untyped-def]
+        def record(*args: object) -> None:
+            if "worker" in threading.current_thread().name:
+                events.append((kind, -1))
+        return record
+
+    sa.event.listen(transport.engine, "checkout", pooled("checkout"))
+    sa.event.listen(transport.engine, "checkin", pooled("checkin"))
+    settings = EndpointSettings(
+        concurrency=1, peek_delay=0.1, batch_size=batch, batch_flush=0.05, initial_backoff=0.01,
+        transaction_mode=TransactionMode.TRANSACTION_SCOPE, delayed_delivery=False,
+    )
+    endpoint = Endpoint("dropped", transport, settings=settings)
+
+    @endpoint.handle(Job)
+    def handle(job: Job, context: HandlerContext) -> None:
+        events.append(("run", job.number))
+        if job.number == 7 and not failed.is_set():
+            failed.set()  # the commit of this message's transaction fails, once
+            context.session.execute(sa.text("INSERT INTO guard VALUES (1)"))
+
+    with caplog.at_level(logging.WARNING, logger="sqlqueue_orm"):
+        run_until(endpoint, lambda: endpoint.stats.handled >= 20, timeout=30)
+    # the failed commit, a warning of the receive's breaker; nothing else went wrong
+    assert [record.levelname for record in caplog.records] == ["WARNING"], caplog.text
+    runs = [number for kind, number in events if kind == "run"]
+    assert failed.is_set() and runs.count(7) == 2, events
+    assert set(runs) == set(range(20)) and endpoint.stats.handled == 20, endpoint.stats
+    # between the failed transaction's last handler and the first one run again: the
+    # connection back in the pool, another out
+    seen: set[int] = set()
+    last = replay = -1
+    for index, (kind, number) in enumerate(events):
+        if kind == "run":
+            if number in seen:
+                replay = index
+                break
+            seen.add(number)
+            last = index
+    assert [kind for kind, _n in events[last + 1:replay]] == ["checkin", "checkout"], events

@@ -577,6 +577,55 @@ def test_the_global_limit_alone_claims_its_slot_in_the_receive(database, monkeyp
 
 
 @only("postgresql")
+def test_a_refused_global_receive_takes_its_rows_once_a_slot_frees(database, monkeypatch):
+    """Refused, the one-statement receive puts its rows back, waits for a slot (freed here
+    while it waits), then takes them with the plain receive; once REFUSAL_PAUSE has passed,
+    the receive takes its slot in its own statement again."""
+    monkeypatch.setattr(flow, "REFUSAL_PAUSE", 0.5)
+    transport = database.transport()
+    _keyed(transport, "freed", ["a", "b", "c"], 1)
+    name, _keys, gate = _limits(transport, "freed", 1, 1)
+    holder = _held_elsewhere(transport.engine, flow.LOCK_PREFIX + name, range(1))
+    statements: list[str] = []
+
+    def seen(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+        statements.append(statement)
+
+    releaser = threading.Timer(0.15, holder.close)  # the busy worker commits meanwhile
+    releaser.start()
+    try:
+        with transport.engine.connect() as connection:
+            transaction = connection.begin()
+            sa.event.listen(connection, "before_cursor_execute", seen)
+            taken = gate.receive(transport, "freed", connection, 2)
+            sa.event.remove(connection, "before_cursor_execute", seen)
+            assert not gate.receives  # refused a moment ago: it claims first for a while
+            assert [message.headers["customer"] for message in taken] == ["a", "b"]
+            assert _advisory_locks(connection) == 1  # the slot, taken by the claim
+            transaction.commit()
+    finally:
+        releaser.join()
+    # the one-statement receive; its rows put back (the driver's rollback, no statement); the
+    # claim, tried until the slot freed; then the plain receive, without a claim column
+    first, *claims, last = statements
+    assert first.startswith("DELETE") and "pg_try_advisory_xact_lock" in first, first
+    assert last.startswith("DELETE") and "pg_try_advisory_xact_lock" not in last, last
+    assert len(claims) >= 2, claims  # refused while held, then taken once freed
+    assert all(claim.startswith("SELECT") for claim in claims), claims
+    deadline = time.monotonic() + 5
+    while not gate.receives:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    with transport.engine.connect() as connection:
+        transaction = connection.begin()
+        taken = gate.receive(transport, "freed", connection, 5)
+        assert [message.headers["customer"] for message in taken] == ["c"]
+        assert _advisory_locks(connection) == 1
+        transaction.commit()
+    assert transport.browse("freed") == []
+
+
+@only("postgresql")
 def test_keys_the_one_statement_claim_cannot_read_are_claimed_as_parsed(database):
     """A key written with JSON escapes is read otherwise in SQL: its slot is claimed by name
     as parsed (held elsewhere: refused, the row put back); unreadable headers pass unlimited."""
