@@ -159,6 +159,27 @@ def _every_seventh_fails(database, mode: TransactionMode) -> None:  # type: igno
         assert len(set(transactions.values())) < total / 2
 
 
+def test_a_retried_messages_failures_are_forgotten_once_its_batch_commits(database):
+    """A message that failed once and was handled on its immediate retry leaves nothing
+    remembered once its batch commits (the failure counts are bounded, not a leak)."""
+    transport = database.transport()
+    transport.create_queue("forgotten")
+    transport.create_queue("error")
+    endpoint = _one_worker_scope("forgotten", transport, batch=5, immediate_retries=2)
+    runs: collections.Counter[int] = collections.Counter()
+
+    @endpoint.handle(Job)
+    def handle(job: Job, context: HandlerContext) -> None:
+        runs[job.number] += 1
+        if job.number == 3 and runs[job.number] == 1:
+            raise Boom("once")
+
+    transport.send_many("forgotten", [OutgoingMessage(Job(number=n)) for n in range(5)])
+    _run_until(endpoint, lambda: endpoint.stats.handled == 5)
+    assert runs[3] == 2 and endpoint.stats.retried == 1, (runs, endpoint.stats)
+    assert len(endpoint._pumps()[0].strategy.failures) == 0
+
+
 def _start(url: str, mode: TransactionMode, kill_at: int) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "tests.batch_app", url, mode.value, str(BATCH), str(kill_at)],
