@@ -566,27 +566,28 @@ class Transport:
         connection: Connection,
         returning: str,
         values: dict[str, Any],
-    ) -> list[tuple[IncomingMessage, tuple[Any, ...]]]:
+    ) -> tuple[list[IncomingMessage], list[list[Any]]]:
         """:meth:`receive` in *connection*'s transaction, with further columns per row taken.
 
         *returning* is a list of expressions over each deleted row, bound with *values*:
-        flow control's one-statement key claim (see ``TableQueue.receive_returning``). Each
-        message comes with the row's further columns.
+        flow control's one-statement key claim (see ``TableQueue.receive_returning``). Returns
+        the messages and each further column as a list, one value per message.
         """
         table_queue = self.queue(queue)
         self._first_use(connection, table_queue)
         if self.instrumentation is None:
             return table_queue.receive_returning(connection, max_messages, returning, values)
-        rows: list[tuple[IncomingMessage, tuple[Any, ...]]] = []
+        columns: list[list[Any]] = []
 
         def proceed() -> list[IncomingMessage]:
-            rows.extend(
-                table_queue.receive_returning(connection, max_messages, returning, values)
+            messages, extra = table_queue.receive_returning(
+                connection, max_messages, returning, values
             )
-            return [message for message, _extra in rows]
+            columns.extend(extra)
+            return messages
 
-        self.instrumentation.receive(table_queue.name, proceed)
-        return rows
+        taken = self.instrumentation.receive(table_queue.name, proceed)
+        return taken, columns
 
     def browse(
         self,

@@ -143,13 +143,16 @@ class TableQueue:
         max_messages: int,
         returning: str,
         values: dict[str, Any],
-    ) -> list[tuple[IncomingMessage, tuple[Any, ...]]]:
+    ) -> tuple[list[IncomingMessage], list[list[Any]]]:
         """:meth:`receive` returning the further columns *returning* for each row taken.
 
         *returning* is a list of expressions over the deleted row, written after the receive's
         own RETURNING list (id, seq, expired, headers, body), binding *values* (flow control's
-        one-statement key claim; PostgreSQL, whose every receive ends with that list). Each
-        message comes with the row's further columns.
+        one-statement key claim; PostgreSQL, whose every receive ends with that list).
+
+        :returns: the messages, and each further column as a list of its values, one per
+            message in the same order (no list at all when nothing was taken; a batch's rows
+            are not copied into a tuple each).
         """
         self.probe(connection)
         key = (returning, max_messages, self._advisory())
@@ -173,10 +176,11 @@ class TableQueue:
             values = {**values, "floor": 0}
             rows = self._on(connection, (statement, statement.params(values), False), True)
         rows = sorted(rows, key=lambda row: row[1])  # RETURNING order is not guaranteed
-        messages = self._messages(rows)
+        messages = self._messages(rows, ordered=True)
         if messages and floor is not None:
             floor.advance(messages[0].row_version, epoch, position)
-        return [(message, tuple(row[5:])) for message, row in zip(messages, rows, strict=True)]
+        width = len(rows[0]) if rows else 5
+        return messages, [[row[column] for row in rows] for column in range(5, width)]
 
     def receive_by_id(self, connection: Connection, native_id: uuid.UUID) -> IncomingMessage | None:
         """Delete and return the row whose native Id is *native_id*, or None.
@@ -429,8 +433,8 @@ class TableQueue:
         except self._dbapi_errors as error:
             raise db.translate_error(error, self.name, self._forget_columns) from error
 
-    def _messages(self, rows: Any) -> list[IncomingMessage]:
-        if len(rows) > 1:
+    def _messages(self, rows: Any, ordered: bool = False) -> list[IncomingMessage]:
+        if len(rows) > 1 and not ordered:
             rows = list(rows)
             rows.sort(key=lambda row: row[1])  # OUTPUT/RETURNING order is not guaranteed
         encoding, queue, build = self._text.headers_encoding, self.name, IncomingMessage.from_row

@@ -476,11 +476,13 @@ class GlobalConcurrency:
         """
         assert self._gated is not None
         values = {"gname": self.lock_name, "gk": self.limit, "first": _first_slot(self.limit)}
-        rows = transport.receive_returning(queue, count, connection, self._gated, values)
-        if not rows or rows[0][1][0]:
-            return [message for message, _extra in rows]
+        taken, columns = transport.receive_returning(
+            queue, count, connection, self._gated, values
+        )
+        if not taken or columns[0][0]:  # nothing taken, or the slot claimed
+            return taken
         self._claim_first_until = time.monotonic() + REFUSAL_PAUSE
-        _put_back(transport, queue, connection, [message for message, _extra in rows])
+        _put_back(transport, queue, connection, taken)
         if not self.claim(connection):
             return []
         return transport.receive(queue, count, connection=connection)
@@ -635,13 +637,15 @@ class KeyConcurrency:
             "gname": "" if gate is None else gate.lock_name,
             "gk": 0 if gate is None else gate.limit,
         }
-        rows = transport.receive_returning(queue, count, connection, self._fold, values)
-        taken = [message for message, _extra in rows]
-        if rows and rows[0][1][2] is False:  # the global slot (one claim for the statement)
+        taken, columns = transport.receive_returning(queue, count, connection, self._fold, values)
+        if not taken:
+            return taken, True
+        keys, claims, global_claims = columns
+        if global_claims[0] is False:  # the global slot (one claim for the statement)
             return taken, False
         missed: set[str] = set()
         header = self.header
-        for message, (found, claimed, _global) in rows:
+        for message, found, claimed in zip(taken, keys, claims, strict=True):
             # as key_of, inline (once per message of a batch)
             if message.headers_error is not None or (key := message.headers.get(header)) is None:
                 continue  # not limited (a lock taken for a misread key only restricts)

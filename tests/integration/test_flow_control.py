@@ -712,3 +712,36 @@ def test_a_batch_of_many_keys_takes_each_key_slot_and_the_global_one(database):
         assert sorted(message.headers["customer"] for message in taken) == sorted(keys_sent)
         assert _advisory_locks(connection) == 13
         transaction.commit()
+
+
+@only("postgresql")
+def test_the_claiming_receives_are_seen_by_instrumentation(database):
+    """The one-statement receives (per key, and the global limit's alone) go through the
+    transport's instrumentation like a plain receive, with the messages they took."""
+    from sqlqueue_orm.instrumentation import NoInstrumentation
+
+    seen: list[list[str | None]] = []
+
+    class Counting(NoInstrumentation):
+        def receive(self, queue, proceed):  # type: ignore[no-untyped-def]
+            taken = proceed()
+            seen.append([message.headers.get("customer") for message in taken])
+            return taken
+
+    transport = database.transport(instrumentation=Counting())
+    _keyed(transport, "seen", ["a", "b", "c"], 1)
+    _name, keys, gate = _limits(transport, "seen", 1, 2)
+    with transport.engine.connect() as connection:
+        transaction = connection.begin()
+        taken = keys.receive(transport, "seen", connection, 2, gate)
+        assert [message.headers["customer"] for message in taken] == ["a", "b"]
+        assert _advisory_locks(connection) == 3  # two keys and the global slot
+        transaction.commit()
+    with transport.engine.connect() as connection:
+        transaction = connection.begin()
+        assert [m.headers["customer"] for m in gate.receive(transport, "seen", connection, 5)] == [
+            "c"
+        ]
+        assert gate.receive(transport, "seen", connection, 5) == []  # nothing left: no claim
+        transaction.commit()
+    assert seen == [["a", "b"], ["c"], []]
