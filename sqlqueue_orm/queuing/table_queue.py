@@ -13,6 +13,7 @@ the raw driver's rate). When the engine has ``before/after_cursor_execute`` list
 from __future__ import annotations
 
 import logging
+import operator
 import uuid
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
@@ -27,6 +28,8 @@ from sqlqueue_orm.queuing import sql
 
 log = logging.getLogger(__name__)
 
+#: A received row's sequence number (RowVersion, seq), what its messages are ordered by.
+_SEQUENCE = operator.itemgetter(1)
 #: Default batch of :meth:`TableQueue.purge_expired`, as NServiceBus.
 PURGE_BATCH_SIZE = 10_000
 #: How far past the batch the advisory-lock claim (PostgreSQL, no UPDATE privilege) looks.
@@ -175,7 +178,7 @@ class TableQueue:
             position = 0
             values = {**values, "floor": 0}
             rows = self._on(connection, (statement, statement.params(values), False), True)
-        rows = sorted(rows, key=lambda row: row[1])  # RETURNING order is not guaranteed
+        rows = sorted(rows, key=_SEQUENCE)  # RETURNING order is not guaranteed
         messages = self._messages(rows, ordered=True)
         if messages and floor is not None:
             floor.advance(messages[0].row_version, epoch, position)
@@ -436,7 +439,7 @@ class TableQueue:
     def _messages(self, rows: Any, ordered: bool = False) -> list[IncomingMessage]:
         if len(rows) > 1 and not ordered:
             rows = list(rows)
-            rows.sort(key=lambda row: row[1])  # OUTPUT/RETURNING order is not guaranteed
+            rows.sort(key=_SEQUENCE)  # OUTPUT/RETURNING order is not guaranteed
         encoding, queue, build = self._text.headers_encoding, self.name, IncomingMessage.from_row
         messages = [
             build(
