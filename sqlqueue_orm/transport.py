@@ -577,16 +577,18 @@ class Transport:
         self._first_use(connection, table_queue)
         if self.instrumentation is None:
             return table_queue.receive_returning(connection, max_messages, returning, values)
+        taken: list[IncomingMessage] = []
         columns: list[list[Any]] = []
 
         def proceed() -> list[IncomingMessage]:
             messages, extra = table_queue.receive_returning(
                 connection, max_messages, returning, values
             )
-            columns.extend(extra)
+            taken[:], columns[:] = messages, extra
             return messages
 
-        taken = self.instrumentation.receive(table_queue.name, proceed)
+        # what the statement took, whatever the instrumentation returns: the columns match it
+        self.instrumentation.receive(table_queue.name, proceed)
         return taken, columns
 
     def browse(

@@ -116,7 +116,8 @@ class FailureCounts:
         with self._lock:
             self._counts.pop(key, None)
 
-    def __len__(self) -> int:
+    @property
+    def size(self) -> int:
         """How many messages' failures are remembered."""
         return len(self._counts)
 

@@ -177,7 +177,7 @@ def test_a_retried_messages_failures_are_forgotten_once_its_batch_commits(databa
     transport.send_many("forgotten", [OutgoingMessage(Job(number=n)) for n in range(5)])
     _run_until(endpoint, lambda: endpoint.stats.handled == 5)
     assert runs[3] == 2 and endpoint.stats.retried == 1, (runs, endpoint.stats)
-    assert len(endpoint._pumps()[0].strategy.failures) == 0
+    assert endpoint._pumps()[0].strategy.failures.size == 0
 
 
 def _start(url: str, mode: TransactionMode, kill_at: int) -> subprocess.Popen[str]:

@@ -253,8 +253,10 @@ def test_a_worker_whose_commit_failed_gives_its_connection_back(database, batch,
 
     with caplog.at_level(logging.WARNING, logger="sqlqueue_orm"):
         run_until(endpoint, lambda: endpoint.stats.handled >= 20, timeout=30)
-    # the failed commit, a warning of the receive's breaker; nothing else went wrong
-    assert [record.levelname for record in caplog.records] == ["WARNING"], caplog.text
+    # the failed commit is a warning of the receive's breaker; nothing raised after it
+    assert not [record for record in caplog.records if record.levelno >= logging.ERROR], (
+        caplog.text
+    )
     runs = [number for kind, number in events if kind == "run"]
     assert failed.is_set() and runs.count(7) == 2, events
     assert set(runs) == set(range(20)) and endpoint.stats.handled == 20, endpoint.stats
