@@ -422,7 +422,8 @@ class ReceiveStrategy:
         )
         row = forwarding.failed_row(message, self.endpoint.failure_headers(message, error))
         forwarding.forward(self.transport, error_queue, row, connection)
-        self.failures.forget(str(message.id))
+        # its failures are forgotten by the caller once this commits: if the commit fails, the
+        # message comes back with its attempts still counted (no second round of retries)
 
     def _forward_delayed(
         self, connection: Connection, message: IncomingMessage
@@ -590,8 +591,7 @@ class _NativeTransaction(ReceiveStrategy):
                     self._returned(message)  # retried at once, so found at once
                 else:  # delayed or failed: its retry or error-queue row commits with the receive
                     slot.commit(transaction)
-                    if outcome == "delayed":
-                        self.failures.forget(str(message.id))
+                    self.failures.forget(str(message.id))  # once committed: gone from here
                 slot.outcome(outcome)
                 return
             scope.release()

@@ -22,6 +22,7 @@ from sqlqueue_orm import OutgoingMessage, exceptions
 from sqlqueue_orm.receiving import Endpoint, EndpointSettings, HandlerContext, TransactionMode
 from sqlqueue_orm.sending.outbox import Outbox
 from tests import batch_app
+from tests.conftest import only
 from tests.endpoint_app import Handled, Job, UserBase, handled_ids
 from tests.outbox_app import REPO, count
 
@@ -177,6 +178,50 @@ def test_a_retried_messages_failures_are_forgotten_once_its_batch_commits(databa
     transport.send_many("forgotten", [OutgoingMessage(Job(number=n)) for n in range(5)])
     _run_until(endpoint, lambda: endpoint.stats.handled == 5)
     assert runs[3] == 2 and endpoint.stats.retried == 1, (runs, endpoint.stats)
+    assert endpoint._pumps()[0].strategy.failures.size == 0
+
+
+@only("postgresql")
+@pytest.mark.parametrize("batch", [1, 5], ids=["unbatched", "batched"])
+def test_a_failed_move_to_the_error_queue_keeps_the_attempts_counted(database, batch):
+    """The commit that moves a message to the error queue fails (a deferred trigger on the
+    error queue, once): the message comes back with its attempts still counted, so it goes to
+    the error queue after one more failure, not after a second round of immediate retries."""
+    transport = database.transport()
+    transport.create_queue("counted")
+    transport.create_queue("error")
+    error_table = transport.engine.dialect.identifier_preparer.quote(
+        transport.address("error").table
+    )
+    with transport.engine.begin() as connection:
+        connection.exec_driver_sql("CREATE SEQUENCE first_move")
+        connection.exec_driver_sql(
+            "CREATE FUNCTION fail_first_move() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            "IF nextval('first_move') = 1 THEN RAISE EXCEPTION 'the first move fails'; END IF; "
+            "RETURN NULL; END $$"
+        )
+        connection.exec_driver_sql(
+            f"CREATE CONSTRAINT TRIGGER fail_first_move AFTER INSERT ON {error_table} "
+            "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION fail_first_move()"
+        )
+    endpoint = Endpoint(
+        "counted", transport, concurrency=1, transaction_mode=TransactionMode.TRANSACTION_SCOPE,
+        peek_delay=0.1, batch_size=batch, batch_flush=0.05, immediate_retries=2,
+        delayed_retries=0, initial_backoff=0.01,  # the failed commit: the receive's breaker
+    )
+    runs: collections.Counter[int] = collections.Counter()
+
+    @endpoint.handle(Job)
+    def handle(job: Job, context: HandlerContext) -> None:
+        runs[job.number] += 1
+        if job.number == 2:
+            raise Boom("always")
+
+    transport.send_many("counted", [OutgoingMessage(Job(number=n)) for n in range(4)])
+    _run_until(endpoint, lambda: count(transport.engine, "error") == 1 and count(
+        transport.engine, "counted") == 0)
+    # 1 + 2 immediate retries, the move's commit fails; back, attempt 4 fails: moved
+    assert runs[2] == 4, runs
     assert endpoint._pumps()[0].strategy.failures.size == 0
 
 
