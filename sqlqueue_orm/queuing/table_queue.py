@@ -182,8 +182,9 @@ class TableQueue:
         messages = self._messages(rows, ordered=True)
         if messages and floor is not None:
             floor.advance(messages[0].row_version, epoch, position)
-        width = len(rows[0]) if rows else 5
-        return messages, [[row[column] for row in rows] for column in range(5, width)]
+        own = 5  # id, seq, expired, headers, body; the further columns follow
+        width = len(rows[0]) if rows else own
+        return messages, [[row[column] for row in rows] for column in range(own, width)]
 
     def receive_by_id(self, connection: Connection, native_id: uuid.UUID) -> IncomingMessage | None:
         """Delete and return the row whose native Id is *native_id*, or None.

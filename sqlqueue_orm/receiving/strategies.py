@@ -669,9 +669,9 @@ class _NativeTransaction(ReceiveStrategy):
             # gone: the error queue, expired, poison): none of their failures is worth
             # remembering. The messages are let go of here, before the commit: a batch held
             # through the commit's WAL flush, by each worker at once, tipped the collector's
-            # count of new objects (700) over and over: 120 collections a drain of 40,000 with
-            # 4 workers, 2 or 3 of them full ones of everything the process holds (75 to 115 ms
-            # of every 2 s, all threads stopped); 1 once they go before it.
+            # count of new objects (700) over and over: with 4 workers, 120 young collections
+            # per drain of 40,000, and per drain of 200,000 2 or 3 full ones of everything the
+            # process holds (75 to 115 ms, all threads stopped); 0 or 1 once they go before it.
             forget = self.failures.remembered(received)
             counts = collections.Counter(outcome for outcome, _ in outcomes)
             del received, messages, message, outcomes
