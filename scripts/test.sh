@@ -16,6 +16,8 @@ have_postgres() {
   command -v pg_config >/dev/null 2>&1 && [ -x "$(pg_config --bindir)/initdb" ]
 }
 have_postgres || missing+=(postgresql)
+# The flow-control tests run a batched pump through PgBouncer's transaction pooling.
+command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || missing+=(pgbouncer)
 # pyodbc needs unixODBC's libodbc; FreeTDS is the ODBC driver Debian ships for SQL Server.
 ldconfig -p 2>/dev/null | grep -q 'libodbc\.so\.2' || missing+=(unixodbc)
 dpkg -s tdsodbc >/dev/null 2>&1 || missing+=(tdsodbc)

@@ -267,6 +267,93 @@ def _claim_few(count: int) -> str:
 
 _FEW_CLAIMS = [_claim_few(count) for count in range(FEW + 1)]
 
+#: A key slot claimed for the session, so it stays held from one batch to the next (PostgreSQL,
+#: batched; see :class:`_Leases`): each name of the JSON array ``:names`` (after ``:prefix``)
+#: tried from ``:first`` on, as :data:`CLAIM_SLOT` does; one row per name with the slot taken,
+#: NULL when all ``:k`` are held. The same locks as the transaction's claims: the two count
+#: together.
+LEASE = (
+    "SELECT wanted.name, CASE WHEN pg_try_advisory_lock(lock.hashed, "
+    "mod(CAST(:first AS integer), CAST(:k AS integer))) "
+    "THEN mod(CAST(:first AS integer), CAST(:k AS integer)) "
+    "ELSE (SELECT mod(slot + CAST(:first AS integer), CAST(:k AS integer)) "
+    "FROM generate_series(1, CAST(:k AS integer) - 1) AS slot "
+    "WHERE pg_try_advisory_lock(lock.hashed, mod(slot + CAST(:first AS integer), "
+    "CAST(:k AS integer))) LIMIT 1) END "
+    "FROM json_array_elements_text(CAST(:names AS json)) AS wanted(name) "
+    "CROSS JOIN LATERAL (SELECT hashtext(CAST(:prefix AS text) || wanted.name) AS hashed) AS lock"
+)
+#: Give back session key slots: ``:held`` a JSON array of ``[name, slot]`` (after ``:prefix``).
+UNLEASE = (
+    "SELECT count(*) FILTER (WHERE pg_advisory_unlock(hashtext(CAST(:prefix AS text) "
+    "|| (held.value ->> 0)), CAST(held.value ->> 1 AS integer))) "
+    "FROM json_array_elements(CAST(:held AS json)) AS held"
+)
+#: The server process of the session (compared with the one the connection was opened to).
+BACKEND = "SELECT pg_backend_pid()"
+#: Where a connection's :class:`_Leases` are kept (``Connection.info``: one per DBAPI connection).
+_LEASES = "sqlqueue.key_leases"
+
+
+class _Leases:
+    """The key slots one DBAPI connection holds for its session (PostgreSQL, batched pump).
+
+    A batch that claims its keys' slots in its transaction gives them back at its commit and
+    claims them again in the next batch: with a hundred keys a batch, a hundred locks taken and
+    released per batch, on every worker, while nothing else wants them. A lease is the same
+    slot claimed for the session instead (:data:`LEASE`): a worker keeps the slots of the keys
+    its batches keep bringing, and claims only keys new to it. Never more than the limit: a
+    lease is a slot like any other, so a key's leases and transaction claims together are at
+    most ``key_concurrency``; a leased key whose messages are not in the worker's batch only
+    holds a slot it does not use, which restricts. A lease is given back
+
+    * at the next receive whose batch does not have its key (the batch that had it committed
+      or rolled back before that receive ran);
+    * when a claim was refused (the worker takes the careful path for a while, holding none);
+    * when the connection goes back to the pool (:func:`_give_back`, a pool ``checkin``
+      listener; if that fails, the connection is closed, and the server frees them);
+    * when the connection breaks or is closed: the server frees a session's locks with it.
+
+    Only on a direct connection to the server: ``pg_backend_pid()`` must be the process the
+    driver connected to. Behind a pooler in transaction mode (PgBouncer) the next transaction
+    may run on another server connection, where a lease could be neither used nor given back;
+    poolers answer the connection with a process id of their own, so leases are off there.
+    """
+
+    __slots__ = ("held", "unlease")
+
+    def __init__(self, unlease: sql.Statement) -> None:
+        #: Per key prefix (queue): key -> the slot leased.
+        self.held: dict[str, dict[str, int]] = {}
+        self.unlease = unlease
+
+
+def _give_back(dbapi_connection: Any, record: Any) -> None:
+    """Pool ``checkin`` listener: a connection's leases end with its checkout (:class:`_Leases`).
+
+    If giving them back fails, the connection is closed instead (the server frees them).
+    """
+    leases = record.info.get(_LEASES)
+    if not leases or dbapi_connection is None or not any(leases.held.values()):
+        return
+    try:
+        cursor = dbapi_connection.cursor()
+        try:
+            for prefix, held in leases.held.items():
+                if held:
+                    values = {"prefix": prefix, "held": json.dumps(list(held.items()))}
+                    cursor.execute(leases.unlease.text, leases.unlease.params(values))
+        finally:
+            cursor.close()
+        dbapi_connection.commit()
+    except Exception as error:  # the driver's own: closing the connection frees the locks
+        log.warning("giving back key slots failed, closing the connection: %s", error)
+        record.invalidate(error)
+    finally:
+        for held in leases.held.values():
+            held.clear()
+
+
 _local_lock = threading.Lock()
 _local_semaphores: dict[tuple[str, str], tuple[int, threading.BoundedSemaphore]] = {}
 
@@ -333,6 +420,20 @@ def _scalar(connection: Connection, template: str, values: dict[str, Any]) -> An
     finally:
         cursor.close()
     return None if row is None else row[0]
+
+
+def _rows(connection: Connection, template: str, values: dict[str, Any]) -> list[Any]:
+    """Every row of *template* run in *connection*'s transaction (as :func:`_scalar` runs it)."""
+    statement = _rendered(template, connection)
+    params = statement.params(values)
+    cursor = table_queue._driver_cursor(connection)
+    if cursor is None:
+        return list(connection.exec_driver_sql(statement.text, params))
+    try:
+        cursor.execute(statement.text, params)
+        return cursor.fetchall()  # type: ignore[no-any-return]
+    finally:
+        cursor.close()
 
 
 def _try_slot(connection: Connection, template: str, limit: int, name: str) -> bool:
@@ -515,10 +616,19 @@ class KeyConcurrency:
     :param limit: messages of one key at once.
     :param fifo: strict order per key (needs *limit* 1).
     :param window: most rows one receive looks at.
+    :param batched: whether the receives take batches (then, on PostgreSQL, the worker keeps
+        its keys' slots from one batch to the next: :class:`_Leases`).
     """
 
     def __init__(
-        self, engine: Engine, name: str, header: str, limit: int, fifo: bool, window: int
+        self,
+        engine: Engine,
+        name: str,
+        header: str,
+        limit: int,
+        fifo: bool,
+        window: int,
+        batched: bool = False,
     ) -> None:
         self.name = name
         self.header = header
@@ -534,6 +644,12 @@ class KeyConcurrency:
         self._fold = RECEIVE_CLAIMING.get(engine.dialect.name) if self.optimistic else None
         #: Until when (monotonic) receives take the careful path (a refusal was recent).
         self._careful_until = 0.0
+        #: Whether batches lease their keys' slots for the session (:class:`_Leases`); a
+        #: worker whose batches keep bringing keys new to it claims per transaction instead
+        #: (``_thread.folding``) until consecutive batches share most of their keys again.
+        self._leasing = batched and self._fold is not None
+        if self._leasing and not sa.event.contains(engine, "checkin", _give_back):
+            sa.event.listen(engine, "checkin", _give_back)
         #: What each key's lock name starts with (the key follows; unit separator: PostgreSQL
         #: text has no NUL).
         self._prefix = f"{KEY_PREFIX}{name}\x1f"
@@ -576,11 +692,20 @@ class KeyConcurrency:
             may the optimistic path roll it back; a later receive of a batch is careful.
         """
         gate = None if gate is None or gate.local else gate
+        leases = self._leases(connection) if first and self._leasing else None
         if first and self.optimistic and time.monotonic() < self._careful_until:
             pass  # a slot was refused lately: the careful path, without a rolled-back receive
+        elif leases is not None and not getattr(self._thread, "folding", False):
+            leased = self._receive_leasing(transport, queue, connection, count, gate, leases)
+            if leased is not None:
+                return leased
         elif first and self._fold is not None:
+            if leases is not None:
+                self._unlease(connection, leases, None)  # folding: this worker holds none
             taken, claimed = self._receive_claiming(transport, queue, connection, count, gate)
             if claimed:
+                if leases is not None:
+                    self._compare_keys(taken)
                 return taken
             self._refused(transport, queue, connection, taken)
         elif first and self.optimistic:
@@ -615,6 +740,115 @@ class KeyConcurrency:
         """
         self._careful_until = time.monotonic() + REFUSAL_PAUSE
         _put_back(transport, queue, connection, taken)
+
+    def _leases(self, connection: Connection) -> _Leases | None:
+        """*connection*'s leases, or None where it cannot hold any (not a direct connection)."""
+        info = connection.info
+        leases: _Leases | bool | None = info.get(_LEASES)
+        if leases is None:
+            driver_info = getattr(connection.connection.dbapi_connection, "info", None)
+            pid = getattr(driver_info, "backend_pid", None)
+            direct = pid is not None and _scalar(connection, BACKEND, {}) == pid
+            if not direct:
+                log.info(
+                    "queue %s: the session's server process is not the one the driver "
+                    "connected to (a pooler?): key slots are claimed per transaction",
+                    self.name,
+                )
+            leases = info[_LEASES] = _Leases(_rendered(UNLEASE, connection)) if direct else False
+        return leases if isinstance(leases, _Leases) else None
+
+    def _receive_leasing(
+        self,
+        transport: Transport,
+        queue: str | addressing.QueueAddress,
+        connection: Connection,
+        count: int,
+        gate: GlobalConcurrency | None,
+        leases: _Leases,
+    ) -> list[IncomingMessage] | None:
+        """The receive (with the global slot), then leases of the keys not held yet.
+
+        Leases of keys not in this batch are given back. None: a slot was refused; the rows
+        are back in their places, every lease is given back and the careful path follows.
+        """
+        if gate is not None and gate.receives:
+            taken = gate.receive(transport, queue, connection, count)
+        else:
+            if gate is not None and not gate.claim(connection):
+                return []
+            taken = transport.receive(queue, count, connection=connection)
+        if not taken:
+            return taken
+        held = leases.held.setdefault(self._prefix, {})
+        header = self.header
+        wanted = {
+            key
+            for message in taken
+            if message.headers_error is None and (key := message.headers.get(header)) is not None
+        }
+        new = wanted.difference(held)
+        if new and held and 2 * len(new) > len(wanted):
+            # most keys of this batch are new to the worker: the next claims per transaction
+            self._thread.folding = True
+            self._thread.last_keys = wanted
+        stale = held.keys() - wanted
+        if stale:
+            self._unlease(connection, leases, stale)
+        if not new:
+            return taken
+        values = {
+            "prefix": self._prefix,
+            "k": self.limit,
+            "first": _first_slot(self.limit),
+            "names": json.dumps(list(new)),
+        }
+        try:
+            rows = _rows(connection, LEASE, values)
+        except Exception:  # which were taken is not known: closing the connection frees all
+            connection.invalidate()
+            raise
+        refused = False
+        for name, slot in rows:
+            if slot is None:
+                refused = True
+            else:
+                held[name] = slot
+        if not refused:
+            return taken
+        self._refused(transport, queue, connection, taken)
+        self._unlease(connection, leases, None)
+        return None
+
+    def _unlease(
+        self, connection: Connection, leases: _Leases, keys: Collection[str] | None
+    ) -> None:
+        """Give back the leases of *keys* (None: all) of this queue on *connection*."""
+        held = leases.held.get(self._prefix)
+        if not held:
+            return
+        names = list(held) if keys is None else keys
+        values = {"prefix": self._prefix, "held": json.dumps([[k, held[k]] for k in names])}
+        try:
+            _rows(connection, UNLEASE, values)
+        except Exception:  # which were given back is not known: closing the connection frees all
+            connection.invalidate()
+            raise
+        for key in names:
+            del held[key]
+
+    def _compare_keys(self, taken: list[IncomingMessage]) -> None:
+        """Folding: lease again once two batches in a row share at least half their keys."""
+        header = self.header
+        keys = {
+            key
+            for message in taken
+            if message.headers_error is None and (key := message.headers.get(header)) is not None
+        }
+        last = getattr(self._thread, "last_keys", None)
+        self._thread.last_keys = keys
+        if keys and last is not None and 2 * len(keys & last) >= len(keys):
+            self._thread.folding = False
 
     def _receive_claiming(
         self,

@@ -268,6 +268,7 @@ class ReceiveStrategy:
                 settings.key_concurrency,
                 settings.key_fifo,
                 settings.key_window,
+                batched=settings.batch_size > 1,
             )
         )
 

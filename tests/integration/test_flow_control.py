@@ -17,7 +17,7 @@ import time
 import pytest
 import sqlalchemy as sa
 
-from sqlqueue_orm import OutgoingMessage, exceptions
+from sqlqueue_orm import OutgoingMessage, Transport, exceptions
 from sqlqueue_orm.receiving import Endpoint, EndpointSettings, HandlerContext, TransactionMode, flow
 from tests.conftest import only
 from tests.endpoint_app import Job
@@ -148,14 +148,17 @@ def _never_two_of_one_key(runs) -> None:  # type: ignore[no-untyped-def]
 
 
 @only("postgresql")
-def test_one_message_per_key_across_processes_and_a_slow_key_holds_up_no_other(database):
+@pytest.mark.parametrize("batch", [1, 4], ids=["unbatched", "batched"])
+def test_one_message_per_key_across_processes_and_a_slow_key_holds_up_no_other(database, batch):
+    """Batched, the workers keep their keys' slots from one batch to the next (leases)."""
     transport = database.transport()
     FlowBase.metadata.create_all(transport.engine)
     keys = ["slow", *(f"customer-{n}" for n in range(9))]
     total = _keyed(transport, "keyed", keys, 5)
     total += _keyed(transport, "keyed", ["slow"], 3)  # the slow key has 8 messages
+    batching = {"batch_size": batch, "batch_flush": 0.01} if batch > 1 else {}
     processes = _processes(database.url, "keyed", 2, 3,
-                           {"key_header": "customer", "key_concurrency": 1}, 0.05)
+                           {"key_header": "customer", "key_concurrency": 1, **batching}, 0.05)
     _until_spans(transport.engine, total, processes)
     runs = spans(transport.engine)
     assert len({run.message_id for run in runs}) == total
@@ -749,3 +752,215 @@ def test_the_claiming_receives_are_seen_by_instrumentation(database):
         assert gate.receive(transport, "seen", connection, 5) == []  # nothing left: no claim
         transaction.commit()
     assert seen == [["a", "b"], ["c"], []]
+
+
+# -- key slots leased from one batch to the next (flow._Leases) -----------------------------
+def _leasing(transport, queue: str, key_limit: int = 1):  # type: ignore[no-untyped-def]
+    name = transport.address_text(queue)
+    return name, flow.KeyConcurrency(
+        transport.engine, name, "customer", key_limit, False, 100, batched=True
+    )
+
+
+def _key_free(engine: sa.Engine, name: str, key: str) -> bool:
+    """Whether another session can take slot 0 of *key* now (K = 1: the key's only slot)."""
+    with engine.connect() as other:
+        other.begin()
+        return bool(other.execute(sa.text("SELECT pg_try_advisory_xact_lock(hashtext(:n), 0)"),
+                                  {"n": f"{flow.KEY_PREFIX}{name}\x1f{key}"}).scalar())
+
+
+def _batch(transport, keys, queue: str, connection: sa.Connection,  # type: ignore[no-untyped-def]
+           count: int = 10) -> tuple[list[str], list[str]]:
+    """One batched receive, committed: the keys taken and the statements run."""
+    statements: list[str] = []
+
+    def seen(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+        statements.append(statement)
+
+    transaction = connection.begin()
+    sa.event.listen(connection, "before_cursor_execute", seen)
+    try:
+        taken = keys.receive(transport, queue, connection, count)
+    finally:
+        sa.event.remove(connection, "before_cursor_execute", seen)
+    transaction.commit()
+    return [message.headers["customer"] for message in taken], statements
+
+
+def _session_locks(engine: sa.Engine, pid: int) -> int:
+    with engine.connect() as other:
+        return int(other.execute(sa.text(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = :pid"
+        ), {"pid": pid}).scalar_one())
+
+
+@only("postgresql")
+def test_a_batched_worker_keeps_its_key_slots_until_a_batch_lacks_the_key(database):
+    """Leases: a key slot stays with the worker's connection past its batch's commit (no other
+    session gets it), is not claimed again by the next batch with that key, is given back by
+    the first batch without it, and every lease ends when the connection goes back to the
+    pool."""
+    transport = database.transport()
+    _keyed(transport, "leased", ["a", "b"], 1)
+    name, keys = _leasing(transport, "leased")
+    with transport.engine.connect() as connection:
+        pid = connection.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+        connection.commit()
+        taken, statements = _batch(transport, keys, "leased", connection)
+        assert taken == ["a", "b"]
+        assert sum("pg_try_advisory_lock" in statement for statement in statements) == 1
+        # committed, and still held: the next batch of these keys need not claim them
+        assert _session_locks(transport.engine, pid) == 2
+        assert not _key_free(transport.engine, name, "a")
+        _keyed(transport, "leased", ["b", "a"], 1)
+        taken, statements = _batch(transport, keys, "leased", connection)
+        assert taken == ["b", "a"]
+        assert not any("advisory" in statement for statement in statements), statements
+        # a batch of b and c: a is given back, c leased, b kept
+        _keyed(transport, "leased", ["b", "c"], 1)
+        taken, statements = _batch(transport, keys, "leased", connection)
+        assert taken == ["b", "c"]
+        assert _key_free(transport.engine, name, "a")
+        assert not _key_free(transport.engine, name, "b")
+        assert not _key_free(transport.engine, name, "c")
+        assert _session_locks(transport.engine, pid) == 2
+    # back in the pool: the checkin listener gave the leases back, the connection lives on
+    assert _session_locks(transport.engine, pid) == 0
+    assert _key_free(transport.engine, name, "b") and _key_free(transport.engine, name, "c")
+    assert transport.browse("leased") == []
+
+
+@only("postgresql")
+def test_a_refused_lease_puts_the_batch_back_and_gives_every_lease_back(database, monkeypatch):
+    monkeypatch.setattr(flow, "REFUSAL_PAUSE", 60.0)
+    transport = database.transport()
+    _keyed(transport, "contended", ["mine"], 1)
+    name, keys = _leasing(transport, "contended")
+    with transport.engine.connect() as connection:
+        pid = connection.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+        connection.commit()
+        assert _batch(transport, keys, "contended", connection)[0] == ["mine"]
+        assert _session_locks(transport.engine, pid) == 1  # "mine" leased
+        _keyed(transport, "contended", ["busy", "mine", "free"], 1)
+        holder = _held_elsewhere(transport.engine, f"{flow.KEY_PREFIX}{name}\x1fbusy", range(1))
+        try:
+            # the lease of "busy" is refused: the three rows go back, every lease is given
+            # back, and the careful scan takes the two keys it can, by transaction
+            taken, _ = _batch(transport, keys, "contended", connection)
+            assert taken == ["mine", "free"]
+            assert _session_locks(transport.engine, pid) == 0
+            assert _key_free(transport.engine, name, "mine")
+        finally:
+            holder.close()
+    assert [message.headers["customer"] for message in transport.browse("contended")] == ["busy"]
+
+
+@only("postgresql")
+def test_a_worker_whose_batches_bring_new_keys_claims_them_per_transaction(database):
+    """Leasing only pays while a worker's batches keep bringing the same keys: a batch of
+    mostly new keys sends the next ones to the one-statement claim by transaction (leases
+    given back), and two batches sharing most of their keys bring leasing back."""
+    transport = database.transport()
+    name, keys = _leasing(transport, "churning")
+    with transport.engine.connect() as connection:
+        pid = connection.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+        connection.commit()
+
+        def batch(sent: list[str]) -> list[str]:
+            _keyed(transport, "churning", sent, 1)
+            taken, statements = _batch(transport, keys, "churning", connection)
+            assert taken == sent
+            return statements
+
+        batch(["k0", "k1", "k2", "k3"])  # leased (nothing held before)
+        batch(["k4", "k5", "k6", "k7"])  # all new: leased for this batch, then per transaction
+        assert _session_locks(transport.engine, pid) == 4
+        statements = batch(["k8", "k9", "k10", "k11"])
+        assert any("pg_try_advisory_xact_lock" in s and "RETURNING" in s for s in statements)
+        assert not any("pg_try_advisory_lock" in s for s in statements)
+        assert _session_locks(transport.engine, pid) == 0  # given back; by transaction now
+        assert _key_free(transport.engine, name, "k4")
+        # three of four keys as the batch before: still by transaction, then leasing again
+        statements = batch(["k8", "k9", "k10", "k12"])
+        assert any("pg_try_advisory_xact_lock" in s and "RETURNING" in s for s in statements)
+        statements = batch(["k8", "k9", "k10", "k12"])
+        assert sum("pg_try_advisory_lock" in s for s in statements) == 1
+        assert not any("pg_try_advisory_xact_lock" in s for s in statements)
+        assert _session_locks(transport.engine, pid) == 4
+    assert _session_locks(transport.engine, pid) == 0
+
+
+def _all_advisory_locks(engine: sa.Engine) -> int:
+    with engine.connect() as connection:
+        return int(connection.execute(sa.text(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+        )).scalar_one())
+
+
+@only("postgresql")
+def test_behind_a_transaction_pooler_batches_claim_their_key_slots_per_transaction(
+    database, caplog
+):
+    """Through PgBouncer (transaction pooling) a session is not a server connection: a lease
+    could stay on a server connection the worker never sees again. The driver's process id
+    (PgBouncer's own) is not the server's, so no lease is taken: the batch claims its keys in
+    its transaction, and nothing is left locked on any server connection."""
+    from tests.pooler import transaction_pooler
+
+    with transaction_pooler(database.url) as pooled_url:
+        pooled = sa.create_engine(pooled_url, connect_args={"prepare_threshold": None})
+        try:
+            transport = Transport(pooled)
+            _keyed(transport, "pooled", ["a", "b"], 1)
+            name, keys = _leasing(transport, "pooled")
+            with caplog.at_level("INFO", logger=flow.__name__), pooled.connect() as connection:
+                taken, statements = _batch(transport, keys, "pooled", connection)
+                assert taken == ["a", "b"]
+                assert any("RETURNING" in s and "pg_try_advisory_xact_lock" in s
+                           for s in statements), statements
+                assert not any("pg_try_advisory_lock" in s for s in statements)
+                # committed: nothing held, on any server connection
+                assert _all_advisory_locks(database.engine) == 0
+                assert _key_free(database.engine, name, "a")
+            assert any("a pooler?" in record.getMessage() and name in record.getMessage()
+                       for record in caplog.records)
+        finally:
+            pooled.dispose()
+
+
+@only("postgresql")
+def test_a_batched_keyed_pump_behind_a_transaction_pooler_handles_each_message_once(database):
+    """The pump end to end through PgBouncer: poll-only wake-up, batches of 10, one message per
+    key at once; every message handled once, nothing left locked."""
+    from tests.pooler import transaction_pooler
+
+    with transaction_pooler(database.url) as pooled_url:
+        pooled = sa.create_engine(pooled_url, connect_args={"prepare_threshold": None})
+        try:
+            transport = Transport(pooled)
+            total = _keyed(transport, "pooled-pump", [f"c{n}" for n in range(5)], 8)
+            handled: list[int] = []
+            endpoint = Endpoint(
+                "pooled-pump", transport, wakeup="poll", peek_delay=0.1, concurrency=3,
+                batch_size=10, batch_flush=0.01, key_header="customer", key_concurrency=1,
+                delayed_delivery=False,
+            )
+
+            @endpoint.handle(Job)
+            def handle(job: Job, context: HandlerContext) -> None:
+                handled.append(job.number)
+
+            endpoint.start()
+            try:
+                deadline = time.monotonic() + 60
+                while endpoint.stats.handled < total and time.monotonic() < deadline:
+                    time.sleep(0.05)
+            finally:
+                endpoint.stop()
+            assert endpoint.stats.handled == total, endpoint.stats
+            assert sorted(handled) == sorted(n for n in range(8) for _ in range(5))
+            assert transport.browse("pooled-pump") == []
+            assert _all_advisory_locks(database.engine) == 0
+        finally:
+            pooled.dispose()
