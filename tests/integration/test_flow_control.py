@@ -964,3 +964,38 @@ def test_a_batched_keyed_pump_behind_a_transaction_pooler_handles_each_message_o
             assert _all_advisory_locks(database.engine) == 0
         finally:
             pooled.dispose()
+
+
+@only("postgresql")
+def test_a_worker_whose_session_dies_loses_its_leases_with_it_and_leases_anew(database):
+    """The server frees a session's locks when it ends: a worker whose connection died holds
+    no key, its next receive fails (nothing taken, nothing handled), and the pool's next
+    connection starts with no lease recorded, so it claims its keys again."""
+    transport = database.transport()
+    _keyed(transport, "dying", ["a"], 1)
+    name, keys = _leasing(transport, "dying")
+    connection = transport.engine.connect()
+    try:
+        pid = connection.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+        connection.commit()
+        assert _batch(transport, keys, "dying", connection)[0] == ["a"]
+        assert not _key_free(transport.engine, name, "a")
+        with transport.engine.connect() as other:
+            assert other.execute(sa.text("SELECT pg_terminate_backend(:pid)"),
+                                 {"pid": pid}).scalar()
+        deadline = time.monotonic() + 10
+        while _session_locks(transport.engine, pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _key_free(transport.engine, name, "a")  # the server freed it with the session
+        _keyed(transport, "dying", ["a"], 1)
+        with pytest.raises(exceptions.DatabaseError, match="terminating connection"):
+            _batch(transport, keys, "dying", connection)
+    finally:
+        connection.close()  # back to the pool: nothing to give back on a dead connection
+    with transport.engine.connect() as fresh:
+        fresh_pid = fresh.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+        fresh.commit()
+        assert fresh_pid != pid
+        assert _batch(transport, keys, "dying", fresh)[0] == ["a"]  # not lost, leased anew
+        assert _session_locks(transport.engine, fresh_pid) == 1
+    assert transport.browse("dying") == []
