@@ -184,7 +184,8 @@ class TableQueue:
             floor.advance(messages[0].row_version, epoch, position)
         own = 5  # id, seq, expired, headers, body; the further columns follow
         width = len(rows[0]) if rows else own
-        return messages, [[row[column] for row in rows] for column in range(own, width)]
+        columns = [list(map(operator.itemgetter(column), rows)) for column in range(own, width)]
+        return messages, columns
 
     def receive_by_id(self, connection: Connection, native_id: uuid.UUID) -> IncomingMessage | None:
         """Delete and return the row whose native Id is *native_id*, or None.

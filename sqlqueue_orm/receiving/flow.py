@@ -62,6 +62,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import operator
 import random
 import threading
 import time
@@ -291,6 +292,8 @@ UNLEASE = (
 )
 #: The server process of the session (compared with the one the connection was opened to).
 BACKEND = "SELECT pg_backend_pid()"
+#: A message's parsed headers (empty when they could not be read).
+_HEADERS = operator.attrgetter("headers")
 #: Where a connection's :class:`_Leases` are kept (``Connection.info``: one per DBAPI connection).
 _LEASES = "sqlqueue.key_leases"
 
@@ -780,13 +783,15 @@ class KeyConcurrency:
             taken = transport.receive(queue, count, connection=connection)
         if not taken:
             return taken
-        held = leases.held.setdefault(self._prefix, {})
-        header = self.header
-        wanted = {
-            key
-            for message in taken
-            if message.headers_error is None and (key := message.headers.get(header)) is not None
-        }
+        held = leases.held.get(self._prefix)
+        if held is None:
+            held = leases.held[self._prefix] = {}
+        # the batch's keys (a message without the header, or whose headers could not be read
+        # and so are empty, has none): C-level loops, this runs once per batch on every worker
+        wanted = set(map(dict.get, map(_HEADERS, taken), itertools.repeat(self.header)))
+        wanted.discard(None)
+        if wanted == held.keys():  # the same keys as the batch before: nothing to claim
+            return taken
         new = wanted.difference(held)
         if new and held and 2 * len(new) > len(wanted):
             # most keys of this batch are new to the worker: the next claims per transaction
@@ -839,12 +844,8 @@ class KeyConcurrency:
 
     def _compare_keys(self, taken: list[IncomingMessage]) -> None:
         """Folding: lease again once two batches in a row share at least half their keys."""
-        header = self.header
-        keys = {
-            key
-            for message in taken
-            if message.headers_error is None and (key := message.headers.get(header)) is not None
-        }
+        keys = set(map(dict.get, map(_HEADERS, taken), itertools.repeat(self.header)))
+        keys.discard(None)
         last = getattr(self._thread, "last_keys", None)
         self._thread.last_keys = keys
         if keys and last is not None and 2 * len(keys & last) >= len(keys):
