@@ -55,6 +55,10 @@ messages of one key, which it handles one after the other, never at once, while 
 gets that key until the batch commits. A message **without the header** (one a .NET endpoint
 sent) has no key: it is not limited (only by ``concurrency`` and ``global_concurrency``).
 SQLite: the key slots are counted within this process (always the careful path).
+
+**Batched** (PostgreSQL, a direct connection): a worker keeps its keys' slots from one batch to
+the next, claimed for the session instead of the transaction, and claims only the keys new to
+it (:class:`_Leases` says when they are given back, and where they are not used).
 """
 
 from __future__ import annotations
