@@ -316,7 +316,8 @@ class _Leases:
 
     * at the next receive whose batch does not have its key (the batch that had it committed
       or rolled back before that receive ran);
-    * when a claim was refused (the worker takes the careful path for a while, holding none);
+    * when a claim was refused, by this worker or another of the process (they take the
+      careful path for a while, holding none);
     * when the connection goes back to the pool (:func:`_give_back`, a pool ``checkin``
       listener; if that fails, the connection is closed, and the server frees them);
     * when the connection breaks or is closed: the server frees a session's locks with it.
@@ -324,7 +325,8 @@ class _Leases:
     Only on a direct connection to the server: ``pg_backend_pid()`` must be the process the
     driver connected to. Behind a pooler in transaction mode (PgBouncer) the next transaction
     may run on another server connection, where a lease could be neither used nor given back;
-    poolers answer the connection with a process id of their own, so leases are off there.
+    PgBouncer answers the connection with a process id of its own (tested), so leases are off
+    there. A pooler that passed the server's own id through would defeat this check.
     """
 
     __slots__ = ("held", "unlease")
@@ -338,12 +340,16 @@ class _Leases:
 def _give_back(dbapi_connection: Any, record: Any) -> None:
     """Pool ``checkin`` listener: a connection's leases end with its checkout (:class:`_Leases`).
 
-    If giving them back fails, the connection is closed instead (the server frees them).
+    First a rollback: whatever transaction the connection still has open (a reset that failed,
+    a connection dropped without being closed) must never be committed by the statement that
+    gives the leases back. If giving them back fails, the connection is closed instead (the
+    server frees them).
     """
     leases = record.info.get(_LEASES)
     if not leases or dbapi_connection is None or not any(leases.held.values()):
         return
     try:
+        dbapi_connection.rollback()
         cursor = dbapi_connection.cursor()
         try:
             for prefix, held in leases.held.items():
@@ -353,9 +359,11 @@ def _give_back(dbapi_connection: Any, record: Any) -> None:
         finally:
             cursor.close()
         dbapi_connection.commit()
-    except Exception as error:  # the driver's own: closing the connection frees the locks
+    except BaseException as error:  # the driver's own, or an interrupt: closing frees them
         log.warning("giving back key slots failed, closing the connection: %s", error)
-        record.invalidate(error)
+        record.invalidate(error if isinstance(error, Exception) else None)
+        if not isinstance(error, Exception):
+            raise
     finally:
         for held in leases.held.values():
             held.clear()
@@ -701,7 +709,10 @@ class KeyConcurrency:
         gate = None if gate is None or gate.local else gate
         leases = self._leases(connection) if first and self._leasing else None
         if first and self.optimistic and time.monotonic() < self._careful_until:
-            pass  # a slot was refused lately: the careful path, without a rolled-back receive
+            # a slot was refused lately: the careful path, without a rolled-back receive, and
+            # holding no lease (another worker of this process may have been the one refused)
+            if leases is not None:
+                self._unlease(connection, leases, None)
         elif leases is not None and not getattr(self._thread, "folding", False):
             leased = self._receive_leasing(transport, queue, connection, count, gate, leases)
             if leased is not None:
@@ -814,15 +825,15 @@ class KeyConcurrency:
         }
         try:
             rows = _rows(connection, LEASE, values)
-        except Exception:  # which were taken is not known: closing the connection frees all
+            refused = False
+            for name, slot in rows:
+                if slot is None:
+                    refused = True
+                else:
+                    held[name] = slot
+        except BaseException:  # which were taken is not known: closing the connection frees all
             connection.invalidate()
             raise
-        refused = False
-        for name, slot in rows:
-            if slot is None:
-                refused = True
-            else:
-                held[name] = slot
         if not refused:
             return taken
         self._refused(transport, queue, connection, taken)
@@ -840,11 +851,11 @@ class KeyConcurrency:
         values = {"prefix": self._prefix, "held": json.dumps([[k, held[k]] for k in names])}
         try:
             _rows(connection, UNLEASE, values)
-        except Exception:  # which were given back is not known: closing the connection frees all
+            for key in names:
+                del held[key]
+        except BaseException:  # which were given back is not known: closing frees them all
             connection.invalidate()
             raise
-        for key in names:
-            del held[key]
 
     def _compare_keys(self, taken: list[IncomingMessage]) -> None:
         """Folding: lease again once two batches in a row share at least half their keys."""

@@ -796,11 +796,12 @@ def _session_locks(engine: sa.Engine, pid: int) -> int:
 
 
 @only("postgresql")
-def test_a_batched_worker_keeps_its_key_slots_until_a_batch_lacks_the_key(database):
+def test_a_batched_worker_keeps_its_key_slots_until_a_batch_lacks_the_key(database, caplog):
     """Leases: a key slot stays with the worker's connection past its batch's commit (no other
     session gets it), is not claimed again by the next batch with that key, is given back by
     the first batch without it, and every lease ends when the connection goes back to the
     pool."""
+    caplog.set_level("WARNING", logger=flow.__name__)
     transport = database.transport()
     _keyed(transport, "leased", ["a", "b"], 1)
     name, keys = _leasing(transport, "leased")
@@ -827,8 +828,35 @@ def test_a_batched_worker_keeps_its_key_slots_until_a_batch_lacks_the_key(databa
         assert _session_locks(transport.engine, pid) == 2
     # back in the pool: the checkin listener gave the leases back, the connection lives on
     assert _session_locks(transport.engine, pid) == 0
+    with transport.engine.connect() as other:
+        assert other.execute(sa.text("SELECT count(*) FROM pg_stat_activity WHERE pid = :pid"),
+                             {"pid": pid}).scalar_one() == 1
+    assert not caplog.records  # given back, not closed for failing to
     assert _key_free(transport.engine, name, "b") and _key_free(transport.engine, name, "c")
     assert transport.browse("leased") == []
+
+
+@only("postgresql")
+def test_giving_leases_back_never_commits_a_transaction_left_open(database):
+    """The checkin listener rolls back first: a connection that reaches the pool with a
+    receive still open (its reset failed, or it was dropped without being closed) gets its
+    rows back in the queue, not deleted by the commit that ends the leases' statement."""
+    transport = database.transport()
+    _keyed(transport, "left-open", ["a"], 1)
+    _name, keys = _leasing(transport, "left-open")
+    with transport.engine.connect() as connection:
+        pid = connection.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+        connection.commit()
+        assert _batch(transport, keys, "left-open", connection)[0] == ["a"]  # "a" leased
+        _keyed(transport, "left-open", ["b"], 1)
+        connection.begin()
+        assert [m.headers["customer"] for m in transport.receive(
+            "left-open", 1, connection=connection)] == ["b"]  # taken, not committed
+        fairy = connection.connection
+        flow._give_back(fairy.dbapi_connection, fairy._connection_record)  # as at checkin
+        assert _session_locks(transport.engine, pid) == 0
+        connection.rollback()
+    assert [m.headers["customer"] for m in transport.browse("left-open")] == ["b"]
 
 
 @only("postgresql")
@@ -931,8 +959,8 @@ def test_behind_a_transaction_pooler_batches_claim_their_key_slots_per_transacti
 
 @only("postgresql")
 def test_a_batched_keyed_pump_behind_a_transaction_pooler_handles_each_message_once(database):
-    """The pump end to end through PgBouncer: poll-only wake-up, batches of 10, one message per
-    key at once; every message handled once, nothing left locked."""
+    """The pump end to end through PgBouncer: poll-only wake-up, batches of 10, a per-key
+    limit of 1; every message handled once, nothing left locked on any server connection."""
     from tests.pooler import transaction_pooler
 
     with transaction_pooler(database.url) as pooled_url:
@@ -992,7 +1020,7 @@ def test_a_worker_whose_session_dies_loses_its_leases_with_it_and_leases_anew(da
             _batch(transport, keys, "dying", connection)
     finally:
         connection.close()  # back to the pool: nothing to give back on a dead connection
-    with transport.engine.connect() as fresh:
+    with transport.engine.connect() as fresh:  # (the pool recycles every connection it had)
         fresh_pid = fresh.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
         fresh.commit()
         assert fresh_pid != pid
