@@ -1027,6 +1027,9 @@ RESERVE: Final[dict[str, str]] = {
 }
 
 
+#: Dialects whose :data:`RESERVE` is one statement, atomic alone: run in autocommit.
+RESERVE_ALONE: Final = frozenset({"postgresql"})
+
 #: Longest stretch of the schedule one reservation of a block covers.
 BLOCK_SPAN = 0.02
 #: How long a block's starts stay usable once it is usable; the rest are then dropped.
@@ -1168,9 +1171,14 @@ class RateLimit:
                     return None
                 self._next_at = start + step
                 return start - now
-        with self.engine.begin() as connection:
-            value = connection.execute(
-                self._statement,
-                {"name": self.name, "step": step, "tau": tau, "wait": SLOT_WAIT},
-            ).scalar()
+        values = {"name": self.name, "step": step, "tau": tau, "wait": SLOT_WAIT}
+        if self.engine.dialect.name in RESERVE_ALONE:
+            # one UPDATE, atomic alone: no BEGIN and COMMIT round trips (every worker's take
+            # waits for this lock while a reservation runs)
+            autocommit = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+            with autocommit as connection:
+                value = connection.execute(self._statement, values).scalar()
+        else:
+            with self.engine.begin() as connection:
+                value = connection.execute(self._statement, values).scalar()
         return None if value is None else float(value)
