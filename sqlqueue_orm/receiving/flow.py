@@ -298,6 +298,9 @@ UNLEASE = (
 BACKEND = "SELECT pg_backend_pid()"
 #: A message's parsed headers (empty when they could not be read).
 _HEADERS = operator.attrgetter("headers")
+#: libpq's transaction status of a connection outside any transaction (``PQTRANS_IDLE``), as
+#: psycopg's ``connection.info.transaction_status`` gives it.
+_IDLE = 0
 #: Where a connection's :class:`_Leases` are kept (``Connection.info``: one per DBAPI connection).
 _LEASES = "sqlqueue.key_leases"
 
@@ -340,16 +343,19 @@ class _Leases:
 def _give_back(dbapi_connection: Any, record: Any) -> None:
     """Pool ``checkin`` listener: a connection's leases end with its checkout (:class:`_Leases`).
 
-    First a rollback: whatever transaction the connection still has open (a reset that failed,
-    a connection dropped without being closed) must never be committed by the statement that
-    gives the leases back. If giving them back fails, the connection is closed instead (the
-    server frees them).
+    First a rollback when the connection is in a transaction still (a reset that failed, a
+    connection dropped without being closed): the commit that ends the statement giving the
+    leases back must never commit it. Not otherwise: psycopg forgets its prepared statements
+    on a rollback. If giving them back fails, the connection is closed instead (the server
+    frees them).
     """
     leases = record.info.get(_LEASES)
     if not leases or dbapi_connection is None or not any(leases.held.values()):
         return
     try:
-        dbapi_connection.rollback()
+        status = getattr(getattr(dbapi_connection, "info", None), "transaction_status", None)
+        if status != _IDLE:  # (not known: roll back)
+            dbapi_connection.rollback()
         cursor = dbapi_connection.cursor()
         try:
             for prefix, held in leases.held.items():
