@@ -71,7 +71,7 @@ import random
 import threading
 import time
 from collections.abc import Collection
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import sqlalchemy as sa
 
@@ -97,22 +97,30 @@ KEY_PREFIX = "sqlqueue.key."
 #: Fewest rows read per page of the per-key scan.
 MIN_KEY_PAGE = 10
 
+def _free_slot(lock: str, key: str) -> str:
+    """PostgreSQL: the slot of ``:k`` that *lock* took for *key*; NULL when all are held.
+
+    *lock* is an advisory lock function, *key* an SQL expression (the lock's first half); it
+    tries ``:first`` first, then the next ones (modulo ``:k``).
+
+    CASE runs the scan (a generate_series of K rows) only when the first slot is taken; LIMIT 1
+    stops it at the first lock taken, so one slot at most is claimed.
+    """
+    first, k = "CAST(:first AS integer)", "CAST(:k AS integer)"
+    return (
+        f"CASE WHEN {lock}({key}, mod({first}, {k})) THEN mod({first}, {k}) "
+        f"ELSE (SELECT mod(slot + {first}, {k}) FROM generate_series(1, {k} - 1) AS slot "
+        f"WHERE {lock}({key}, mod(slot + {first}, {k})) LIMIT 1) END"
+    )
+
+
 #: Claim a free slot of ``:k`` in the caller's transaction, trying ``:first`` first, then the
 #: next ones (modulo ``:k``); the slot number, or no row (PostgreSQL) or -1 (SQL Server) when all
 #: are held. LIMIT 1 stops the scan at the first lock taken, so one slot at most is claimed.
 #: Each worker has its own ``:first`` (see :func:`_first_slot`), so while the limit is far from
 #: binding the first try succeeds.
 CLAIM_SLOT: Final[dict[str, str]] = {
-    # CASE runs the scan (a generate_series of K rows) only when the first slot is taken.
-    "postgresql": (
-        "SELECT CASE WHEN pg_try_advisory_xact_lock(hashtext(:name), "
-        "mod(CAST(:first AS integer), CAST(:k AS integer))) "
-        "THEN mod(CAST(:first AS integer), CAST(:k AS integer)) "
-        "ELSE (SELECT mod(slot + CAST(:first AS integer), CAST(:k AS integer)) "
-        "FROM generate_series(1, CAST(:k AS integer) - 1) AS slot "
-        "WHERE pg_try_advisory_xact_lock(hashtext(:name), "
-        "mod(slot + CAST(:first AS integer), CAST(:k AS integer))) LIMIT 1) END"
-    ),
+    "postgresql": "SELECT " + _free_slot("pg_try_advisory_xact_lock", "hashtext(:name)"),
     # EXEC takes variables, not expressions: the resource name is built in @resource first.
     "mssql": (
         "SET NOCOUNT ON; "
@@ -278,14 +286,9 @@ _FEW_CLAIMS = [_claim_few(count) for count in range(FEW + 1)]
 #: NULL when all ``:k`` are held. The same locks as the transaction's claims: the two count
 #: together.
 LEASE = (
-    "SELECT wanted.name, CASE WHEN pg_try_advisory_lock(lock.hashed, "
-    "mod(CAST(:first AS integer), CAST(:k AS integer))) "
-    "THEN mod(CAST(:first AS integer), CAST(:k AS integer)) "
-    "ELSE (SELECT mod(slot + CAST(:first AS integer), CAST(:k AS integer)) "
-    "FROM generate_series(1, CAST(:k AS integer) - 1) AS slot "
-    "WHERE pg_try_advisory_lock(lock.hashed, mod(slot + CAST(:first AS integer), "
-    "CAST(:k AS integer))) LIMIT 1) END "
-    "FROM json_array_elements_text(CAST(:names AS json)) AS wanted(name) "
+    "SELECT wanted.name, "
+    + _free_slot("pg_try_advisory_lock", "lock.hashed")
+    + " FROM json_array_elements_text(CAST(:names AS json)) AS wanted(name) "
     "CROSS JOIN LATERAL (SELECT hashtext(CAST(:prefix AS text) || wanted.name) AS hashed) AS lock"
 )
 #: Give back session key slots: ``:held`` a JSON array of ``[name, slot]`` (after ``:prefix``).
@@ -340,6 +343,11 @@ class _Leases:
         self.unlease = unlease
 
 
+def _unlease_values(prefix: str, held: Collection[tuple[str, int]]) -> dict[str, str]:
+    """:data:`UNLEASE`'s parameters for the leases *held* (key, slot) after *prefix*."""
+    return {"prefix": prefix, "held": json.dumps(list(held))}
+
+
 def _give_back(dbapi_connection: Any, record: Any) -> None:
     """Pool ``checkin`` listener: a connection's leases end with its checkout (:class:`_Leases`).
 
@@ -360,7 +368,7 @@ def _give_back(dbapi_connection: Any, record: Any) -> None:
         try:
             for prefix, held in leases.held.items():
                 if held:
-                    values = {"prefix": prefix, "held": json.dumps(list(held.items()))}
+                    values = _unlease_values(prefix, held.items())
                     cursor.execute(leases.unlease.text, leases.unlease.params(values))
         finally:
             cursor.close()
@@ -430,24 +438,15 @@ def _scalar(connection: Connection, template: str, values: dict[str, Any]) -> An
     Through the driver's cursor, as the receive runs (SQLAlchemy's statement machinery costs
     as much as the round trip), unless something listens to the statements.
     """
-    statement = _rendered(template, connection)
-    params = statement.params(values)
-    cursor = table_queue._driver_cursor(connection)  # the receive's own (same module family)
-    if cursor is None:
-        return connection.exec_driver_sql(statement.text, params).scalar()
-    try:
-        cursor.execute(statement.text, params)
-        row = cursor.fetchone()
-    finally:
-        cursor.close()
-    return None if row is None else row[0]
+    rows = _rows(connection, template, values)
+    return rows[0][0] if rows else None
 
 
 def _rows(connection: Connection, template: str, values: dict[str, Any]) -> list[Any]:
-    """Every row of *template* run in *connection*'s transaction (as :func:`_scalar` runs it)."""
+    """Every row of *template* run in *connection*'s transaction, as :func:`_scalar` runs it."""
     statement = _rendered(template, connection)
     params = statement.params(values)
-    cursor = table_queue._driver_cursor(connection)
+    cursor = table_queue._driver_cursor(connection)  # the receive's own (same module family)
     if cursor is None:
         return list(connection.exec_driver_sql(statement.text, params))
     try:
@@ -807,10 +806,7 @@ class KeyConcurrency:
         held = leases.held.get(self._prefix)
         if held is None:
             held = leases.held[self._prefix] = {}
-        # the batch's keys (a message without the header, or whose headers could not be read
-        # and so are empty, has none): C-level loops, this runs once per batch on every worker
-        wanted = set(map(dict.get, map(_HEADERS, taken), itertools.repeat(self.header)))
-        wanted.discard(None)
+        wanted = self._batch_keys(taken)
         if wanted == held.keys():  # the same keys as the batch before: nothing to claim
             return taken
         new = wanted.difference(held)
@@ -854,7 +850,7 @@ class KeyConcurrency:
         if not held:
             return
         names = list(held) if keys is None else keys
-        values = {"prefix": self._prefix, "held": json.dumps([[k, held[k]] for k in names])}
+        values = _unlease_values(self._prefix, [(key, held[key]) for key in names])
         try:
             _rows(connection, UNLEASE, values)
             for key in names:
@@ -863,10 +859,21 @@ class KeyConcurrency:
             connection.invalidate()
             raise
 
+    def _batch_keys(self, taken: list[IncomingMessage]) -> set[str]:
+        """The keys of a batch's messages, in C-level loops (once per batch on every worker).
+
+        A message without the header, or whose headers could not be read (so are empty), has
+        none.
+        """
+        keys: set[str | None] = set(
+            map(dict.get, map(_HEADERS, taken), itertools.repeat(self.header))
+        )
+        keys.discard(None)
+        return cast("set[str]", keys)
+
     def _compare_keys(self, taken: list[IncomingMessage]) -> None:
         """Folding: lease again once two batches in a row share at least half their keys."""
-        keys = set(map(dict.get, map(_HEADERS, taken), itertools.repeat(self.header)))
-        keys.discard(None)
+        keys = self._batch_keys(taken)
         last = getattr(self._thread, "last_keys", None)
         self._thread.last_keys = keys
         if keys and last is not None and 2 * len(keys & last) >= len(keys):

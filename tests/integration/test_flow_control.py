@@ -788,6 +788,13 @@ def _batch(transport, keys, queue: str, connection: sa.Connection,  # type: igno
     return [message.headers["customer"] for message in taken], statements
 
 
+def _backend_pid(connection: sa.Connection) -> int:
+    """The server process of *connection* (read in a transaction of its own, committed)."""
+    pid = int(connection.execute(sa.text("SELECT pg_backend_pid()")).scalar_one())
+    connection.commit()
+    return pid
+
+
 def _session_locks(engine: sa.Engine, pid: int) -> int:
     with engine.connect() as other:
         return int(other.execute(sa.text(
@@ -806,8 +813,7 @@ def test_a_batched_worker_keeps_its_key_slots_until_a_batch_lacks_the_key(databa
     _keyed(transport, "leased", ["a", "b"], 1)
     name, keys = _leasing(transport, "leased")
     with transport.engine.connect() as connection:
-        pid = connection.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
-        connection.commit()
+        pid = _backend_pid(connection)
         taken, statements = _batch(transport, keys, "leased", connection)
         assert taken == ["a", "b"]
         assert sum("pg_try_advisory_lock" in statement for statement in statements) == 1
@@ -845,8 +851,7 @@ def test_giving_leases_back_never_commits_a_transaction_left_open(database):
     _keyed(transport, "left-open", ["a"], 1)
     _name, keys = _leasing(transport, "left-open")
     with transport.engine.connect() as connection:
-        pid = connection.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
-        connection.commit()
+        pid = _backend_pid(connection)
         assert _batch(transport, keys, "left-open", connection)[0] == ["a"]  # "a" leased
         _keyed(transport, "left-open", ["b"], 1)
         connection.begin()
@@ -866,8 +871,7 @@ def test_a_refused_lease_puts_the_batch_back_and_gives_every_lease_back(database
     _keyed(transport, "contended", ["mine"], 1)
     name, keys = _leasing(transport, "contended")
     with transport.engine.connect() as connection:
-        pid = connection.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
-        connection.commit()
+        pid = _backend_pid(connection)
         assert _batch(transport, keys, "contended", connection)[0] == ["mine"]
         assert _session_locks(transport.engine, pid) == 1  # "mine" leased
         _keyed(transport, "contended", ["busy", "mine", "free"], 1)
@@ -892,8 +896,7 @@ def test_a_worker_whose_batches_bring_new_keys_claims_them_per_transaction(datab
     transport = database.transport()
     name, keys = _leasing(transport, "churning")
     with transport.engine.connect() as connection:
-        pid = connection.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
-        connection.commit()
+        pid = _backend_pid(connection)
 
         def batch(sent: list[str]) -> list[str]:
             _keyed(transport, "churning", sent, 1)
@@ -1004,8 +1007,7 @@ def test_a_worker_whose_session_dies_loses_its_leases_with_it_and_leases_anew(da
     name, keys = _leasing(transport, "dying")
     connection = transport.engine.connect()
     try:
-        pid = connection.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
-        connection.commit()
+        pid = _backend_pid(connection)
         assert _batch(transport, keys, "dying", connection)[0] == ["a"]
         assert not _key_free(transport.engine, name, "a")
         with transport.engine.connect() as other:
@@ -1021,8 +1023,7 @@ def test_a_worker_whose_session_dies_loses_its_leases_with_it_and_leases_anew(da
     finally:
         connection.close()  # back to the pool: nothing to give back on a dead connection
     with transport.engine.connect() as fresh:  # (the pool recycles every connection it had)
-        fresh_pid = fresh.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
-        fresh.commit()
+        fresh_pid = _backend_pid(fresh)
         assert fresh_pid != pid
         assert _batch(transport, keys, "dying", fresh)[0] == ["a"]  # not lost, leased anew
         assert _session_locks(transport.engine, fresh_pid) == 1
