@@ -66,7 +66,6 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import operator
 import random
 import threading
 import time
@@ -299,8 +298,6 @@ UNLEASE = (
 )
 #: The server process of the session (compared with the one the connection was opened to).
 BACKEND = "SELECT pg_backend_pid()"
-#: A message's parsed headers (empty when they could not be read).
-_HEADERS = operator.attrgetter("headers")
 #: libpq's transaction status of a connection outside any transaction (``PQTRANS_IDLE``), as
 #: psycopg's ``connection.info.transaction_status`` gives it.
 _IDLE = 0
@@ -1171,7 +1168,7 @@ class RateLimit:
         if start is None:
             time.sleep(random.uniform(0.01, 0.05))  # noqa: S311  (jitter, not secrets)
             return 0
-        if start > now:  # (the clock read under the lock: far above the load, no second read)
+        if start > now:  # else the start had passed at the clock read under the lock: no sleep
             wait = start - time.time()
             if wait > 0:
                 time.sleep(wait)

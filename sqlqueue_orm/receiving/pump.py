@@ -621,11 +621,11 @@ class MessagePump:
     def _next_ticket(self, kept: _KeptConnection) -> _Batch | None:
         """The next receive task when none is waiting (None: stop).
 
-        The worker keeps its connection for up to :data:`LINGER` seconds first, then gives it
-        back to the pool and waits holding none.
+        A worker holding a connection keeps it for up to :data:`LINGER` seconds first (not
+        once the pump is stopping), then gives it back to the pool and waits holding none.
         """
         tickets = self._tickets
-        if kept.connection is not None:
+        if kept.connection is not None and not self._stopping.is_set():
             try:
                 return tickets.get(timeout=LINGER)
             except queue_module.Empty:
@@ -677,6 +677,11 @@ class MessagePump:
             # the workers' kept connections too: back in the pool when stop() returns
             while (self._busy or self._held) and time.monotonic() < deadline:
                 self._condition.wait(min(0.1, max(0.0, deadline - time.monotonic())))
+            # a worker that went idle just before the stop gives its connection back within
+            # LINGER, even when the deadline is shorter
+            lingering = time.monotonic() + LINGER + 0.5
+            while not self._busy and self._held and time.monotonic() < lingering:
+                self._condition.wait(0.01)
             finished = self._busy == 0
             abandoned = list(self._active)
         if not finished:

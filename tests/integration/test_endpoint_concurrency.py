@@ -179,8 +179,9 @@ def test_a_worker_keeps_its_connection_through_the_gap_between_two_peeks(databas
         while endpoint.stats.handled < 30 * batch:
             assert time.monotonic() < deadline, endpoint.stats
             time.sleep(0.01)
-        # 30 receives, each after a peek: one checkout (the gaps are a peek long, not LINGER)
-        assert len(checkouts) <= 2, (len(checkouts), endpoint.stats)
+        # 30 receives, each after a peek: one checkout (the gaps are a peek long, not LINGER;
+        # a few may be longer on a loaded machine); 31 when a worker gave it back each time
+        assert len(checkouts) < 10, (len(checkouts), endpoint.stats)
         deadline = time.monotonic() + 5
         while held:
             assert time.monotonic() < deadline, held
