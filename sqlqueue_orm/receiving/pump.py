@@ -629,7 +629,8 @@ class MessagePump:
             try:
                 return tickets.get(timeout=LINGER)
             except queue_module.Empty:
-                kept.release()  # nothing to run: an idle worker holds no connection
+                pass
+        kept.release()  # nothing to run: an idle worker holds no connection
         return tickets.get()
 
     def _holding(self, change: int) -> None:
@@ -681,7 +682,7 @@ class MessagePump:
             # LINGER, even when the deadline is shorter
             lingering = time.monotonic() + LINGER + 0.5
             while not self._busy and self._held and time.monotonic() < lingering:
-                self._condition.wait(0.01)
+                self._condition.wait(max(0.0, lingering - time.monotonic()))
             finished = self._busy == 0
             abandoned = list(self._active)
         if not finished:
