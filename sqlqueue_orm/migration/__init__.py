@@ -3,7 +3,9 @@
 * :mod:`~sqlqueue_orm.migration.runner`: what both ``env.py`` files run (online, then the sweep
   of every queue table; offline scripts whole or not at all) and ``sqlqueue migrate``'s entry.
 * :mod:`~sqlqueue_orm.migration.environment`: the Config ``sqlqueue migrate`` builds on the
-  scripts shipped in the package, and the options every run configures.
+  scripts shipped in the package.
+* :mod:`~sqlqueue_orm.migration.configuration`: what every run reads from its Config (URL,
+  ``-x`` arguments, version table, target metadata) and the options it configures.
 * :mod:`~sqlqueue_orm.migration.operations`: ``op.upgrade_queue_tables(revision)`` and
   ``op.downgrade_queue_tables(revision)``, online (table by table, with progress lines) or as an
   offline script.
@@ -19,3 +21,10 @@
 
 See ``docs/migrations.md``.
 """
+
+# Each dialect's implementation registers itself when its module is imported; importing them
+# with the package (as Alembic's ``ddl/__init__.py`` does) has them all registered before
+# ``impl_for`` is first called, whichever module of the package is imported first.
+from sqlqueue_orm.migration import plpgsql as plpgsql
+from sqlqueue_orm.migration import sqlite as sqlite
+from sqlqueue_orm.migration import tsql as tsql

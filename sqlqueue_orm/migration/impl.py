@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, cast
@@ -41,8 +40,8 @@ if TYPE_CHECKING:
 # Progress lines keep the logger docs/migrations.md shows them under.
 log = logging.getLogger("sqlqueue_orm.migration.operations")
 
-#: The modules whose classes register the dialects (imported by :func:`impl_for`).
-_MODULES = ("tsql", "plpgsql", "sqlite")
+#: Every registered implementation by dialect name. The package imports each dialect's module
+#: (as Alembic's ``ddl/__init__.py`` does), so all of them are here before any lookup.
 _impls: dict[str, type[QueueTableImpl]] = {}
 
 #: A queue table's layout as the catalog has it (see :meth:`QueueTableImpl.layout`).
@@ -277,7 +276,5 @@ def impl_for(dialect: Dialect | str, *, cluster_heaps: bool = False) -> QueueTab
 
     :param cluster_heaps: see :attr:`QueueTableImpl.cluster_heaps`.
     """
-    for module in _MODULES:  # registers their classes (a no-op once imported)
-        importlib.import_module(f"sqlqueue_orm.migration.{module}")
     name = dialect if isinstance(dialect, str) else dialect.name
     return _impls.get(name, QueueTableImpl)(name, cluster_heaps=cluster_heaps)

@@ -31,13 +31,14 @@ from alembic.util import CommandError
 from sqlalchemy.engine import Connection
 
 from sqlqueue_orm import db, exceptions
-from sqlqueue_orm.migration import environment, impl, operations, steps
+from sqlqueue_orm.migration import configuration, impl, operations, steps
 
 if TYPE_CHECKING:
     from alembic.config import Config
     from alembic.runtime.migration import MigrationContext
 
 log = logging.getLogger(__name__)
+
 
 class OfflineRefused(exceptions.ConfigurationError, CommandError):
     """No offline script can be written for this database."""
@@ -73,7 +74,7 @@ def run(
     except CommandError as error:
         raise exceptions.ConfigurationError(f"migrate: {error}") from error
     except sa.exc.DBAPIError as error:
-        url = environment.database_url(config, {})
+        url = configuration.database_url(config, {})
         raise exceptions.DatabaseError(
             f"migrate: the database at {_where(url)}: {db.driver_cause(error)}"
         ) from error
@@ -84,7 +85,7 @@ def database_revision(config: Config, x_arguments: dict[str, str] | None = None)
 
     :raises DatabaseUnreachable: the database cannot be reached (naming its host).
     """
-    url = environment.database_url(config, x_arguments or {})
+    url = configuration.database_url(config, x_arguments or {})
     connection = config.attributes.get("connection")
     if connection is not None:
         return _recorded(connection)
@@ -114,12 +115,12 @@ def _recorded(connection: Connection) -> str:
     from alembic.runtime.migration import MigrationContext
 
     context = MigrationContext.configure(
-        connection, opts={"version_table": environment.VERSION_TABLE}
+        connection, opts={"version_table": configuration.VERSION_TABLE}
     )
     heads = context.get_current_heads()
     if len(heads) > 1:
         raise exceptions.ConfigurationError(
-            f"{environment.VERSION_TABLE} holds several revisions ({', '.join(heads)}); "
+            f"{configuration.VERSION_TABLE} holds several revisions ({', '.join(heads)}); "
             "give the range explicitly: FROM:TO"
         )
     return heads[0] if heads else "base"
@@ -133,7 +134,7 @@ def run_migrations() -> None:
     if config.config_file_name is not None and config.attributes.get("configure_logger", True):
         logging.config.fileConfig(config.config_file_name, disable_existing_loggers=False)
     x_arguments = context.get_x_argument(as_dictionary=True)
-    options = environment.options(config, x_arguments)
+    options = configuration.options(config, x_arguments)
     if context.is_offline_mode():
         try:
             _run_offline(config, x_arguments, options)
@@ -148,7 +149,7 @@ def run_migrations() -> None:
     if connection is not None:
         _run_online(connection, options)
         return
-    url = environment.database_url(config, x_arguments)
+    url = configuration.database_url(config, x_arguments)
     engine = db.create_engine(url, poolclass=sa.pool.NullPool)
     try:
         with engine.connect() as connection:
@@ -160,7 +161,7 @@ def run_migrations() -> None:
 def _run_offline(config: Config, x_arguments: dict[str, str], options: dict[str, Any]) -> None:
     from alembic import context
 
-    url = environment.database_url(config, x_arguments)
+    url = configuration.database_url(config, x_arguments)
     name = sa.engine.make_url(url).get_backend_name()
     if not impl.impl_for(name).offline:
         raise OfflineRefused(

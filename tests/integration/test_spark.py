@@ -523,9 +523,9 @@ def test_message_ids_are_deterministic_per_destination_and_key():
 
 
 def test_alembic_sees_the_ledger_that_lives_in_contrib():
-    # The model moved into contrib (the core never imports it); Alembic's environment imports it
+    # The model moved into contrib (the core never imports it); every migration run imports it
     # by name, so `alembic check` and autogenerate still compare it with revision 0006.
-    from sqlqueue_orm.migration import environment
+    from sqlqueue_orm.migration import configuration
 
-    tables = environment._load_shared_models().tables
+    tables = configuration._load_shared_models().tables
     assert {"OutboxData", "SparkSendLedger"} <= set(tables)
