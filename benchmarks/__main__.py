@@ -13,7 +13,7 @@ import dataclasses
 import sys
 import time
 
-from benchmarks import report, scenarios, servers
+from benchmarks import harness, report, scenarios, servers
 from benchmarks.workload import Result
 
 
@@ -26,13 +26,13 @@ def _names(text: str, allowed: tuple[str, ...], what: str) -> frozenset[str]:
     return names
 
 
-def parse(argv: list[str] | None) -> tuple[argparse.Namespace, scenarios.Settings]:
+def parse(argv: list[str] | None) -> tuple[argparse.Namespace, harness.Settings]:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--quick", action="store_true",
                         help="100,000 instead of 1,000,000 waiting / migrated; 2,000 messages")
-    parser.add_argument("--only", type=lambda t: _names(t, scenarios.NAMES, "scenario"),
-                        default=frozenset(scenarios.NAMES),
-                        help=f"comma-separated scenarios: {', '.join(scenarios.NAMES)}")
+    parser.add_argument("--only", type=lambda t: _names(t, harness.NAMES, "scenario"),
+                        default=frozenset(harness.NAMES),
+                        help=f"comma-separated scenarios: {', '.join(harness.NAMES)}")
     parser.add_argument("--databases", type=lambda t: _names(t, ("sqlite", "postgresql"),
                                                              "database"),
                         default=frozenset({"sqlite", "postgresql"}))
@@ -45,7 +45,7 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, scenarios.Setting
     parser.add_argument("--no-peers", action="store_true", help="skip kombu and PGQueuer")
     parser.add_argument("--no-write", action="store_true", help="print only; write no files")
     args = parser.parse_args(argv)
-    settings = scenarios.Settings(only=args.only, peers=not args.no_peers)
+    settings = harness.Settings(only=args.only, peers=not args.no_peers)
     if args.quick:
         settings = dataclasses.replace(settings, messages=2_000, deep=100_000, peer_messages=500,
                                        migrate_rows=100_000, burn_down=100_000)

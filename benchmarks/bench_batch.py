@@ -46,7 +46,7 @@ from sqlqueue_orm.receiving import Endpoint, TransactionMode
 from tests import pg_cluster
 
 if TYPE_CHECKING:
-    from benchmarks.scenarios import Run
+    from benchmarks.harness import Run
 
 BATCH = 100
 THREADS = 4

@@ -44,7 +44,7 @@ from sqlqueue_orm.receiving import Endpoint, HandlerContext, TransactionMode, wa
 from sqlqueue_orm.sending.outbox import Outbox
 
 if TYPE_CHECKING:
-    from benchmarks.scenarios import Run
+    from benchmarks.harness import Run
 
 
 def postgres_url() -> str:

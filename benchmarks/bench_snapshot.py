@@ -32,7 +32,7 @@ from benchmarks.workload import Result
 from sqlqueue_orm.receiving import Endpoint, TransactionMode
 
 if TYPE_CHECKING:
-    from benchmarks.scenarios import Run
+    from benchmarks.harness import Run
 
 #: One message per receive (the pump's default): each receive would walk the dead prefix.
 BATCH = 1

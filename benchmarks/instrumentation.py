@@ -24,7 +24,7 @@ from benchmarks.workload import Result
 from sqlqueue_orm import instrumentation
 
 if TYPE_CHECKING:
-    from benchmarks.scenarios import Run
+    from benchmarks.harness import Run
     from sqlqueue_orm import Transport
 
 BEFORE = f"{workers.OURS}, before the hooks"

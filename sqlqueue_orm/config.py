@@ -14,9 +14,11 @@ import math
 import re
 
 from sqlqueue_orm import exceptions
-from sqlqueue_orm.models.queue_table import SQL_SERVER_LAYOUTS
 
 log = logging.getLogger(__name__)
+
+#: SQL Server table layouts: Index_RowVersion clustered (default), or a heap as NServiceBus 8+.
+SQL_SERVER_LAYOUTS = ("clustered", "heap")
 
 #: Outbox cleanup batch: below 5,000 row locks, so SQL Server never escalates to a table lock
 #: (NServiceBus SQL persistence deletes 4,000 at a time for the same reason).

@@ -70,7 +70,7 @@ from sqlalchemy.engine import Connection, Dialect, Engine
 from sqlalchemy.orm import registry
 from sqlalchemy.sql.elements import quoted_name
 
-from sqlqueue_orm import addressing, dialects
+from sqlqueue_orm import addressing, config, dialects
 from sqlqueue_orm.models import ddl as _ddl  # noqa: F401  (registers the mssql_with index option)
 
 #: Queue tables live here, apart from Base.metadata (Alembic must not see them as its own).
@@ -125,7 +125,7 @@ HEADERS_TYPE = sa.Text().with_variant(mssql.NVARCHAR(), "mssql")
 _VARBINARY_MAX = mssql.VARBINARY("max")  # type: ignore[no-untyped-call]
 BODY_TYPE = sa.LargeBinary().with_variant(_VARBINARY_MAX, "mssql")
 #: SQL Server table layouts: Index_RowVersion clustered (default), or a heap as NServiceBus 8+.
-SQL_SERVER_LAYOUTS = ("clustered", "heap")
+SQL_SERVER_LAYOUTS = config.SQL_SERVER_LAYOUTS
 #: RowVersion: BIGINT, but SQLite only autoincrements a column typed exactly INTEGER.
 ROW_VERSION_TYPE = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 

@@ -98,7 +98,7 @@ def find_cycles(edges: Edges) -> list[str]:
                 for i, module in enumerate(cycle)
             ]
             chains.append(" -> ".join(steps) + " -> (back)")
-    return chains
+    return sorted(chains)
 
 
 def test_no_import_cycles() -> None:
