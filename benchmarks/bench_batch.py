@@ -1,7 +1,7 @@
-"""Batched pump and flow-control benchmarks (issue 17), PostgreSQL.
+"""Batched pump and flow-control benchmarks, PostgreSQL.
 
-Scenario ``batch`` of ``python -m benchmarks`` (``--burn-down N`` sets the backlog; the issue's
-figure is 1,000,000, ``--quick`` uses 100,000). Two cells on the same backlog, filled untimed
+Scenario ``batch`` of ``python -m benchmarks`` (``--burn-down N`` sets the backlog, default
+1,000,000; ``--quick`` uses 100,000). Two cells on the same backlog, filled untimed
 (5,000 sends, then copied on the server):
 
 * the endpoint pump, TRANSACTION_SCOPE, ``batch_size`` :data:`BATCH`, :data:`THREADS` workers,
@@ -13,9 +13,8 @@ figure is 1,000,000, ``--quick`` uses 100,000). Two cells on the same backlog, f
 :data:`ROUNDS` rounds, each draining a fresh backlog with both, alternating which goes first;
 the ratio is the median of the rounds' ratios, best against best printed beside it.
 
-Targets beside them (issue 17): at least 15,000 msg/s on a 2-core machine, and at least 0.9x
-the raw loop. Per core, graphile-worker publishes 184k jobs/s batched on 8 cores (23k/core) and
-River about 46k jobs/s on 8 cores (5.8k/core) (``../shared/reference/peers.md``).
+Printed beside them: the targets (:data:`TARGET`) and the peers' published batched rates per core
+(:data:`PEERS`), for scale.
 
 Then the flow-control cost: the pump draining ``settings.messages`` keyed messages with the
 rate limit, the global limit and the per-key limit all far above the load, beside the same pump
@@ -51,15 +50,13 @@ if TYPE_CHECKING:
 BATCH = 100
 THREADS = 4
 #: Rounds of each side, alternating which runs first. Each round's ratio compares two drains
-#: run one after the other; the median of the rounds' ratios is the figure (on a shared
-#: machine one drain varies by 20% from the next, so best against best mostly measures luck;
-#: single rounds on this 2-core VM ranged 0.71x to 1.10x in one run of 4, so a median of 3
-#: moved by a tenth from run to run: 5 rounds).
+#: run one after the other, and the median of the rounds' ratios is the figure: on a shared
+#: machine one drain varies widely from the next, so best against best mostly measures luck,
+#: and single rounds spread too far for a median of fewer rounds to hold from run to run.
 ROUNDS = 5
 TARGET = "target >= 15,000 msg/s (2 cores) and >= 0.9x the raw loop"
-#: The peers' published batched figures per core (``../shared/reference/peers.md``: graphile-
-#: worker 184k jobs/s on 8 performance cores, River about 46k jobs/s on an 8-core M2), neither
-#: with fsync off nor on stated; both with the database on the same box.
+#: The peers' published batched rates, per core (graphile-worker on 8 performance cores, River
+#: on an 8-core M2; neither states fsync; both with the database on the same box).
 PEERS = "published, per core: graphile-worker 23,000, River 5,800 (8 cores each)"
 
 
@@ -302,7 +299,7 @@ def batch_scenario(run: Run) -> None:
     PostgreSQL with fsync on; and the cost of flow limits far above the load (:func:`flow_cost`)."""
     scenario = "batched burn-down, empty handlers"
     if run.database.name != "postgresql":
-        run.skip(scenario, workers.PUMP, "PostgreSQL only (issue 17's figure)")
+        run.skip(scenario, workers.PUMP, "PostgreSQL only")
         return
     run.transport.create_queue("error")
     flow_cost(run)
@@ -366,12 +363,11 @@ FAR_LIMITS: dict[str, object] = {
 
 
 #: Rounds of the flow cell, each a drain without limits and one with them, alternating which
-#: goes first: one drain differs from the next by up to 40% on this machine, so each round's
-#: ratio compares neighbours, the median is the figure and the spread is printed. 15, not 7:
-#: with 7 the batched cell's median moved from 0.86x to 1.01x between three runs of the same
-#: code (2026-11-27), while two pumps run side by side put it at 0.88x-0.92x.
+#: goes first: on a shared machine one drain differs widely from the next, so each round's ratio
+#: compares neighbours, the median is the figure and the spread is printed. Fewer rounds let the
+#: median of the same code move by more than the 10% the target allows.
 FLOW_ROUNDS = 15
-FLOW_TARGET = ">= 0.90x the pump without limits (issue 17: under 10% off)"
+FLOW_TARGET = ">= 0.90x the pump without limits (under 10% off)"
 
 
 def _keyed(index: int) -> dict[str, str]:

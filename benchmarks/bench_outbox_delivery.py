@@ -6,7 +6,7 @@ times ``OutboxDispatcher.dispatch_pending()``, in the same run and alternating r
 
 * with: the dispatcher as shipped (an ``OutboxDelivery`` row per message, in the destination's
   transaction);
-* without: the send as it was before the check (commit the messages there, nothing else).
+* without: the send without the check (commit the messages there, nothing else).
 
 It prints records/second (median of the rounds) and the cost of the check. Usage:
 ``python benchmarks/bench_outbox_delivery.py [--n 1000] [--rounds 6]`` (batch 100 uses 10 x N).

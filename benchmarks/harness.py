@@ -42,7 +42,7 @@ class Settings:
     depth_receives: int = 1_000
     peek_calls: int = 200
     migrate_rows: int = 1_000_000
-    #: kombu and PGQueuer take 10-100x longer per message: their cells move fewer messages.
+    #: kombu and PGQueuer take far longer per message: their cells move fewer messages.
     peer_messages: int = 1_000
     peers: bool = True
     only: frozenset[str] = frozenset(NAMES)
@@ -116,7 +116,7 @@ class Run:
                     f"INSERT INTO {target} ({listed}) SELECT {selected} FROM {target} "
                     f"LIMIT {min(have, rows - have)}")
             # What autovacuum does to a queue that grew over hours: without statistics the
-            # planner takes a bulk-filled million-row table for a small one (measured: 60 msg/s).
+            # planner takes a bulk-filled million-row table for a small one, and its plan crawls.
             with engine.begin() as connection:
                 connection.exec_driver_sql(f"ANALYZE {target}")
 

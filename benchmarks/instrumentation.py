@@ -1,7 +1,7 @@
 """What the instrumentation hooks cost: send and receive, one message per call, four ways.
 
 * ``sqlqueue_orm, before the hooks``: the bodies the hooks guard (``_send_many``,
-  ``_receive``), called directly: the path as it was before instrumentation existed;
+  ``_receive``), called directly: the path without any hook;
 * ``sqlqueue_orm, instrumentation off``: the public methods with none set (the default):
   the one attribute check more;
 * ``sqlqueue_orm, no-op instrumentation``: :class:`NoInstrumentation` set: the hook calls;

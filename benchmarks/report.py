@@ -1,7 +1,7 @@
 """The run's outputs: a markdown table on stdout, JSON and a PNG chart under ``results/``.
 
 Ratios are ours divided by the other side, same database and scenario, same run: above 1 we are
-faster. Derived figures (the issue's targets) follow the table.
+faster. Derived figures (the ratios targets are set on) follow the table.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def markdown(results: list[Result], ours_only: bool = False) -> str:
         )
     aimed = [r for r in results if r.target and not r.skipped]
     if aimed:
-        lines += ["", "Targets (the issues' figures, measured in this run):", "",
+        lines += ["", "Targets, and what this run measured against them:", "",
                   "| database | line | measured | target | met |", "|---|---|---|---|---|"]
         lines += [f"| {r.database} | {r.scenario} | {r.measured} | {r.target} | "
                   f"{'yes' if r.met else 'NO'} |" for r in aimed]
@@ -105,7 +105,7 @@ def markdown(results: list[Result], ours_only: bool = False) -> str:
 
 
 def derived_figures(results: list[Result]) -> Iterable[tuple[str, str, str]]:
-    """Deep/shallow, dispatcher/direct: the ratios the issue sets targets on."""
+    """Deep/shallow, dispatcher/direct: the ratios targets are set on."""
     by_cell = {(r.database, r.scenario, r.side): r for r in results if not r.skipped}
     for database in sorted({r.database for r in results}):
         receives = sorted(

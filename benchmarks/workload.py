@@ -131,8 +131,9 @@ class Result:
     p99_ms: float | None = None
     note: str = ""
     skipped: str | None = None
-    #: An issue's target for this cell ("issue 17: >= 15,000 msg/s"), what was measured against
-    #: it ("16,200 msg/s, 0.93x raw") and whether it was met: printed in the targets block.
+    #: The target this cell aims at (such as ">= 15,000 msg/s"), what the run measured against
+    #: it (such as "16,200 msg/s, 0.93x raw") and whether it was met: printed in the targets
+    #: block.
     target: str = ""
     measured: str = ""
     met: bool | None = None
@@ -152,5 +153,5 @@ class Result:
         return dataclasses.asdict(self)
 
     def aiming(self, target: str, measured: str, met: bool) -> Result:
-        """This result with an issue's *target* beside what was *measured*, and whether *met*."""
+        """This result with a *target* beside what was *measured*, and whether *met*."""
         return dataclasses.replace(self, target=target, measured=measured, met=met)
