@@ -29,6 +29,7 @@ import sys
 import textwrap
 import threading
 import traceback
+import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -242,7 +243,9 @@ def serve() -> None:
     captured = _Captured()
     sys.stdout = captured
     sys.path.insert(0, "")
-    namespace: dict[str, Any] = {"__name__": "__main__"}
+    main = types.ModuleType("__main__")  # the page's blocks run as a script's module does
+    sys.modules["__main__"] = main
+    namespace: dict[str, Any] = main.__dict__
     for line in sys.stdin:
         request = json.loads(line)
         os.environ.clear()
