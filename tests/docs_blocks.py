@@ -175,11 +175,11 @@ class Session:
 
     def _run_python(self, block: Block, timeout: float) -> str:
         if self._python is None:
-            self._python = subprocess.Popen(
-                [sys.executable, "-c", "from tests.docs_blocks import serve; serve()"],
-                cwd=self.directory, env=self.env, stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, stderr=(self.directory / ".stderr").open("w"), text=True,
-                bufsize=1)
+            with (self.directory / ".stderr").open("w") as stderr:
+                self._python = subprocess.Popen(
+                    [sys.executable, "-c", "from tests.docs_blocks import serve; serve()"],
+                    cwd=self.directory, env=self.env, stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE, stderr=stderr, text=True, bufsize=1)
             threading.Thread(target=self._read, args=(self._python,), daemon=True).start()
         assert self._python.stdin is not None
         request = {"code": self._text(block), "name": block.where, "env": self.env}
@@ -252,7 +252,7 @@ def serve() -> None:
         os.environ.update(request["env"])
         error = None
         try:
-            exec(compile(request["code"], request["name"], "exec"), namespace)  # noqa: S102
+            exec(compile(request["code"], request["name"], "exec"), namespace)
         except BaseException:  # a block's SystemExit is a failure too
             error = traceback.format_exc()
         sys.stdout.flush()

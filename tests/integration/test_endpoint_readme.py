@@ -1,4 +1,4 @@
-"""The endpoint example of docs/endpoint.md runs as written: request/reply on SQLite and PostgreSQL."""
+"""The endpoint example of docs/endpoint.md runs as written: request/reply on SQLite, PostgreSQL."""
 
 from __future__ import annotations
 
