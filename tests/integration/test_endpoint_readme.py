@@ -1,4 +1,4 @@
-"""The README's endpoint example runs as written: request/reply on SQLite (and PostgreSQL)."""
+"""The endpoint example of docs/endpoint.md runs as written: request/reply on SQLite, PostgreSQL."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from tests.outbox_app import REPO
 
 
 def _first_block(language: str) -> str:
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("## Endpoints:", 1)[1].split("\n## ", 1)[0]
+    page = (REPO / "docs" / "endpoint.md").read_text()
+    section = page.split("### Two endpoints in a conversation", 1)[1].split("\n## ", 1)[0]
     return section.split(f"```{language}\n", 1)[1].split("```\n", 1)[0]
 
 
 @only("sqlite", "postgresql")
-def test_the_readme_endpoint_example_runs_as_written(database, tmp_path):
+def test_the_documented_endpoint_example_runs_as_written(database, tmp_path):
     code, expected = _first_block("python"), _first_block("text")
     assert code == (REPO / "examples" / "endpoint_example.py").read_text()
     assert expected == (

@@ -494,8 +494,8 @@ def test_the_documented_example_runs_as_written(database, tmp_path):
     markdown = (REPO / "docs" / "outbox.md").read_text()
     code, expected = _fenced(markdown, "python")[0], _fenced(markdown, "text")[0]
     assert code == (REPO / "examples" / "outbox_example.py").read_text()
-    readme = (REPO / "README.md").read_text()
-    assert f"```python\n{code}```" in readme and f"```text\n{expected}```" in readme
+    # The page shows the example and, right after it, what it prints.
+    assert f"```python\n{code}```\n\nIt prints:\n\n```text\n{expected}```" in markdown
     script = tmp_path / "example.py"
     script.write_text(code)
     args = [] if database.dialect == "sqlite" else [database.url, f"sqlite:///{tmp_path}/l.db"]

@@ -1,0 +1,112 @@
+"""The README and docs/: their shape, their links, the guarantees index, the headline figures."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from benchmarks import headline
+from tests import docs_blocks
+
+REPO = docs_blocks.REPO
+README = REPO / "README.md"
+PAGES = sorted((REPO / "docs").glob("*.md"))
+FOUR_PARTS = ("## What you can rely on", "## How to use it", "## Settings", "## Limits")
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _anchors(text: str) -> set[str]:
+    """GitHub's anchors of the headings of a page."""
+    anchors = set()
+    for line in text.splitlines():
+        if line.startswith("#"):
+            title = line.lstrip("#").strip().lower()
+            anchors.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+    return anchors
+
+
+def test_the_readme_is_short_and_starts_with_the_two_commands():
+    text = README.read_text()
+    assert len(text.splitlines()) < 300
+    first_block = text.split("```sh\n", 1)[1].split("```", 1)[0]
+    assert first_block == (
+        "python3 -m venv .venv && .venv/bin/pip install -q -e . && "
+        ".venv/bin/python -m sqlqueue_orm.demo\n"
+        "bash scripts/test.sh\n"
+    )
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[page.name for page in PAGES])
+def test_every_page_has_the_four_parts_in_order(page):
+    text = page.read_text()
+    positions = [text.find(f"\n{part}\n") for part in FOUR_PARTS]
+    assert all(position >= 0 for position in positions), (page.name, positions)
+    assert positions == sorted(positions), page.name
+
+
+@pytest.mark.parametrize("page", [README, *PAGES], ids=["README.md", *[p.name for p in PAGES]])
+def test_no_words_of_how_the_work_was_organised(page):
+    text = page.read_text()
+    assert not re.search(r"stop [0-9]|issue [0-9]", text, re.IGNORECASE)
+
+
+def test_the_history_of_runs_speaks_of_the_product_only():
+    text = (REPO / "benchmarks" / "results" / "history.md").read_text()
+    assert not re.search(r"stop [0-9]|issue [0-9]|\bstop's\b|engineer", text, re.IGNORECASE)
+
+
+@pytest.mark.parametrize("page", [README, *PAGES], ids=["README.md", *[p.name for p in PAGES]])
+def test_every_relative_link_resolves(page):
+    for target in _LINK.findall(page.read_text()):
+        if "://" in target or target.startswith("mailto:"):
+            continue
+        path, _, anchor = target.partition("#")
+        resolved = (page.parent / path).resolve() if path else page
+        assert resolved.exists(), f"{page.name}: {target}"
+        if anchor and resolved.suffix == ".md":
+            assert anchor in _anchors(resolved.read_text()), f"{page.name}: {target}"
+
+
+def test_the_guarantees_index_names_only_tests_that_exist():
+    text = (REPO / "docs" / "guarantees.md").read_text()
+    tests = [target for target in _LINK.findall(text) if target.startswith("../tests/")]
+    assert len(tests) > 50
+    for target in tests:
+        path = (REPO / "docs" / target).resolve()
+        assert path.is_file(), f"the guarantees index names {target}, which does not exist"
+        assert path.name.startswith("test_"), target
+
+
+def test_the_guarantees_index_covers_every_page():
+    text = (REPO / "docs" / "guarantees.md").read_text()
+    anchors = _anchors(text)
+    for page in PAGES:
+        for target in _LINK.findall(page.read_text()):
+            if target.startswith("guarantees.md#"):
+                assert target.split("#", 1)[1] in anchors, (page.name, target)
+
+
+def test_the_readme_figures_are_the_latest_runs():
+    text = README.read_text()
+    shown = text.split("<!-- headline:start -->\n", 1)[1].split("<!-- headline:end -->", 1)[0]
+    latest = json.loads((REPO / "benchmarks" / "results" / "latest.json").read_text())
+    assert shown == headline.headline(latest), "run: python -m benchmarks.headline"
+
+
+def test_markers_say_how_a_block_runs(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(
+        "<!-- not run: needs SQL Server -->\n```sh\nsqlqueue ddl\n```\n\n"
+        "<!-- database: postgresql -->\n<!-- file: app.py -->\n```python\nx = 1\n```\n\n"
+        "```python\nprint(x)\n```\n\n<!-- output -->\n```text\n1\n```\n\n"
+        "Text between.\n\n```sh\nsqlqueue peek q\n```\n"
+    )
+    found = docs_blocks.blocks(page)
+    assert [(b.language, b.database) for b in found] == [
+        ("sh", "sqlite"), ("python", "postgresql"), ("python", "postgresql"),
+        ("text", "postgresql"), ("sh", "postgresql")]
+    assert found[0].not_run == "needs SQL Server" and not found[0].runs
+    assert found[1].file == "app.py" and found[2].file is None
+    assert found[3].output and not found[4].output and found[4].not_run is None
