@@ -121,7 +121,7 @@ def run(url: str, messages: int = 300, audit_messages: int = 20_000) -> dict[str
         )
         figures["audit"], figures["error"] = len(audited), len(failed)
         print(f"  audit: {len(audited)} processed messages, error: {len(failed)} failed ones "
-              "(report them: see the README's Spark section)")
+              "(report them: see docs/spark.md)")
 
         _step("queues and estimated counts")
         for name, count in transport.list_queues():
