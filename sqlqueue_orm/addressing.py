@@ -12,13 +12,13 @@ PostgreSQL form, ``"schema"."table"`` (``PostgreSql/Addressing/QueueAddress.cs``
 part double-quoted with ``""`` for ``"``, or bare (then taken as written, not case-folded).
 
 :meth:`QueueAddress.parse` and :meth:`QueueAddress.format` take the dialect name and pick the
-form: ``"postgresql"`` the PostgreSQL one, anything else the SQL Server one. On PostgreSQL a text
-is read in the PostgreSQL form when it holds a double quote (as every address .NET writes does:
-it always quotes both parts) and no ``@`` outside double quotes; any other text keeps the
-``table@[schema]`` form this library has always read, so ``Samples.Sales`` stays one table name
-(NServiceBus would read a bare ``Samples.Sales`` as schema ``Samples``; it never writes one).
-Names are never spliced into SQL: they reach the database only through SQLAlchemy's identifier
-quoting.
+form its ``DialectSupport.address_form`` names: the PostgreSQL one on PostgreSQL, the SQL Server
+one anywhere else. On PostgreSQL a text is read in the PostgreSQL form when it holds a double
+quote (as every address .NET writes does: it always quotes both parts) and no ``@`` outside
+double quotes; any other text keeps the ``table@[schema]`` form this library has always read, so
+``Samples.Sales`` stays one table name (NServiceBus would read a bare ``Samples.Sales`` as schema
+``Samples``; it never writes one). Names are never spliced into SQL: they reach the database
+only through SQLAlchemy's identifier quoting.
 """
 
 from __future__ import annotations
@@ -166,8 +166,10 @@ class QueueAddress:
         """
         if not isinstance(address, str) or address == "":
             raise exceptions.InvalidQueueName(str(address), "the address is empty")
-        postgresql_form = dialects.for_dialect(dialect).address_form == "postgresql"
-        if postgresql_form and '"' in address and _outside_quotes(address, "@") < 0:
+        schema_qualified = (
+            dialects.for_dialect(dialect).address_form is dialects.AddressForm.SCHEMA_QUALIFIED
+        )
+        if schema_qualified and '"' in address and _outside_quotes(address, "@") < 0:
             return cls._parse_postgresql(address)
         return cls._parse_sql_server(address)
 
@@ -208,7 +210,7 @@ class QueueAddress:
 
         :raises ConfigurationError: a catalog on PostgreSQL, which has no form for it.
         """
-        if dialects.for_dialect(dialect).address_form != "postgresql":
+        if dialects.for_dialect(dialect).address_form is not dialects.AddressForm.SCHEMA_QUALIFIED:
             return str(self)
         if self.catalog is not None:
             raise exceptions.ConfigurationError(

@@ -20,20 +20,24 @@ from sqlalchemy.engine import Connection, Dialect
 
 from sqlqueue_orm import addressing, config, db, dialects
 from sqlqueue_orm.models import ddl
+from sqlqueue_orm.models.delayed_table import delayed_table
 from sqlqueue_orm.models.queue_table import build_queue_table, queue_table
+from sqlqueue_orm.queuing import sql
 
 log = logging.getLogger(__name__)
 
-#: Columns that make a table a queue table, whatever its name, in NServiceBus's SQL Server layout
-#: and in its PostgreSQL one (each dialect's ``queue_signature``).
+#: Columns that make a table a queue table, whatever its name, in NServiceBus's SQL Server layout.
 QUEUE_SIGNATURE = frozenset(dialects.SQLSERVER_SIGNATURE)
-POSTGRESQL_QUEUE_SIGNATURE = frozenset(dialects.for_dialect("postgresql").queue_signature)
+#: The same in every layout (each dialect's ``queue_signature``).
+QUEUE_SIGNATURES = frozenset(
+    frozenset(support.queue_signature) for support in dialects.ALL.values()
+)
 
 
 def is_queue_table(columns: Iterable[str]) -> bool:
     """Whether a table with *columns* is a queue table, in either layout."""
     names = frozenset(columns)
-    return QUEUE_SIGNATURE <= names or POSTGRESQL_QUEUE_SIGNATURE <= names
+    return any(signature <= names for signature in QUEUE_SIGNATURES)
 
 
 def body_string_column(dialect_name: str) -> str:
@@ -43,8 +47,6 @@ def body_string_column(dialect_name: str) -> str:
 
 def body_string_statement(dialect: sa.engine.Dialect, address: addressing.QueueAddress) -> str:
     """``ALTER TABLE`` adding the optional ``BodyString`` computed column (run without params)."""
-    from sqlqueue_orm.queuing import sql  # local: models must not depend on queuing
-
     expression = str(ddl.BodyAsText().compile(dialect=dialect))
     template = dialects.for_dialect(dialect).body_string_ddl.format(expression=expression)
     return sql.render(template, dialect, sql.format_table(dialect, address)).text
@@ -123,8 +125,6 @@ class QueueInstaller:
 
     def create_delayed(self, connection: Connection, address: addressing.QueueAddress) -> bool:
         """Create the delayed table *address* and its Due index if missing (see :meth:`create`)."""
-        from sqlqueue_orm.models.delayed_table import delayed_table
-
         address.check_for(connection.dialect.name)
         schema = db.schema_argument(address)
         dialects.for_dialect(connection).take_install_lock(connection, address)
@@ -144,12 +144,10 @@ class QueueInstaller:
         table = self._table(address, dialect)
         statements = [ddl.compile_ddl(sa.schema.CreateTable(table), dialect)]
         # The clustered index first: built after, it would rebuild every other index.
+        support = dialects.for_dialect(dialect)
         for index in sorted(table.indexes, key=lambda item: "RowVersion" not in str(item.name)):
-            ddl_if = index._ddl_if
-            if ddl_if is not None and ddl_if.dialect is not None:
-                allowed = ddl_if.dialect
-                if dialect.name not in ((allowed,) if isinstance(allowed, str) else allowed):
-                    continue
+            if not support.creates(index):
+                continue
             statements.append(ddl.compile_ddl(sa.schema.CreateIndex(index), dialect))
         if body_string:
             statements.append(body_string_statement(dialect, address))
@@ -236,7 +234,7 @@ class SchemaInspector:
         columns, indexes = layout.columns, layout.indexes
         found = []
         support = dialects.for_dialect(dialect_name)
-        if support.queue_layout == "postgresql" and QUEUE_SIGNATURE <= set(columns):
+        if support.queue_layout is dialects.QueueLayout.SEQ and QUEUE_SIGNATURE <= set(columns):
             found.append(
                 'is in the layout before NServiceBus\'s PostgreSQL one ("Id" ... "RowVersion"); '
                 "neither .NET endpoints nor this version can use it (fix: `sqlqueue migrate`)"

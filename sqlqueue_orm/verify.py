@@ -102,15 +102,6 @@ def _predicate_of(text: str | None) -> str | None:
     return text
 
 
-def _applies(element: Any, dialect: Dialect) -> bool:
-    """Whether an index or constraint is created on *dialect* (its ``ddl_if``)."""
-    ddl_if = getattr(element, "_ddl_if", None)
-    if ddl_if is None or ddl_if.dialect is None:
-        return True
-    allowed = ddl_if.dialect
-    return dialect.name in ((allowed,) if isinstance(allowed, str) else allowed)
-
-
 def _compile(element: Any, dialect: Dialect) -> str:
     return ddl.compile_ddl(element, dialect)
 
@@ -199,7 +190,7 @@ class _Checker:
         statements += [
             _compile(sa.schema.CreateIndex(index), self.dialect)
             for index in table.indexes
-            if _applies(index, self.dialect)
+            if self.support.creates(index)
         ]
         return tuple(statements)
 
@@ -248,7 +239,7 @@ class _Checker:
         if self.support.alter_column == "rebuild":
             return  # the key is part of the column layout: a rebuild repairs it
         primary = self.expected.primary_key
-        if primary.columns and _applies(primary, self.dialect):
+        if primary.columns and self.support.creates(primary):
             found = self.inspector.get_pk_constraint(self.expected.name, schema=self.schema)
             wanted = [column.name for column in primary.columns]
             have = list(found.get("constrained_columns") or [])
@@ -265,8 +256,8 @@ class _Checker:
                 self.expected.name, schema=self.schema)
         }
         for constraint in self.expected.constraints:
-            if not isinstance(constraint, sa.UniqueConstraint) or not _applies(
-                constraint, self.dialect
+            if not isinstance(constraint, sa.UniqueConstraint) or not self.support.creates(
+                constraint
             ):
                 continue
             wanted_columns = tuple(column.name for column in constraint.columns)
@@ -311,12 +302,12 @@ class _Checker:
         catalog = self.indexes_on_server()
         drifted = False
         for index in sorted(self.expected.indexes, key=lambda each: str(each.name)):
-            if not _applies(index, self.dialect):
+            if not self.support.creates(index):
                 continue
             name = str(index.name)
             create = _compile(sa.schema.CreateIndex(index), self.dialect)
             drop = _compile(sa.schema.DropIndex(index), self.dialect)
-            options = index.dialect_options[self.dialect.name]
+            options = self.support.options_of(index)
             expected = self._index_shape(index, options)
             there = reflected.get(name)
             if there is None and name not in catalog:
@@ -367,7 +358,7 @@ class _Checker:
     def check_storage(self) -> None:
         """The table's storage settings (PostgreSQL ``WITH``: fillfactor, autovacuum)."""
         catalog, template = self.support.storage_catalog, self.support.storage_ddl
-        wanted = self.expected.dialect_options[self.dialect.name].get("with") if catalog else None
+        wanted = self.support.options_of(self.expected).get("with") if catalog else None
         if not wanted or not template:
             return
         qualified = self.dialect.identifier_preparer.format_table(self.expected)
@@ -414,34 +405,36 @@ def _sql_server_layout(connection: Connection, table: sa.Table) -> str:
 
 
 def _trigger_drifts(
-    connection: Connection, table: sa.Table, shown: str, expected_here: bool
+    connection: Connection,
+    table: sa.Table,
+    shown: str,
+    expected_here: bool,
+    wakeup: dialects.base.NotifyWakeup,
 ) -> list[Drift]:
-    from sqlqueue_orm.receiving import wakeup  # local: verify is read by the CLI only
-
     quoted = connection.dialect.identifier_preparer.format_table(table)
     row = connection.execute(
-        sa.text(wakeup.POSTGRESQL_TRIGGER_CATALOG), {"table": quoted, "trigger": wakeup.TRIGGER}
+        sa.text(wakeup.trigger_catalog), {"table": quoted, "trigger": wakeup.trigger}
     ).first()
     if row is None and not expected_here:
         return []
     repair = (
-        wakeup.POSTGRESQL_FUNCTION.strip(),
-        wakeup.POSTGRESQL_DROP_TRIGGER.format(table=quoted),
-        wakeup.POSTGRESQL_CREATE_TRIGGER.format(table=quoted),
+        wakeup.create_function.strip(),
+        wakeup.drop_trigger.format(table=quoted),
+        wakeup.create_trigger.format(table=quoted),
     )
-    expected = "AFTER INSERT FOR EACH STATEMENT calling " + wakeup.FUNCTION
+    expected = "AFTER INSERT FOR EACH STATEMENT calling " + wakeup.function
     if row is None:
-        return [Drift(shown, "trigger", wakeup.TRIGGER, "missing", expected, repair)]
+        return [Drift(shown, "trigger", wakeup.trigger, "missing", expected, repair)]
     definition, source = str(row[0]), str(row[1] or "")
     shape_ok = (
         "AFTER INSERT ON" in definition
         and "FOR EACH STATEMENT" in definition
-        and f"{wakeup.FUNCTION}()" in definition
-        and _normalised(wakeup.POSTGRESQL_NOTIFY_CALL) in _normalised(source)
+        and f"{wakeup.function}()" in definition
+        and _normalised(wakeup.notify_call) in _normalised(source)
     )
     if shape_ok:
         return []
-    return [Drift(shown, "trigger", wakeup.TRIGGER, definition, expected, repair)]
+    return [Drift(shown, "trigger", wakeup.trigger, definition, expected, repair)]
 
 
 def verify(
@@ -490,9 +483,10 @@ def verify(
                 continue
             shown = _shown(name, schema_name)
             table_drifts = _Checker(connection, expected, shown).run()
-            if support.listen_notify and _is_queue_candidate(columns, signature):
+            wakeup = support.notify_wakeup
+            if wakeup is not None and _is_queue_candidate(columns, signature):
                 table_drifts += _trigger_drifts(
-                    connection, expected, shown, name in wanted_triggers
+                    connection, expected, shown, name in wanted_triggers, wakeup
                 )
             for drift in table_drifts:
                 log.warning(

@@ -2,9 +2,10 @@
 
 :mod:`~sqlqueue_orm.dialects.base` lists what a dialect provides (:class:`DialectSupport`);
 :mod:`~sqlqueue_orm.dialects.mssql`, :mod:`~sqlqueue_orm.dialects.postgresql` and
-:mod:`~sqlqueue_orm.dialects.sqlite` hold one frozen instance each. Code elsewhere asks
-:func:`for_dialect` and never branches on ``dialect.name``; the hot-path statements stay in
-:mod:`sqlqueue_orm.queuing.sql` and the migration steps in :mod:`sqlqueue_orm.migration`.
+:mod:`~sqlqueue_orm.dialects.sqlite` hold one frozen instance each, with every statement the
+dialect runs at run time: the hot path, delayed delivery, subscriptions, the wake-up trigger,
+catalog reads, locks and the Spark stream's offsets. Code elsewhere asks :func:`for_dialect`
+and never branches on ``dialect.name``; the migration steps live in :mod:`sqlqueue_orm.migration`.
 
 This is a bottom layer: it imports only SQLAlchemy and :mod:`sqlqueue_orm.exceptions`.
 """
@@ -14,7 +15,15 @@ from __future__ import annotations
 from sqlalchemy.engine import Connection, Dialect, Engine
 
 from sqlqueue_orm.dialects import mssql, postgresql, sqlite
-from sqlqueue_orm.dialects.base import GENERIC, SQLSERVER_SIGNATURE, DialectSupport
+from sqlqueue_orm.dialects.base import (
+    GENERIC,
+    SQLSERVER_SIGNATURE,
+    AddressForm,
+    DialectSupport,
+    FenceKind,
+    QueueLayout,
+    SlotClaims,
+)
 
 __all__ = [
     "ALL",
@@ -22,7 +31,11 @@ __all__ = [
     "MISSING_TABLE_MARKERS",
     "SQLSERVER_SIGNATURE",
     "TRANSIENT_MARKERS",
+    "AddressForm",
     "DialectSupport",
+    "FenceKind",
+    "QueueLayout",
+    "SlotClaims",
     "for_dialect",
 ]
 

@@ -3,21 +3,186 @@
 The fields are facts (limits, hints, statements, error markers); the methods are the few things
 a dialect does differently with them (take the install lock, delete in batches, make an engine).
 Code outside :mod:`sqlqueue_orm.dialects` asks ``dialects.for_dialect(engine).field`` instead of
-branching on ``dialect.name``. The hot-path receive/peek/send statements stay in
-:mod:`sqlqueue_orm.queuing.sql` (one ``SqlText`` per dialect, reached here as :attr:`hot_path`).
+branching on ``dialect.name``; what a dialect cannot do is ``None`` there. Related statements
+come in small frozen groups: :class:`SqlText` (the hot path: send, receive, peek, purge),
+:class:`NotifyWakeup` (``LISTEN``/``NOTIFY``), :class:`SessionLock` and :class:`StreamFence`
+(the Spark stream's single reader and its offsets). Where dialects differ in kind rather than
+in text, the field is a value naming the behaviour (:class:`QueueLayout`, :class:`AddressForm`,
+:class:`FenceKind`, :class:`SlotClaims`), never a dialect's name.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+import enum
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 import sqlalchemy as sa
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Dialect, Engine
 
-    from sqlqueue_orm.addressing import QueueAddress
+
+class QualifiedName(Protocol):
+    """A table's catalog, schema and name (a ``QueueAddress``; ``str()`` is its address)."""
+
+    @property
+    def table(self) -> str:
+        """The table's name."""
+
+    @property
+    def schema(self) -> str | None:
+        """Its schema (``None``: the connection's default)."""
+
+    @property
+    def catalog(self) -> str | None:
+        """Its catalog (``None``: the connection's database)."""
+
+
+class QueueLayout(enum.Enum):
+    """The two queue table layouts of NServiceBus's SQL transports."""
+
+    #: ``"Id"``, ``"CorrelationId"``, ``"ReplyToAddress"``, ``"Recoverable"``, ``"Expires"``,
+    #: ``"Headers"``, ``"Body"``, ``"RowVersion"``: the SQL Server transport's (SQLite too).
+    ROW_VERSION = "row_version"
+    #: ``id, expires, headers, body, seq``, unquoted lower case: the PostgreSQL transport's.
+    SEQ = "seq"
+
+
+class AddressForm(enum.Enum):
+    """How the .NET transport writes a queue address (see :mod:`sqlqueue_orm.addressing`)."""
+
+    #: ``table@[schema]@[catalog]``, parts bracket-delimited.
+    BRACKETED = "bracketed"
+    #: ``"schema"."table"``, parts double-quoted; no catalog.
+    SCHEMA_QUALIFIED = "schema_qualified"
+
+
+class SlotClaims(enum.StrEnum):
+    """How the flow-control claim of several slots gets its limits (receiving/flow.py)."""
+
+    #: One JSON document (OPENJSON on SQL Server).
+    JSON = "json"
+    #: Scalar parameters for a few limits, beyond them a JSON array of names per limit.
+    GROUPED = "grouped"
+
+
+class FenceKind(enum.Enum):
+    """How a stream reader finds the offset at or below which every row has committed."""
+
+    #: Writers commit one at a time, in order: the highest committed value is the fence.
+    HIGHEST = "highest"
+    #: A range scan under shared locks (:attr:`StreamFence.scan_hint`) waits for rows still
+    #: being inserted above the start.
+    LOCKING_SCAN = "locking_scan"
+    #: A value seen becomes the fence once every transaction in flight when it was seen has
+    #: ended (:attr:`StreamFence.snapshot`, :attr:`StreamFence.in_progress`).
+    SNAPSHOT = "snapshot"
+
+
+@dataclasses.dataclass(frozen=True)
+class SqlText:
+    """The hot path's statements on one dialect. ``None``: the dialect has no such variant.
+
+    Templates use ``{table}`` for the queue table and ``:name`` for parameters;
+    :func:`sqlqueue_orm.queuing.sql.render` renders them once per queue.
+    """
+
+    send: str
+    send_without_recoverable: str
+    receive: str
+    peek: str
+    purge_expired: str
+    purge_all: str
+    #: Receive and purge for a role without UPDATE privilege (PostgreSQL): skips rows other
+    #: receivers hold with transaction-scoped advisory locks instead of FOR UPDATE SKIP LOCKED.
+    receive_without_row_locks: str | None = None
+    purge_expired_without_row_locks: str | None = None
+    #: Whether this role may lock the queue's rows (``:t``: the quoted table, as a value); asked
+    #: once per queue where the statements above exist.
+    update_privilege: str | None = None
+    #: Columns the statements need; a table without them is reported as outdated, not retried.
+    required_columns: tuple[str, ...] = ()
+    #: Whether send skips a row whose id is already queued (its row count then says so).
+    send_skips_duplicates: bool = False
+    #: How native ids go to and come back from the driver.
+    id_to_driver: Callable[[uuid.UUID], Any] = str
+    #: How the receive's Headers column is encoded when it comes back as bytes.
+    headers_encoding: str = "utf-8"
+    #: How a plain SELECT reads the Headers column (``{headers}``: its quoted name) so that
+    #: the driver cannot fail decoding it, as the receive reads it.
+    headers_read: str = "{headers}"
+    #: How one statement of the transport's own runs without BEGIN/COMMIT around it (see
+    #: :class:`sqlqueue_orm.connections.OwnStatement`): ``"driver"`` sets the DBAPI
+    #: connection's ``autocommit`` flag (psycopg, pyodbc); ``"implicit"``: the driver already
+    #: commits each statement by itself (sqlite3 with ``isolation_level=None``).
+    autocommit: str = "driver"
+    # Max rows one receive may ask for (SQL Server: TOP takes a bigint; keep batches sane).
+    max_batch: int = 10_000
+    #: Take one row by its native id (``:id``) as the receive takes rows, same columns out:
+    #: locked with the receive's hints and skipped if another transaction holds it, so two
+    #: operators retrying or deleting one error-queue message cannot both take it.
+    receive_by_id: str = ""
+    #: The receive, its advisory-lock variant and the peek scanning the queue from a lower
+    #: bound of the row version (``:floor``, 0 for the whole queue), so that the dead index
+    #: entries a long-held snapshot keeps below the head are skipped
+    #: (:mod:`sqlqueue_orm.queuing.floor`). None: the dialect has no such dead prefix.
+    receive_from_floor: str | None = None
+    receive_without_row_locks_from_floor: str | None = None
+    peek_from_floor: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class NotifyWakeup:
+    """Idle receivers woken by ``LISTEN``/``NOTIFY`` (:mod:`sqlqueue_orm.receiving.wakeup`).
+
+    A statement-level trigger on each queue table notifies :attr:`channel` with the table's
+    name; ``{table}`` is the queue table, quoted by SQLAlchemy's identifier preparer.
+    """
+
+    #: The channel every queue table's trigger notifies; the payload is the table's name.
+    channel: str
+    #: The trigger's name on every queue table, and the function it calls.
+    trigger: str
+    function: str
+    #: The call the trigger function makes (``sqlqueue verify`` looks for it in the function).
+    notify_call: str
+    #: Creates (or replaces) the trigger function.
+    create_function: str
+    #: Serializes installers of the function (``:key``: the function's name).
+    install_lock: str
+    drop_trigger: str
+    create_trigger: str
+    #: Run on the listener's own connection, in autocommit.
+    listen: str
+    #: The trigger ``:trigger`` on ``:table`` (quoted): its definition and its function's source.
+    trigger_catalog: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SessionLock:
+    """A lock owned by a connection (session), taken without waiting: ``:resource`` bound."""
+
+    acquire: str
+    release: str
+    #: Whether the scalar :attr:`acquire` returned means the lock was granted.
+    granted: Callable[[Any], bool]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StreamFence:
+    """How a Spark stream reader finds its end offset (a RowVersion nothing commits below)."""
+
+    kind: FenceKind
+    #: :attr:`FenceKind.LOCKING_SCAN`: the table hint of the range scan.
+    scan_hint: str | None = None
+    #: :attr:`FenceKind.SNAPSHOT`: the current snapshot, as text.
+    snapshot: str | None = None
+    #: :attr:`FenceKind.SNAPSHOT`: how many transactions of ``:snapshot`` are still running.
+    in_progress: str | None = None
+
 
 #: Columns that make a table a queue table in NServiceBus's SQL Server layout, whatever its
 #: name (Recoverable, CorrelationId and ReplyToAddress may have been dropped: NServiceBus 7+
@@ -60,6 +225,8 @@ class DialectSupport:
 
     #: SQLAlchemy's ``dialect.name``.
     name: str
+    #: The hot path's statements (``None``: a dialect this package does not support).
+    hot_path: SqlText | None = None
     #: Longest identifier (table, schema, catalog name) the database accepts.
     identifier_limit: int = 128
     #: What :attr:`identifier_limit` counts: ``"characters"`` or UTF-8 ``"bytes"``.
@@ -75,22 +242,18 @@ class DialectSupport:
     #: One write lock for the whole database: while a transaction writes, a second connection
     #: of the same process cannot (SQLite), so modes writing on two connections are refused.
     single_writer: bool = False
-    #: Whether idle receivers can be woken by ``LISTEN``/``NOTIFY`` (a trigger on the queue
-    #: table; the statements are in :mod:`sqlqueue_orm.receiving.wakeup`).
-    listen_notify: bool = False
+    #: How idle receivers are woken by ``LISTEN``/``NOTIFY`` (``None``: they are not).
+    notify_wakeup: NotifyWakeup | None = None
     #: Whether the peek still counts a row whose receive has not committed (PostgreSQL's MVCC
     #: and SQLite's WAL readers do; SQL Server's peek reads past locked rows): the pump then
     #: subtracts the rows its own handlers hold.
     peek_counts_held_rows: bool = False
-    #: How the flow-control claim of several slots gets its limits (receiving/flow.py):
-    #: ``"json"``, one JSON document (OPENJSON on SQL Server); ``"grouped"``, scalar parameters
-    #: for a few limits, beyond them a JSON array of names per limit (PostgreSQL).
-    slot_claims: str = "json"
-    #: How the .NET transport writes a queue address: ``"sqlserver"`` (``table@[schema]``)
-    #: or ``"postgresql"`` (``"schema"."table"``).
-    address_form: str = "sqlserver"
-    #: The queue table layout: ``"sqlserver"`` or ``"postgresql"`` (NServiceBus's two).
-    queue_layout: str = "sqlserver"
+    #: How the flow-control claim of several slots gets its limits (receiving/flow.py).
+    slot_claims: SlotClaims = SlotClaims.JSON
+    #: How the .NET transport of this database writes a queue address.
+    address_form: AddressForm = AddressForm.BRACKETED
+    #: The queue table layout (NServiceBus's two).
+    queue_layout: QueueLayout = QueueLayout.ROW_VERSION
     #: The columns that make a table a queue table in :attr:`queue_layout`, in table order.
     queue_signature: tuple[str, ...] = SQLSERVER_SIGNATURE
     #: Whether index names are per table (SQL Server) rather than one namespace per schema.
@@ -114,9 +277,11 @@ class DialectSupport:
     #: Transaction-scoped lock serializing queue installers (``:resource`` bound).
     install_lock: str | None = None
     #: Session-scoped lock taken without waiting, and its release (``:resource`` bound):
-    #: one Spark ingester per queue. ``None``: the dialect locks a file instead.
-    session_lock_acquire: str | None = None
-    session_lock_release: str | None = None
+    #: one Spark ingester per queue. ``None``: none (an :attr:`embedded` database locks a
+    #: file beside it instead).
+    session_lock: SessionLock | None = None
+    #: How a Spark stream reader finds the end of its next batch (``None``: it cannot).
+    stream_fence: StreamFence | None = None
     #: Between statements of a DDL script printed for a DBA.
     script_separator: str = ";\n"
     #: Lower-case fragments of driver errors: a missing table, a missing column, a transient
@@ -170,16 +335,30 @@ class DialectSupport:
     #: Sets storage settings: ``{table}`` quoted by SQLAlchemy, ``{settings}`` ``name=value, ...``.
     storage_ddl: str = ""
 
-    # -- statements to come (issues for the endpoint) -------------------------------------
-    # PostgreSQL NOTIFY / LISTEN on send, to wake idle receivers.
-    # Each becomes a field here, filled in by every dialect module.
-
     @property
-    def hot_path(self) -> Any:
-        """The hot-path statements of this dialect (:class:`sqlqueue_orm.queuing.sql.SqlText`)."""
-        from sqlqueue_orm.queuing import sql  # local: queuing/sql.py builds on this package
+    def listen_notify(self) -> bool:
+        """Whether idle receivers can be woken by ``LISTEN``/``NOTIFY`` (:attr:`notify_wakeup`)."""
+        return self.notify_wakeup is not None
 
-        return sql.DIALECTS[self.name]
+    def creates(self, element: Any) -> bool:
+        """Whether DDL element *element* (an index, a constraint) is created on this dialect.
+
+        An element limited with ``ddl_if(dialect=...)`` is created only on the dialects it
+        names; any other everywhere.
+        """
+        ddl_if = getattr(element, "_ddl_if", None)
+        if ddl_if is None or ddl_if.dialect is None:
+            return True
+        allowed = ddl_if.dialect
+        return self.name in ((allowed,) if isinstance(allowed, str) else allowed)
+
+    def options_of(self, element: Any) -> Any:
+        """The options for this dialect of *element* (an index, a table).
+
+        ``options_of(index)["where"]`` is the index's ``postgresql_where`` on PostgreSQL, its
+        ``mssql_where`` on SQL Server.
+        """
+        return element.dialect_options[self.name]
 
     def identifier_size(self, value: str) -> int:
         """The size of identifier *value* in :attr:`identifier_unit`."""
@@ -194,7 +373,7 @@ class DialectSupport:
         """
         return sa.create_engine(url, **kwargs)
 
-    def take_install_lock(self, connection: Connection, address: QueueAddress) -> None:
+    def take_install_lock(self, connection: Connection, address: QualifiedName) -> None:
         """Serialize installers of *address* until the transaction ends (if the dialect can)."""
         if self.install_lock is not None:
             connection.execute(

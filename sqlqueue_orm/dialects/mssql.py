@@ -14,10 +14,69 @@ from sqlqueue_orm.dialects import base
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Dialect, Engine
 
-    from sqlqueue_orm.addressing import QueueAddress
-
 #: ``--target-version`` years and the SQL Server major version of each.
 SQL_SERVER_MAJOR = {2016: 13, 2017: 14, 2019: 15, 2022: 16}
+
+# Explicit CASTs: the driver may bind NULL without a type, and SQL Server cannot deduce one there.
+_EXPIRES = (
+    "CASE WHEN CAST(:ttbr AS bigint) IS NULL THEN NULL "
+    "ELSE DATEADD(ms, CAST(:ttbr AS bigint) % 86400000, "
+    "DATEADD(day, CAST(:ttbr AS bigint) / 86400000, GETUTCDATE())) END"
+)
+
+#: The hot path (NServiceBus's SqlServerConstants: send, receive, peek, purge).
+HOT_PATH = base.SqlText(
+    # TTBR is split into days and milliseconds: DATEADD(ms, ...) alone overflows past 24.8 days.
+    send=(
+        "INSERT INTO {table} ([Id], [Recoverable], [Expires], [Headers], [Body]) "
+        f"VALUES (:id, 1, {_EXPIRES}, :headers, :body)"
+    ),
+    send_without_recoverable=(
+        "INSERT INTO {table} ([Id], [Expires], [Headers], [Body]) "
+        f"VALUES (:id, {_EXPIRES}, :headers, :body)"
+    ),
+    # Headers come back as their UTF-16LE bytes, decoded in Python (headers_encoding): nvarchar
+    # holds any UTF-16 code units, an unpaired surrogate too, and pyodbc's strict decoding would
+    # fail the whole fetch on one, blocking the queue behind that row. (NServiceBus reads
+    # deleted.Headers as it is; .NET strings take unpaired surrogates.) The inner CAST reads a
+    # legacy varchar column as Unicode first.
+    receive=(
+        "WITH message AS (SELECT TOP(:n) * FROM {table} WITH (UPDLOCK, READPAST, ROWLOCK) "
+        "ORDER BY [RowVersion]) "
+        "DELETE FROM message "
+        "OUTPUT deleted.[Id], deleted.[RowVersion], "
+        "CASE WHEN deleted.[Expires] IS NULL THEN 0 "
+        "WHEN deleted.[Expires] > GETUTCDATE() THEN 0 ELSE 1 END, "
+        "CAST(CAST(deleted.[Headers] AS nvarchar(max)) AS varbinary(max)), deleted.[Body];"
+    ),
+    # READCOMMITTEDLOCK: READPAST needs locking reads, which RCSI (Azure SQL's default) turns off.
+    peek=(
+        "SELECT ISNULL(CAST(MAX([RowVersion]) - MIN([RowVersion]) + 1 AS bigint), 0) "
+        "FROM {table} WITH (READPAST, READCOMMITTEDLOCK);"
+    ),
+    # Same lock order as receive (UPDLOCK, READPAST, ROWLOCK by RowVersion): no deadlock with it
+    # (NServiceBus #308 came from the purge locking rows in another order).
+    purge_expired=(
+        "WITH message AS (SELECT TOP(:n) * FROM {table} WITH (UPDLOCK, READPAST, ROWLOCK) "
+        "WHERE [Expires] < GETUTCDATE() ORDER BY [RowVersion]) "
+        "DELETE FROM message;"
+    ),
+    purge_all="DELETE FROM {table};",
+    # Id has no index on SQL Server (nor in NServiceBus's layout): the error queue is small,
+    # and READPAST skips a row another retry or delete holds instead of waiting for it.
+    receive_by_id=(
+        "WITH message AS (SELECT TOP(1) * FROM {table} WITH (UPDLOCK, READPAST, ROWLOCK) "
+        "WHERE [Id] = :id) "
+        "DELETE FROM message "
+        "OUTPUT deleted.[Id], deleted.[RowVersion], "
+        "CASE WHEN deleted.[Expires] IS NULL THEN 0 "
+        "WHEN deleted.[Expires] > GETUTCDATE() THEN 0 ELSE 1 END, "
+        "CAST(CAST(deleted.[Headers] AS nvarchar(max)) AS varbinary(max)), deleted.[Body];"
+    ),
+    id_to_driver=str,
+    headers_encoding="utf-16-le",
+    headers_read="CAST(CAST({headers} AS nvarchar(max)) AS varbinary(max))",
+)
 
 #: Serializes installers: the lock lives until the installing transaction ends (so an error
 #: that rolls it back also releases it, which NServiceBus 6.3.1+ does with TRY/CATCH). The
@@ -94,7 +153,7 @@ class MssqlSupport(base.DialectSupport):
             kwargs.setdefault("fast_executemany", True)
         return sa.create_engine(url, **kwargs)
 
-    def take_install_lock(self, connection: Connection, address: QueueAddress) -> None:
+    def take_install_lock(self, connection: Connection, address: base.QualifiedName) -> None:
         """``sp_getapplock`` on NServiceBus's resource (catalog, schema as the server has them)."""
         if address.catalog is not None and address.schema is not None:
             resource = lock_resource(address.catalog, address.schema, address.table)
@@ -145,7 +204,33 @@ SUBSCRIBE_MERGE = (
     "VALUES (:queue_address, :topic, :endpoint);"
 )
 
+def _applock_granted(status: Any) -> bool:
+    """sp_getapplock's status is >= 0 when the lock is granted."""
+    return status is not None and int(status) >= 0
+
+
+#: One Spark ingester per queue: ``sp_getapplock`` owned by the session, held across
+#: transactions.
+SESSION_LOCK = base.SessionLock(
+    acquire=(
+        "DECLARE @status int; "
+        "EXEC @status = sp_getapplock @Resource = :resource, @LockMode = 'Exclusive', "
+        "@LockOwner = 'Session', @LockTimeout = 0; SELECT @status"
+    ),
+    release="EXEC sp_releaseapplock @Resource = :resource, @LockOwner = 'Session'",
+    granted=_applock_granted,
+)
+
+#: A Spark stream's end offset: a range scan with READCOMMITTEDLOCK and without READPAST waits
+#: for rows still being inserted above the start.
+STREAM_FENCE = base.StreamFence(
+    kind=base.FenceKind.LOCKING_SCAN, scan_hint="WITH (READCOMMITTEDLOCK)"
+)
+
 SUPPORT = MssqlSupport(
+    hot_path=HOT_PATH,
+    session_lock=SESSION_LOCK,
+    stream_fence=STREAM_FENCE,
     delayed_store=DELAYED_STORE,
     delayed_move=(DELAYED_MOVE,),
     delayed_next_due=DELAYED_NEXT_DUE,
@@ -163,12 +248,6 @@ SUPPORT = MssqlSupport(
     claim_hint="WITH (UPDLOCK, READPAST, ROWLOCK)",
     committed_read_hint="WITH (READPAST, READCOMMITTEDLOCK)",
     install_lock=INSTALL_LOCK,
-    session_lock_acquire=(
-        "DECLARE @status int; "
-        "EXEC @status = sp_getapplock @Resource = :resource, @LockMode = 'Exclusive', "
-        "@LockOwner = 'Session', @LockTimeout = 0; SELECT @status"
-    ),
-    session_lock_release="EXEC sp_releaseapplock @Resource = :resource, @LockOwner = 'Session'",
     script_separator="\nGO\n",
     missing_table_markers=("invalid object name",),
     missing_column_markers=("invalid column name",),

@@ -20,6 +20,63 @@ BUSY_TIMEOUT_S = 30
 #: instead of failing with "database is locked" when a reader upgrades.
 BEGIN = "BEGIN IMMEDIATE"
 
+# SQLite writes Expires as UTC text 'YYYY-MM-DD HH:MM:SS.SSS', which sorts as it compares.
+_NOW = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
+_EXPIRES = (
+    "CASE WHEN :ttbr IS NULL THEN NULL "
+    "ELSE strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || (:ttbr / 1000.0) || ' seconds') END"
+)
+
+#: The hot path: send, receive, peek, purge.
+HOT_PATH = base.SqlText(
+    headers_read="CAST({headers} AS BLOB)",
+    send=(
+        'INSERT INTO {table} ("Id", "Recoverable", "Expires", "Headers", "Body") '
+        f"VALUES (:id, 1, {_EXPIRES}, :headers, :body)"
+    ),
+    send_without_recoverable=(
+        'INSERT INTO {table} ("Id", "Expires", "Headers", "Body") '
+        f"VALUES (:id, {_EXPIRES}, :headers, :body)"
+    ),
+    # SQLite serializes writers, so the oldest rows are never held by another receiver.
+    # Headers come back as a BLOB and are decoded in Python: SQLite stores whatever bytes it is
+    # given in a TEXT column, and the sqlite3 driver fails the whole fetch ("Could not decode to
+    # UTF-8 column") on a value that is not UTF-8, which would block the queue behind that row.
+    receive=(
+        'DELETE FROM {table} WHERE "RowVersion" IN ('
+        'SELECT "RowVersion" FROM {table} ORDER BY "RowVersion" LIMIT :n) '
+        'RETURNING "Id", "RowVersion", '
+        f'("Expires" IS NOT NULL AND "Expires" <= {_NOW}), '
+        'CAST("Headers" AS BLOB), "Body"'
+    ),
+    # Two sub-selects: SQLite answers a lone MIN or MAX of the rowid from the b-tree's ends, but
+    # scans the whole table for MAX(x) - MIN(x) in one select (3.8 s at 1,000,000 rows).
+    peek=(
+        'SELECT COALESCE((SELECT MAX("RowVersion") FROM {table}) '
+        '- (SELECT MIN("RowVersion") FROM {table}) + 1, 0)'
+    ),
+    purge_expired=(
+        'DELETE FROM {table} WHERE "RowVersion" IN ('
+        f'SELECT "RowVersion" FROM {{table}} WHERE "Expires" < {_NOW} '
+        'ORDER BY "RowVersion" LIMIT :n)'
+    ),
+    purge_all="DELETE FROM {table}",
+    # One writer at a time: nobody else holds the row.
+    receive_by_id=(
+        'DELETE FROM {table} WHERE "Id" = :id '
+        'RETURNING "Id", "RowVersion", '
+        f'("Expires" IS NOT NULL AND "Expires" <= {_NOW}), '
+        'CAST("Headers" AS BLOB), "Body"'
+    ),
+    id_to_driver=lambda value: value.hex,
+    # One write statement takes the write lock as it starts, as BEGIN IMMEDIATE would.
+    autocommit="implicit",
+)
+
+#: A Spark stream's end offset: one writer at a time, so rows commit in RowVersion order and the
+#: highest committed RowVersion is a fence.
+STREAM_FENCE = base.StreamFence(kind=base.FenceKind.HIGHEST)
+
 # Delayed delivery: Due is UTC text 'YYYY-MM-DD HH:MM:SS.SSS' (as Expires), which sorts as it
 # compares. SQLite has no INSERT from a DELETE, so the move is two statements in the caller's
 # transaction, which holds the only write lock: both pick the same rows, those due before one
@@ -95,6 +152,8 @@ def _setup(engine: Engine, in_memory: bool, synchronous: str) -> None:
 
 
 SUPPORT = SqliteSupport(
+    hot_path=HOT_PATH,
+    stream_fence=STREAM_FENCE,
     delayed_store=DELAYED_STORE,
     delayed_move=DELAYED_MOVE,
     delayed_next_due=DELAYED_NEXT_DUE,

@@ -45,11 +45,9 @@ def find(connection: Connection, schemas: tuple[str | None, ...]) -> list[addres
 
 def _due_index(connection: Connection, address: addressing.QueueAddress) -> sa.Index:
     table = build_delayed_table(sa.MetaData(), address.table, address.schema, connection)
+    support = dialects.for_dialect(connection)
     for index in table.indexes:
-        allowed = index._ddl_if.dialect if index._ddl_if is not None else None
-        if allowed is None or connection.dialect.name in (
-            (allowed,) if isinstance(allowed, str) else allowed
-        ):
+        if support.creates(index):
             return index
     raise exceptions.ConfigurationError(f"no Due index for {connection.dialect.name}")
 

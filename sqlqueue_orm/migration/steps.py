@@ -8,16 +8,16 @@ runtime installer cannot drift apart: the steps take index definitions from that
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import sqlalchemy as sa
 
-from sqlqueue_orm import addressing, exceptions
+from sqlqueue_orm import addressing, dialects, exceptions
 from sqlqueue_orm.models.ddl import compile_ddl as compile_ddl
 from sqlqueue_orm.models.queue_table import POSTGRESQL_COLUMNS, build_queue_table, index_name
 
-# The per-dialect branches left here (dialect.name == ...) are migration-time step dispatch and
-# DDL; they move when migration/ becomes a class per dialect (issue 8, item 5). Run-time
-# statements and catalog queries live in sqlqueue_orm.dialects.
+# What a step does on one dialect is that dialect's migration class (migration/impl.py); whether
+# a step applies at all is a fact of the dialect (sqlqueue_orm.dialects), asked by Step.only_on.
 
 EXPIRES_INDEX = "Index_Expires"
 ROW_VERSION_INDEX = "Index_RowVersion"
@@ -58,8 +58,8 @@ class Step:
     concern: str
     upgrade: str
     downgrade: str
-    #: The only dialect the step changes anything on (``None``: every one).
-    only_on: str | None = None
+    #: Which dialects the step changes anything on, by what they support (``None``: every one).
+    only_on: Callable[[dialects.DialectSupport], bool] | None = None
 
     def describe(self, direction: str) -> str:
         """The progress text of this step in *direction* (``upgrade`` or ``downgrade``)."""
@@ -68,6 +68,14 @@ class Step:
     def method(self, direction: str) -> str:
         """The name of the dialect implementation's method doing this step in *direction*."""
         return f"{direction}_{self.concern}"
+
+
+def _has_seq_layout(support: dialects.DialectSupport) -> bool:
+    return support.queue_layout is dialects.QueueLayout.SEQ
+
+
+def _has_queue_storage(support: dialects.DialectSupport) -> bool:
+    return bool(support.queue_storage)
 
 
 STEPS = {
@@ -102,14 +110,14 @@ STEPS = {
             "postgresql_nsb_layout",
             "PostgreSQL: to NServiceBus's PostgreSQL layout (id ... seq)",
             "PostgreSQL: back to the SQL Server column layout (\"Id\" ... \"RowVersion\")",
-            only_on="postgresql",
+            only_on=_has_seq_layout,
         ),
         Step(
             QUEUE_STORAGE,
             "queue_storage",
             "PostgreSQL: storage settings of a churning table (fillfactor, autovacuum)",
             "PostgreSQL: the server's storage defaults again",
-            only_on="postgresql",
+            only_on=_has_queue_storage,
         ),
     )
 }
@@ -117,7 +125,8 @@ STEPS = {
 
 def applies_to(revision: str, dialect_name: str) -> bool:
     """Whether step *revision* changes anything on *dialect_name*."""
-    return STEPS[revision].only_on in (None, dialect_name)
+    only_on = STEPS[revision].only_on
+    return only_on is None or only_on(dialects.for_dialect(dialect_name))
 
 
 DIRECTIONS = ("upgrade", "downgrade")
@@ -148,10 +157,8 @@ def model_table(address: addressing.QueueAddress) -> sa.Table:
 def model_index(table: sa.Table, base: str, dialect_name: str) -> sa.Index:
     """The model's index *base* (``Index_Expires``, ``Index_RowVersion``) for *dialect_name*."""
     wanted = index_name(str(table.name), base, dialect_name)
+    support = dialects.for_dialect(dialect_name)
     for index in table.indexes:
-        if index.name != wanted:
-            continue
-        allowed = index._ddl_if.dialect if index._ddl_if is not None else None
-        if allowed is None or dialect_name in ((allowed,) if isinstance(allowed, str) else allowed):
+        if index.name == wanted and support.creates(index):
             return index
     raise LookupError(f"the queue table model has no {base} on {dialect_name}")

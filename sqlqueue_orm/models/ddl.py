@@ -18,6 +18,8 @@ from sqlalchemy.sql.compiler import DDLCompiler, SQLCompiler
 from sqlalchemy.sql.expression import ColumnElement
 from sqlalchemy.types import UnicodeText
 
+from sqlqueue_orm import dialects
+
 Index.argument_for("mssql", "with", None)
 
 #: SQL Server 2019 is major version 15: the first with OPTIMIZE_FOR_SEQUENTIAL_KEY.
@@ -48,7 +50,7 @@ def compile_ddl(element: ExecutableDDLElement, dialect: Dialect) -> str:
 @compiles(CreateIndex, "mssql")
 def _create_index_mssql(create: CreateIndex, compiler: DDLCompiler, **kw: Any) -> str:
     text: str = compiler.visit_create_index(create, **kw)  # type: ignore[no-untyped-call]
-    options = create.element.dialect_options["mssql"].get("with")
+    options = dialects.for_dialect(compiler.dialect).options_of(create.element).get("with")
     if options:
         version = tuple(
             int(part)

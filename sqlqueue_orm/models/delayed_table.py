@@ -32,7 +32,6 @@ from sqlqueue_orm import addressing, dialects
 from sqlqueue_orm.models.queue_table import (
     BODY_TYPE,
     HEADERS_TYPE,
-    POSTGRESQL_LAYOUT,
     ROW_VERSION_TYPE,
     DialectLike,
     index_name,
@@ -45,7 +44,7 @@ DEFAULT_SUFFIX = "Delayed"
 #: Due: ``datetime`` on SQL Server, as NServiceBus (never datetime2).
 DUE_TYPE = sa.DateTime().with_variant(mssql.DATETIME(), "mssql")
 
-_METADATA = {"sqlserver": sa.MetaData(), POSTGRESQL_LAYOUT: sa.MetaData()}
+_METADATA = {layout: sa.MetaData() for layout in dialects.QueueLayout}
 _lock = threading.Lock()
 
 
@@ -63,7 +62,7 @@ def build_delayed_table(
     addressing.QueueAddress(name, schema)  # validates: not empty, no NUL
     quoted = sa.sql.elements.quoted_name(name, quote=True)
     quoted_schema = None if schema is None else sa.sql.elements.quoted_name(schema, quote=True)
-    if layout_of(dialect) == POSTGRESQL_LAYOUT:
+    if layout_of(dialect) is dialects.QueueLayout.SEQ:
         table = sa.Table(
             quoted,
             metadata,
@@ -113,8 +112,7 @@ def build_delayed_table(
 
 def delayed_table(name: str, schema: str | None = None, dialect: DialectLike = None) -> sa.Table:
     """The cached :class:`~sqlalchemy.Table` of delayed table *name* (thread-safe)."""
-    layout = POSTGRESQL_LAYOUT if layout_of(dialect) == POSTGRESQL_LAYOUT else "sqlserver"
-    metadata = _METADATA[layout]
+    metadata = _METADATA[layout_of(dialect)]
     key = name if schema is None else f"{schema}.{name}"
     with _lock:
         table = metadata.tables.get(key)

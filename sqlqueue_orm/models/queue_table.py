@@ -79,16 +79,12 @@ QUEUE_METADATA = sa.MetaData()
 #: columns, so they need a MetaData of their own).
 POSTGRESQL_QUEUE_METADATA = sa.MetaData()
 
-#: The two layouts: NServiceBus's SQL Server one (SQL Server, SQLite) and its PostgreSQL one.
-SQLSERVER_LAYOUT = "sqlserver"
-POSTGRESQL_LAYOUT = "postgresql"
-
 _registries = {
-    SQLSERVER_LAYOUT: registry(metadata=QUEUE_METADATA),
-    POSTGRESQL_LAYOUT: registry(metadata=POSTGRESQL_QUEUE_METADATA),
+    dialects.QueueLayout.ROW_VERSION: registry(metadata=QUEUE_METADATA),
+    dialects.QueueLayout.SEQ: registry(metadata=POSTGRESQL_QUEUE_METADATA),
 }
 _lock = threading.Lock()
-_models: dict[tuple[str, str | None, str], type[QueueMessage]] = {}
+_models: dict[tuple[dialects.QueueLayout, str | None, str], type[QueueMessage]] = {}
 
 #: The SQL names of NServiceBus's PostgreSQL queue table, by column key.
 POSTGRESQL_COLUMNS = dict(
@@ -97,16 +93,19 @@ POSTGRESQL_COLUMNS = dict(
 
 #: What a dialect argument may be: a dialect name, or something that has a dialect.
 DialectLike = str | Dialect | Engine | Connection | None
+#: The same, or the layout itself.
+LayoutLike = DialectLike | dialects.QueueLayout
 
 
-def layout_of(dialect: DialectLike) -> str:
-    """The queue table layout (:data:`SQLSERVER_LAYOUT` or :data:`POSTGRESQL_LAYOUT`) of *dialect*.
+def layout_of(dialect: LayoutLike) -> dialects.QueueLayout:
+    """The queue table layout (one of :class:`~sqlqueue_orm.dialects.QueueLayout`) of *dialect*.
 
-    :param dialect: a dialect name (``"postgresql"``), a Dialect, an Engine or a Connection;
-        ``None`` means the SQL Server layout.
+    :param dialect: a dialect name (``"postgresql"``), a Dialect, an Engine, a Connection, or a
+        layout itself; ``None`` means the SQL Server layout.
     """
-    layout = dialects.for_dialect(dialect).queue_layout
-    return POSTGRESQL_LAYOUT if layout == POSTGRESQL_LAYOUT else SQLSERVER_LAYOUT
+    if isinstance(dialect, dialects.QueueLayout):
+        return dialect
+    return dialects.for_dialect(dialect).queue_layout
 
 COLUMN_NAMES = (
     "Id",
@@ -152,7 +151,7 @@ def build_queue_table(
     metadata: sa.MetaData,
     name: str,
     schema: str | None = None,
-    dialect: DialectLike = None,
+    dialect: LayoutLike = None,
     sql_server_layout: str = "clustered",
 ) -> sa.Table:
     """Define the current queue table *name* in *metadata* (for installers and migrations).
@@ -162,7 +161,7 @@ def build_queue_table(
     :param sql_server_layout: ``"clustered"`` or ``"heap"`` (:data:`SQL_SERVER_LAYOUTS`).
     """
     addressing.QueueAddress(name, schema)  # validates: not empty, no NUL
-    if layout_of(dialect) == POSTGRESQL_LAYOUT:
+    if layout_of(dialect) is dialects.QueueLayout.SEQ:
         return _build_postgresql_table(metadata, name, schema)
     table = sa.Table(
         _quoted(name),

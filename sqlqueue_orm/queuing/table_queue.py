@@ -461,11 +461,17 @@ class TableQueue:
         self._has_recoverable = None
 
     def _check_update_privilege(self, connection: Connection) -> bool:
-        """PostgreSQL: FOR UPDATE needs UPDATE privilege; without it, claim by advisory lock."""
+        """Whether this role may lock rows; without it, receives claim rows by advisory lock.
+
+        FOR UPDATE needs UPDATE privilege on PostgreSQL (``SqlText.update_privilege``).
+        """
+        statement = self._text.update_privilege
+        if statement is None:
+            return True
         with db.wrap_db_errors(self.name):
             allowed = bool(
                 connection.execute(
-                    sa.text("SELECT has_any_column_privilege(CAST(:t AS regclass), 'UPDATE')"),
+                    sa.text(statement),
                     # regclass takes the quoted name, as a value: undo the driver's %-doubling
                     {"t": self.quoted_table.replace("%%", "%")},
                 ).scalar()

@@ -6,7 +6,8 @@ In-process (:class:`LocalWakeups`): a send this process commits through the endp
 queue at once. A send in a transaction of your own wakes nobody (the commit is yours): polling
 finds it.
 
-On PostgreSQL:
+On PostgreSQL (its statements are ``dialects.postgresql.NOTIFY_WAKEUP``, reached as
+``dialects.for_dialect(engine).notify_wakeup``):
 
 A statement-level ``AFTER INSERT`` trigger on the queue table calls ``pg_notify`` with the
 table's name, so every writer's sends (.NET endpoints included) wake the endpoints listening;
@@ -30,43 +31,21 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from sqlqueue_orm import addressing, db
+from sqlqueue_orm import addressing, db, dialects, exceptions
 from sqlqueue_orm.models.queue_table import queue_table
 
 log = logging.getLogger(__name__)
 
-#: The channel every queue table's trigger notifies; the payload is the table's name.
-CHANNEL = "sqlqueue_wakeup"
-TRIGGER = "sqlqueue_wakeup"
-FUNCTION = "sqlqueue_wakeup_notify"
 
-
-# -- PostgreSQL: every statement of the wake-up, in one place ------------------------------
-#: The call the trigger function makes (``sqlqueue verify`` looks for it in the function).
-POSTGRESQL_NOTIFY_CALL = f"pg_notify('{CHANNEL}', TG_TABLE_NAME)"
-#: Creates (or replaces) the trigger function. The payload is the table name only: a wake-up
-#: is a hint, and a spurious one costs one peek.
-POSTGRESQL_FUNCTION = f"""
-CREATE OR REPLACE FUNCTION {FUNCTION}() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM {POSTGRESQL_NOTIFY_CALL};
-    RETURN NULL;
-END
-$$"""
-#: ``{table}`` is the queue table, quoted by SQLAlchemy's identifier preparer.
-POSTGRESQL_DROP_TRIGGER = f"DROP TRIGGER IF EXISTS {TRIGGER} ON {{table}}"
-POSTGRESQL_CREATE_TRIGGER = (
-    f"CREATE TRIGGER {TRIGGER} AFTER INSERT ON {{table}} "
-    f"FOR EACH STATEMENT EXECUTE FUNCTION {FUNCTION}()"
-)
-POSTGRESQL_LISTEN = f"LISTEN {CHANNEL}"
-#: The trigger :data:`TRIGGER` on ``:table`` (quoted, as a regclass): its definition and the
-#: source of the function it calls.
-POSTGRESQL_TRIGGER_CATALOG = (
-    "SELECT pg_get_triggerdef(t.oid), p.prosrc FROM pg_trigger AS t "
-    "JOIN pg_proc AS p ON p.oid = t.tgfoid "
-    "WHERE t.tgrelid = CAST(:table AS regclass) AND t.tgname = :trigger"
-)
+def _statements(engine: Engine) -> dialects.base.NotifyWakeup:
+    """The dialect's ``LISTEN``/``NOTIFY`` statements (:class:`ConfigurationError` if none)."""
+    statements = dialects.for_dialect(engine).notify_wakeup
+    if statements is None:
+        raise exceptions.ConfigurationError(
+            f"database dialect {engine.dialect.name!r} has no NOTIFY wake-up; "
+            "its receivers poll"
+        )
+    return statements
 
 
 def _quoted_table(engine: Engine, address: addressing.QueueAddress) -> str:
@@ -76,22 +55,23 @@ def _quoted_table(engine: Engine, address: addressing.QueueAddress) -> str:
 
 def install_trigger(engine: Engine, address: addressing.QueueAddress) -> None:
     """Create the NOTIFY trigger on the queue table (PostgreSQL; replaces an older one)."""
+    statements = _statements(engine)
     quoted = _quoted_table(engine, address)
     with db.wrap_db_errors(str(address)), engine.begin() as connection:
         # serialise concurrent installers: CREATE OR REPLACE FUNCTION races on pg_proc
-        connection.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:key))"),
-                           {"key": FUNCTION})
-        connection.exec_driver_sql(POSTGRESQL_FUNCTION)
-        connection.exec_driver_sql(POSTGRESQL_DROP_TRIGGER.format(table=quoted))
-        connection.exec_driver_sql(POSTGRESQL_CREATE_TRIGGER.format(table=quoted))
+        connection.execute(sa.text(statements.install_lock), {"key": statements.function})
+        connection.exec_driver_sql(statements.create_function)
+        connection.exec_driver_sql(statements.drop_trigger.format(table=quoted))
+        connection.exec_driver_sql(statements.create_trigger.format(table=quoted))
     log.info("queue %s: NOTIFY wake-up trigger installed", address)
 
 
 def remove_trigger(engine: Engine, address: addressing.QueueAddress) -> None:
     """Drop the NOTIFY trigger of the queue table, if it has one."""
+    statements = _statements(engine)
     quoted = _quoted_table(engine, address)
     with db.wrap_db_errors(str(address)), engine.begin() as connection:
-        connection.exec_driver_sql(POSTGRESQL_DROP_TRIGGER.format(table=quoted))
+        connection.exec_driver_sql(statements.drop_trigger.format(table=quoted))
 
 
 class LocalWakeups:
@@ -186,7 +166,7 @@ class NotifyListener:
         try:
             driver: Any = raw.driver_connection
             driver.autocommit = True
-            driver.execute(POSTGRESQL_LISTEN)
+            driver.execute(_statements(self.engine).listen)
             self.listening.set()
             self.wake()  # anything sent while we were not listening
             while not self._stopping.is_set():

@@ -31,7 +31,7 @@ from tests.conftest import only
 
 pytest.importorskip("pyspark")
 
-from sqlqueue_orm.contrib.spark import dataset, ingesting, reporting, sample, sending
+from sqlqueue_orm.contrib.spark import dataset, ingesting, locking, reporting, sample, sending
 from tests.integration.spark_support import REPO
 
 pytestmark = pytest.mark.spark
@@ -221,7 +221,7 @@ def test_one_ingester_per_queue(spark, database, tmp_path):
     transport = database.transport()
     transport.create_queue("audit")
     address = transport.address("audit")
-    lock = ingesting.ingest_lock(database.engine, sa.make_url(database.url), address)
+    lock = locking.ingest_lock(database.engine, sa.make_url(database.url), address)
     with lock:
         with pytest.raises(ingesting.IngestInProgress, match="another ingestion"):
             ingesting.ingest(spark, database.url, "audit", str(tmp_path / "d"))

@@ -13,12 +13,15 @@ from collections.abc import Callable
 import pytest
 import sqlalchemy as sa
 
-from sqlqueue_orm import cli, db, verify
+from sqlqueue_orm import cli, db, dialects, verify
 from sqlqueue_orm.messages import OutgoingMessage
 from sqlqueue_orm.models.base import Base
 from sqlqueue_orm.models.queue_table import build_queue_table, index_name
 from sqlqueue_orm.receiving import wakeup
 from tests.conftest import Database, only
+
+#: The wake-up trigger's name on every PostgreSQL queue table.
+TRIGGER = dialects.postgresql.NOTIFY_WAKEUP.trigger
 
 #: An awkward name: upper case, a dash, a space, quotes (names reach SQL only quoted).
 QUEUE = "Orders-v2 'eu'"
@@ -111,7 +114,7 @@ def change_type(database: Database) -> tuple[str, str]:
 
 def drop_trigger(database: Database) -> tuple[str, str]:
     wakeup.remove_trigger(database.engine, database.transport().address(QUEUE))
-    return "trigger", wakeup.TRIGGER
+    return "trigger", TRIGGER
 
 
 DRIFTS: list[Callable[[Database], tuple[str, str]]] = [
@@ -146,7 +149,7 @@ def test_a_missing_wakeup_trigger_is_found_and_reinstalled(database: Database) -
     with database.engine.connect() as connection:
         assert verify.verify(connection) == []  # not expected anywhere: nothing to say
     drifts = _drifts(database)
-    assert [(drift.kind, drift.subject) for drift in drifts] == [("trigger", wakeup.TRIGGER)]
+    assert [(drift.kind, drift.subject) for drift in drifts] == [("trigger", TRIGGER)]
     _repair(database, drifts)
     assert _drifts(database) == []
 

@@ -22,6 +22,7 @@ import sqlite3
 import pytest
 import sqlalchemy as sa
 
+from sqlqueue_orm import dialects
 from sqlqueue_orm.addressing import QueueAddress
 from sqlqueue_orm.queuing import sql
 
@@ -138,7 +139,8 @@ ADDRESS = QueueAddress("orders", "sales")
 
 
 def _ours(dialect, name: str) -> str:
-    return sql.render(getattr(sql.MSSQL, name), dialect, sql.format_table(dialect, ADDRESS)).text
+    template = getattr(dialects.mssql.HOT_PATH, name)
+    return sql.render(template, dialect, sql.format_table(dialect, ADDRESS)).text
 
 
 def _theirs(dialect, name: str) -> str:

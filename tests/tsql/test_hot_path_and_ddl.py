@@ -77,7 +77,8 @@ GOLDEN = {
 
 @pytest.mark.parametrize("name", sorted(GOLDEN))
 def test_hot_path_statement(dialect, name):
-    statement = sql.render(getattr(sql.MSSQL, name), dialect, sql.format_table(dialect, HOSTILE))
+    template = getattr(dialects.mssql.HOT_PATH, name)
+    statement = sql.render(template, dialect, sql.format_table(dialect, HOSTILE))
     text, names = GOLDEN[name]
     assert statement.text == text
     assert statement.names == names

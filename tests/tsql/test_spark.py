@@ -8,7 +8,8 @@ from sqlqueue_orm.models.queue_table import queue_table
 
 pytest.importorskip("pyspark")
 
-from sqlqueue_orm.contrib.spark import ingesting, streaming
+from sqlqueue_orm import dialects
+from sqlqueue_orm.contrib.spark import fences, locking, streaming
 
 
 def test_sql_server_statements():
@@ -16,7 +17,9 @@ def test_sql_server_statements():
 
     dialect = mssql.dialect()
     table = queue_table("audit", "nsb")
-    fence = str(streaming.range_scan_statement(table, 41).compile(dialect=dialect))
+    fence = str(fences.range_scan_statement(
+        table, 41, dialects.mssql.STREAM_FENCE.scan_hint or ""
+    ).compile(dialect=dialect))
     assert " ".join(fence.split()) == (
         "SELECT count_big(*) AS count_big_1, max([nsb].[audit].[RowVersion]) AS max_1 "
         "FROM [nsb].[audit] WITH (READCOMMITTEDLOCK) "
@@ -26,7 +29,7 @@ def test_sql_server_statements():
     assert " ".join(delete.split()) == (
         "DELETE FROM [nsb].[audit] WHERE [nsb].[audit].[RowVersion] <= :end"
     )
-    lock = ingesting.lock_statement("mssql").text
+    lock = locking.lock_statement("mssql").text
     assert "@LockOwner = 'Session', @LockTimeout = 0" in lock
     assert lock.startswith("DECLARE @status int; EXEC @status = sp_getapplock @Resource = ")
     from sqlalchemy.schema import CreateTable

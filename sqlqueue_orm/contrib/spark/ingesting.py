@@ -5,8 +5,7 @@ one-off run and for ``--follow``:
 
 1. a lock makes it the only reader of that queue (PostgreSQL session advisory lock, SQL Server
    session applock, an ``flock`` beside a SQLite file), released by the server or the kernel
-   if the process dies; each dialect's lock is one small class registered by ``__dialect__``.
-   The source holds it while the stream runs;
+   if the process dies (:mod:`.locking`). The source holds it while the stream runs;
 2. the source reads a micro-batch, a RowVersion range, in partitions over their own connections,
    without deleting;
 3. ``foreachBatch`` writes it to ``_sqlqueue/staging/<batch>/`` (readers of the dataset ignore a
@@ -34,12 +33,12 @@ import signal
 import threading
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-
-from sqlqueue_orm import addressing, db, dialects, exceptions
-from sqlqueue_orm.contrib.spark import checks, dataset
+from sqlqueue_orm import addressing, db, exceptions
+from sqlqueue_orm.contrib.spark import checks, dataset, locking, streaming
+from sqlqueue_orm.contrib.spark.locking import IngestError as IngestError
+from sqlqueue_orm.contrib.spark.locking import IngestInProgress as IngestInProgress
 from sqlqueue_orm.models.queue_table import queue_table
 
 if TYPE_CHECKING:
@@ -57,178 +56,6 @@ MAX_INGEST_BATCH_SIZE = checks.MAX_INGEST_BATCH_SIZE
 KILL_AT_ENV = "SQLQUEUE_SPARK_TEST_KILL_AT"
 
 _STATE_DIR = "_sqlqueue"
-
-
-class IngestError(exceptions.SqlQueueError):
-    """An ingestion could not go on; nothing was lost (re-run it to finish)."""
-
-
-class IngestInProgress(IngestError):
-    """Another ingestion of this queue is running."""
-
-
-# -- the single-ingester lock: one small class per dialect ------------------------------------
-class IngestLock:
-    """Exclusive right to ingest one queue; the server (or kernel) frees it if we die.
-
-    Subclasses hold one dialect's way and register themselves by ``__dialect__`` (as Alembic's
-    ``DefaultImpl`` does); :func:`ingest_lock` picks the one of an engine.
-    """
-
-    __dialect__: ClassVar[str] = ""
-    _by_dialect: ClassVar[dict[str, type[IngestLock]]] = {}
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if cls.__dialect__:
-            IngestLock._by_dialect[cls.__dialect__] = cls
-
-    def __init__(self, engine: sa.Engine, url: sa.URL, address: addressing.QueueAddress) -> None:
-        self.engine = engine
-        self.url = url
-        self.address = address
-        # sp_getapplock takes at most 255 characters: the digest keeps a cut name unique.
-        self.resource = f"sqlqueue_orm:spark-ingest:{checks.digest(str(address))}:{address}"[:255]
-
-    @classmethod
-    def for_dialect(cls, name: str) -> type[IngestLock]:
-        """The lock class of dialect *name*."""
-        try:
-            return cls._by_dialect[name]
-        except KeyError:
-            raise exceptions.ConfigurationError(
-                f"database dialect {name!r} is not supported; use sqlite, postgresql or mssql"
-            ) from None
-
-    def acquire(self) -> bool:
-        """Take the lock without waiting; whether it was granted."""
-        raise NotImplementedError
-
-    def release(self) -> None:
-        """Give the lock back."""
-        raise NotImplementedError
-
-    def __enter__(self) -> IngestLock:
-        if not self.acquire():
-            raise IngestInProgress(
-                f"queue {str(self.address)!r}: another ingestion of this queue is running "
-                f"(lock {self.resource!r}); wait for it to end"
-            )
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.release()
-
-
-class _FileLock(IngestLock):
-    """SQLite: an ``flock`` on a file beside the database; the kernel frees it."""
-
-    __dialect__ = "sqlite"
-    _fd: int | None = None
-
-    def acquire(self) -> bool:
-        """Lock ``<database>.ingest-<digest>.lock`` without waiting."""
-        import fcntl
-
-        path = f"{self.url.database}.ingest-{checks.digest(str(self.address))}.lock"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return False
-        self._fd = fd
-        return True
-
-    def release(self) -> None:
-        """Close the descriptor, which releases the flock."""
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-
-class _SessionLock(IngestLock):
-    """A server lock owned by a connection (session) held for the whole ingestion."""
-
-    ACQUIRE: ClassVar[str]
-    RELEASE: ClassVar[str]
-    _connection: sa.Connection | None = None
-
-    def granted(self, status: Any) -> bool:
-        """Whether the scalar of :attr:`ACQUIRE` means the lock was granted."""
-        return status is True
-
-    def acquire(self) -> bool:
-        """Run :attr:`ACQUIRE` on a connection of its own, kept while the lock is held."""
-        connection = self.engine.connect()
-        try:
-            with db.wrap_db_errors(str(self.address)):
-                status = connection.execute(
-                    sa.text(self.ACQUIRE), {"resource": self.resource}
-                ).scalar()
-                connection.commit()
-        except BaseException:
-            connection.close()
-            raise
-        if not self.granted(status):
-            connection.close()
-            return False
-        self._connection = connection
-        return True
-
-    def release(self) -> None:
-        """Run :attr:`RELEASE` (the server frees the lock anyway when the connection drops)."""
-        connection, self._connection = self._connection, None
-        if connection is None:
-            return
-        try:
-            connection.execute(sa.text(self.RELEASE), {"resource": self.resource})
-            connection.commit()
-        except sa.exc.DBAPIError as error:
-            log.warning("queue %s: could not release the ingest lock: %s", self.address, error)
-        finally:
-            connection.close()
-
-
-class _PostgresqlLock(_SessionLock):
-    """PostgreSQL: a session advisory lock on a 64-bit hash of the resource name."""
-
-    __dialect__ = "postgresql"
-    ACQUIRE = dialects.postgresql.SUPPORT.session_lock_acquire or ""
-    RELEASE = dialects.postgresql.SUPPORT.session_lock_release or ""
-
-
-class _MssqlLock(_SessionLock):
-    """SQL Server: ``sp_getapplock`` owned by the session, held across transactions."""
-
-    __dialect__ = "mssql"
-    ACQUIRE = dialects.mssql.SUPPORT.session_lock_acquire or ""
-    RELEASE = dialects.mssql.SUPPORT.session_lock_release or ""
-
-    def granted(self, status: Any) -> bool:
-        """sp_getapplock's status is >= 0 when granted."""
-        return status is not None and int(status) >= 0
-
-
-def ingest_lock(
-    engine: sa.Engine, url: sa.URL, address: addressing.QueueAddress
-) -> IngestLock:
-    """The ingest lock of *address* for the engine's dialect (not taken yet)."""
-    return IngestLock.for_dialect(engine.dialect.name)(engine, url, address)
-
-
-def lock_statement(dialect_name: str) -> sa.TextClause:
-    """The statement taking the session-scoped ingest lock without waiting (server dialects).
-
-    Its scalar tells whether it got it (PostgreSQL: a boolean; SQL Server: sp_getapplock's
-    status, >= 0 when granted).
-    """
-    lock = IngestLock.for_dialect(dialect_name)
-    if not issubclass(lock, _SessionLock):
-        raise exceptions.ConfigurationError(
-            f"database dialect {dialect_name!r} locks a file, not with a statement"
-        )
-    return sa.text(lock.ACQUIRE)
 
 
 def _slug(address: addressing.QueueAddress) -> str:
@@ -504,8 +331,6 @@ def ingest(
     :param stop: set it to end a *follow* run (after the current batch).
     :param trigger_seconds: the trigger interval of a *follow* run.
     """
-    from sqlqueue_orm.contrib.spark import streaming
-
     parsed_url, address = checks.check_ingest_arguments(
         url, queue, batch_size, partitions, max_batches
     )
@@ -515,7 +340,7 @@ def ingest(
     engine = db.create_engine(url)
     try:
         checks.require_queue(engine, address)
-        with ingest_lock(engine, parsed_url, address):
+        with locking.ingest_lock(engine, parsed_url, address):
             pass  # fail fast here; the source holds the lock while the stream runs
         streaming.register(spark)
         checkpoint = files.path(f"{_STATE_DIR}/checkpoints/{_slug(address)}")

@@ -19,19 +19,11 @@ after the batch ending at *start* is in its commit log). A query restarted from 
 re-reads an uncommitted batch, rows still there, and never a committed one.
 
 The end offset is a *fence*: a value below which no transaction can still insert, because
-identity values are taken at insert time and commit out of order. One small class per dialect,
-registered by ``__dialect__``:
-
-* SQLite serialises writers, so the highest committed RowVersion is a fence;
-* PostgreSQL: the highest ``seq`` seen becomes the fence once every transaction that was in
-  progress when it was seen (the ``xip`` of a ``pg_current_snapshot()`` taken after it) has
-  ended (``pg_xact_status``); until then the previous fence holds, so a writer holding its
-  transaction open delays the stream, never skips a row;
-* SQL Server: a range scan with ``READCOMMITTEDLOCK`` and without ``READPAST`` waits for rows
-  still being inserted above the start.
+identity values are taken at insert time and commit out of order (:mod:`.fences`: one way per
+kind of dialect, chosen by what the dialect supports).
 
 One stream per queue: the source takes the ingest lock of the queue (see
-:mod:`.ingesting`) for as long as the query runs. ``spark.read.format("sqlqueue")`` is a
+:mod:`.locking`) for as long as the query runs. ``spark.read.format("sqlqueue")`` is a
 snapshot of the queue that deletes nothing.
 
 **Sink.** One message per row, as :func:`~.sending.send_dataframe` sends them: options
@@ -50,7 +42,7 @@ import json
 import logging
 import time
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import sqlalchemy as sa
 from pyspark.sql import types as T
@@ -68,7 +60,7 @@ from pyspark.sql.streaming.datasource import ReadMaxRows
 from sqlqueue_orm import addressing, db, exceptions
 from sqlqueue_orm import headers as nsb_headers
 from sqlqueue_orm import transport as transport_module
-from sqlqueue_orm.contrib.spark import checks, dataset, ingesting, sending, session
+from sqlqueue_orm.contrib.spark import checks, dataset, fences, locking, sending, session
 from sqlqueue_orm.messages import OutgoingMessage
 from sqlqueue_orm.models.queue_table import queue_table
 
@@ -212,116 +204,6 @@ def read_range(options: SourceOptions, low: int, high: int) -> Iterator[tuple[ob
         engine.dispose()
 
 
-# -- fences: the highest offset below which nothing can still commit -----------------------------
-class OffsetFence:
-    """The highest order value at or below which every row that will ever commit has committed.
-
-    One subclass per dialect, registered by ``__dialect__`` (as Alembic's ``DefaultImpl``).
-    """
-
-    __dialect__: ClassVar[str] = ""
-    _by_dialect: ClassVar[dict[str, type[OffsetFence]]] = {}
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if cls.__dialect__:
-            OffsetFence._by_dialect[cls.__dialect__] = cls
-
-    def __init__(self, table: sa.Table) -> None:
-        self.table = table
-
-    @classmethod
-    def for_dialect(cls, name: str, table: sa.Table) -> OffsetFence:
-        """The fence of dialect *name* over *table*."""
-        try:
-            return cls._by_dialect[name](table)
-        except KeyError:
-            raise exceptions.ConfigurationError(
-                f"database dialect {name!r} is not supported; use sqlite, postgresql or mssql"
-            ) from None
-
-    def highest(self, connection: sa.Connection, start: int) -> int | None:
-        """The highest committed order value (``None``: no rows), as the dialect reads it."""
-        order = self.table.c.RowVersion
-        return connection.execute(sa.select(sa.func.max(order))).scalar()
-
-    def bound(self, connection: sa.Connection, start: int) -> int:
-        """The fence now (at least *start*)."""
-        top = self.highest(connection, start)
-        return start if top is None else max(start, int(top))
-
-
-class _SqliteFence(OffsetFence):
-    """SQLite: one writer at a time, so rows commit in RowVersion order."""
-
-    __dialect__ = "sqlite"
-
-
-class _MssqlFence(OffsetFence):
-    """SQL Server: scan ``(start, ...)`` with shared locks, waiting for rows being inserted."""
-
-    __dialect__ = "mssql"
-
-    def highest(self, connection: sa.Connection, start: int) -> int | None:
-        """COUNT_BIG and MAX over the range: the count makes it read (and lock) every key."""
-        count, top = connection.execute(range_scan_statement(self.table, start)).one()
-        return None if not count else int(top)
-
-
-def range_scan_statement(table: sa.Table, start: int) -> sa.Select[Any]:
-    """SQL Server's fence: count and highest RowVersion above *start*, under shared locks."""
-    order = table.c.RowVersion
-    return (
-        sa.select(sa.func.count_big(sa.literal_column("*")), sa.func.max(order))
-        .where(order > start)
-        .with_hint(table, "WITH (READCOMMITTEDLOCK)", "mssql")
-    )
-
-
-class _PostgresqlFence(OffsetFence):
-    """PostgreSQL: a seen ``seq`` becomes the fence once the transactions then in flight end."""
-
-    __dialect__ = "postgresql"
-    #: Candidates waiting for their transactions (more are merged into the newest).
-    MAX_PENDING = 64
-    SNAPSHOT = sa.text("SELECT CAST(pg_current_snapshot() AS text)")
-    IN_PROGRESS = sa.text(
-        "SELECT count(*) FROM pg_snapshot_xip(CAST(:snapshot AS pg_snapshot)) AS x(xid) "
-        "WHERE pg_xact_status(x.xid) = 'in progress'"
-    )
-
-    def __init__(self, table: sa.Table) -> None:
-        super().__init__(table)
-        self.pending: list[tuple[int, str]] = []
-        self.safe = 0
-
-    def bound(self, connection: sa.Connection, start: int) -> int:
-        """The newest candidate whose snapshot's transactions have all ended.
-
-        Each call adds a candidate: the highest seq, with a snapshot taken after it was read.
-        """
-        self.safe = max(self.safe, start)
-        top = self.highest(connection, start)
-        connection.commit()  # the snapshot below is taken after the max was read
-        snapshot = str(connection.execute(self.SNAPSHOT).scalar())
-        if top is not None and int(top) > self.safe:
-            if self.pending and self.pending[-1][0] == int(top):
-                pass  # the older snapshot of the same candidate resolves first
-            elif len(self.pending) >= self.MAX_PENDING:
-                self.pending[-1] = (int(top), snapshot)
-            else:
-                self.pending.append((int(top), snapshot))
-        while self.pending:
-            candidate, taken = self.pending[0]
-            busy = connection.execute(self.IN_PROGRESS, {"snapshot": taken}).scalar()
-            if busy:
-                break
-            self.safe = max(self.safe, candidate)
-            self.pending.pop(0)
-        connection.commit()
-        return self.safe
-
-
 # -- the source ----------------------------------------------------------------------------------
 class QueueBatchReader(DataSourceReader):
     """``spark.read.format("sqlqueue")``: the queue's committed rows now; nothing is deleted."""
@@ -358,8 +240,8 @@ class QueueStreamReader(DataSourceStreamReader):
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self._engine: sa.Engine | None = None
-        self._lock: ingesting.IngestLock | None = None
-        self._fence: OffsetFence | None = None
+        self._lock: locking.IngestLock | None = None
+        self._fence: fences.OffsetFence | None = None
         self._deleted_through = 0  # RowVersion and seq start at 1
 
     def __getstate__(self) -> dict[str, Any]:
@@ -369,24 +251,24 @@ class QueueStreamReader(DataSourceStreamReader):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["options"])  # type: ignore[misc]
 
-    def _start(self) -> tuple[sa.Engine, OffsetFence]:
+    def _start(self) -> tuple[sa.Engine, fences.OffsetFence]:
         if self._engine is None or self._fence is None:
             engine = db.create_engine(self.options.url)
             address = addressing.QueueAddress.coerce(self.options.queue)
             checks.require_queue(engine, address)
-            lock = ingesting.ingest_lock(engine, sa.make_url(self.options.url), address)
+            lock = locking.ingest_lock(engine, sa.make_url(self.options.url), address)
             deadline = time.monotonic() + LOCK_WAIT_SECONDS
             while not lock.acquire():
                 if time.monotonic() > deadline:
                     engine.dispose()
-                    raise ingesting.IngestInProgress(
+                    raise locking.IngestInProgress(
                         f"queue {self.options.queue!r}: another stream or ingestion of this queue "
                         f"is running (lock {lock.resource!r}); stop it first"
                     )
                 time.sleep(0.5)
             table = queue_table(self.options.table, self.options.schema, engine)
             self._engine, self._lock = engine, lock
-            self._fence = OffsetFence.for_dialect(engine.dialect.name, table)
+            self._fence = fences.fence_for(engine, table)
             log.info("queue %s: streaming from it (one stream per queue)", self.options.queue)
         return self._engine, self._fence
 

@@ -1,13 +1,12 @@
-"""Each dialect's statements, locks, hints, limits and error markers live in sqlqueue_orm/dialects.
+"""Each database finds its own support; one error translator, the messages users see unchanged.
 
-Issue 8, item 1: no ``dialect.name ==`` branch outside the dialect modules; item 3: one error
-translator (``db.wrap_db_errors``), the messages users see unchanged.
+Each dialect's statements, locks, hints, limits and error markers live in sqlqueue_orm/dialects
+(that no other module branches on a dialect's name is proven without a database, in
+``tests/unit/test_no_dialect_branch_outside_dialect_modules.py``); driver errors go through one
+translator (``db.wrap_db_errors``).
 """
 
 from __future__ import annotations
-
-import pathlib
-import re
 
 import pytest
 import sqlalchemy as sa
@@ -17,44 +16,6 @@ from sqlqueue_orm.addressing import QueueAddress
 from sqlqueue_orm.queuing import sql
 from sqlqueue_orm.sending.outbox import Outbox
 from tests.conftest import only
-
-PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "sqlqueue_orm"
-
-#: Where a branch on the dialect's name belongs: the dialect modules, the hot path's SqlText per
-#: dialect, and the migration dialect modules.
-HOMES = ("dialects/", "queuing/sql.py", "migration/tsql.py", "migration/plpgsql.py",
-         "migration/sqlite.py", "migration/impl.py")
-#: Migration modules whose step dispatch still branches on the name, until the migration layer
-#: becomes a class per dialect (issue 8, item 5): only these lines may stay, no new ones.
-PENDING: dict[str, int] = {}  # none left: the migration layer dispatches through migration.impl
-BRANCH = re.compile(
-    r"""(dialect\.name|dialect_name|\bname|dialect|get_backend_name\(\)|args\.dialect)\s*"""
-    r"""(==|!=)\s*["'](mssql|postgresql|sqlite)["']"""
-    r"""|dialect\.name\s+(not\s+)?in\s*\(\s*["']"""
-)
-
-
-def _branches() -> dict[str, int]:
-    found: dict[str, int] = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        relative = path.relative_to(PACKAGE).as_posix()
-        if relative.startswith(HOMES):
-            continue
-        count = len(BRANCH.findall(path.read_text(encoding="utf-8")))
-        if count:
-            found[relative] = count
-    return found
-
-
-def test_no_dialect_branch_outside_the_dialect_modules():
-    assert _branches() == PENDING
-
-
-def test_the_guard_sees_a_branch():
-    assert BRANCH.search('if connection.dialect.name == "sqlite":')
-    assert BRANCH.search("if name != 'mssql':")
-    assert BRANCH.search('if dialect.name in ("postgresql", "mssql"):')
-    assert not BRANCH.search("support = dialects.for_dialect(connection)")
 
 
 def test_each_database_finds_its_own_support(database):
