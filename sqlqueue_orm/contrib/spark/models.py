@@ -14,7 +14,7 @@ serves pruning (``DELETE ... WHERE SentAt < :cutoff``): a pruned key is sent aga
 
 The model lives in contrib (the core never imports contrib) but on the core's
 :data:`~sqlqueue_orm.models.Base.metadata`: Alembic's environment imports this module by name
-(:data:`sqlqueue_orm.migration.environment.MODEL_MODULES`), so ``alembic check`` and autogenerate
+(:data:`sqlqueue_orm.migration.configuration.MODEL_MODULES`), so ``alembic check`` and autogenerate
 compare it with what revision ``0006_spark_send_ledger`` created. No PySpark is imported here.
 """
 
