@@ -22,7 +22,7 @@ from sqlqueue_orm import addressing
 from sqlqueue_orm.receiving import pump
 
 if TYPE_CHECKING:
-    from sqlqueue_orm.receiving.endpoint import Endpoint
+    from sqlqueue_orm.receiving.handling import Handling
 
 log = logging.getLogger(__name__)
 
@@ -34,14 +34,16 @@ _SLICE = 1.0
 
 
 class DelayedMessageMover:
-    """Moves *endpoint*'s matured delayed messages into its input queue (see the module)."""
+    """Moves an endpoint's matured delayed messages into its input queue (see the module).
 
-    def __init__(self, endpoint: Endpoint) -> None:
-        self.endpoint = endpoint
-        self.transport = endpoint.transport
-        self.table = self.transport.delayed_table(endpoint.name)
-        self.queue = endpoint.name
-        self.batch_size = endpoint.settings.delayed_batch_size
+    :param handling: the endpoint's identity and settings.
+    """
+
+    def __init__(self, handling: Handling) -> None:
+        self.transport = handling.transport
+        self.table = self.transport.delayed_table(handling.name)
+        self.queue = handling.name
+        self.batch_size = handling.settings.delayed_batch_size
         #: Messages moved since the start.
         self.moved = 0
         self._stopping = threading.Event()
@@ -51,9 +53,9 @@ class DelayedMessageMover:
         self.breaker = pump.CircuitBreaker(
             "move matured delayed messages to input queue",
             str(self.table.address),
-            endpoint.settings,
+            handling.settings,
             self._stopping,
-            endpoint.on_critical_error,
+            handling.on_critical_error,
         )
 
     def start(self) -> None:

@@ -24,7 +24,7 @@ MIN_PEEK_DELAY = 0.1
 MAX_DELAYED_RETRY = 24 * 3600.0
 #: Longest peek delay accepted without a warning (messages may back up for that long).
 MAX_QUIET_PEEK_DELAY = 10.0
-#: Longest a batch may keep topping itself up before it commits (issue 17: 50 ms at most).
+#: Longest a batch may keep topping itself up before it commits.
 MAX_BATCH_FLUSH = 0.05
 #: The wake-up modes (:attr:`EndpointSettings.wakeup`).
 WAKEUP_MODES = ("auto", "poll")
