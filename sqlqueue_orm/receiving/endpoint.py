@@ -55,6 +55,7 @@ from sqlqueue_orm.receiving.handling import (
     full_type_name,
 )
 from sqlqueue_orm.receiving.settings import EndpointSettings
+from sqlqueue_orm.receiving.stats import PumpStats
 from sqlqueue_orm.transport import Transport
 
 if TYPE_CHECKING:
@@ -275,15 +276,15 @@ class Endpoint:
 
     # -- running ---------------------------------------------------------------------------
     @property
-    def stats(self) -> pump.PumpStats:
+    def stats(self) -> PumpStats:
         """Counters of the running (or last) pump of the input queue: received, handled, ..."""
-        return self._pump.stats if self._pump is not None else pump.PumpStats()
+        return self._pump.stats if self._pump is not None else PumpStats()
 
     @property
-    def instance_stats(self) -> pump.PumpStats:
+    def instance_stats(self) -> PumpStats:
         """The same counters for the instance-specific queue (zero without one)."""
         current = self._instance_pump
-        return current.stats if current is not None else pump.PumpStats()
+        return current.stats if current is not None else PumpStats()
 
     def _pumps(self) -> list[pump.MessagePump]:
         return [each for each in (self._pump, self._instance_pump) if each is not None]

@@ -19,7 +19,7 @@ import time
 from typing import TYPE_CHECKING
 
 from sqlqueue_orm import addressing
-from sqlqueue_orm.receiving import pump
+from sqlqueue_orm.receiving import circuit_breaker
 
 if TYPE_CHECKING:
     from sqlqueue_orm.receiving.handling import Handling
@@ -50,7 +50,7 @@ class DelayedMessageMover:
         self._condition = threading.Condition()
         self._earliest: float | None = None  # monotonic time a stored message is due
         self._thread: threading.Thread | None = None
-        self.breaker = pump.CircuitBreaker(
+        self.breaker = circuit_breaker.CircuitBreaker(
             "move matured delayed messages to input queue",
             str(self.table.address),
             handling.settings,
@@ -113,7 +113,7 @@ class DelayedMessageMover:
         while not self._stopping.is_set():
             try:
                 moved, next_due = self.move_once()
-            except pump.DATABASE_ERRORS as error:
+            except circuit_breaker.DATABASE_ERRORS as error:
                 self.breaker.failure(error)
                 continue
             except Exception:  # a bug: say so loudly, keep moving

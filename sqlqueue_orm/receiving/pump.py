@@ -28,11 +28,9 @@ checking a connection out and back in for every message costs the unbatched pump
 of its CPU per message. A receive that raises, or whose connection a timed-out stop closed,
 drops it; the next gets another.
 
-Peek and receive each have a circuit breaker (:class:`CircuitBreaker`): while the database
-fails, the failing thread backs off (doubling, capped); after ``critical_error_after`` seconds
-of failures in a row it logs a critical error and calls ``on_critical_error``, and keeps
-trying; the first success closes it again. While the receive breaker is open, one receive is
-tried at a time.
+Peek and receive each have a circuit breaker
+(:class:`~sqlqueue_orm.receiving.circuit_breaker.CircuitBreaker`); while the receive breaker
+is open, one receive is tried at a time.
 
 :meth:`MessagePump.stop` stops taking messages and waits for the handlers in flight; those still
 running at the deadline are abandoned: their connection is closed under them, so the database
@@ -41,151 +39,35 @@ rolls their receive back and the message returns to the queue.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import queue as queue_module
 import threading
 import time
 from typing import TYPE_CHECKING
 
-from sqlalchemy import exc
 from sqlalchemy.engine import Connection, Engine, RootTransaction
 
 from sqlqueue_orm import dialects, exceptions
 from sqlqueue_orm.receiving import wakeup
+from sqlqueue_orm.receiving.circuit_breaker import DATABASE_ERRORS, CircuitBreaker
+from sqlqueue_orm.receiving.stats import PumpStats
 from sqlqueue_orm.receiving.worker import WorkerState
 
 if TYPE_CHECKING:
     from sqlqueue_orm import addressing
     from sqlqueue_orm.receiving.handling import Handling
     from sqlqueue_orm.receiving.modes.base import ReceiveMode
-    from sqlqueue_orm.receiving.settings import EndpointSettings
+
+__all__ = ["EMPTY_RECEIVE_PAUSE", "KEEP_MOST", "LINGER", "MessagePump", "PumpStats"]
 
 log = logging.getLogger(__name__)
 
-#: Errors of the database (rather than of a handler) that the circuit breakers count.
-DATABASE_ERRORS: tuple[type[BaseException], ...] = (exceptions.DatabaseError, exc.DBAPIError)
 _OUTCOMES = ("handled", "failed", "retried", "delayed", "expired", "poison")
 #: Most receive tasks started after one peek (a peek of a huge queue is re-done after them).
 _MAX_TICKETS = 10_000
 #: Longest pause (seconds) after a receive found nothing that its peek had counted; a send's
 #: wake-up or a handler of the pump ending cuts it short.
 EMPTY_RECEIVE_PAUSE = 0.05
-
-
-@dataclasses.dataclass
-class PumpStats:
-    """What a pump has done since it started (read without a lock: a snapshot may be torn)."""
-
-    handled: int = 0
-    failed: int = 0
-    retried: int = 0
-    #: Sent back through a delayed retry (after failing its immediate retries).
-    delayed: int = 0
-    expired: int = 0
-    poison: int = 0
-    in_flight: int = 0
-    max_in_flight: int = 0
-    #: Peeks that reached the database (how often an idle queue is polled).
-    peeks: int = 0
-    started: float = dataclasses.field(default_factory=time.monotonic)
-
-    @property
-    def received(self) -> int:
-        """Messages taken off the queue, whatever became of them."""
-        return (
-            self.handled + self.failed + self.retried + self.delayed + self.expired + self.poison
-        )
-
-    def rate(self) -> float:
-        """Messages received per second since the start."""
-        elapsed = time.monotonic() - self.started
-        return self.received / elapsed if elapsed > 0 else 0.0
-
-
-class CircuitBreaker:
-    """Back off while an operation fails; raise a critical error when it fails for too long.
-
-    :param name: what fails (``peek`` or ``receive``), for the log lines.
-    :param queue: the endpoint's queue, for the log lines.
-    """
-
-    def __init__(
-        self,
-        name: str,
-        queue: str,
-        settings: EndpointSettings,
-        stopping: threading.Event,
-        on_critical_error: object | None,
-    ) -> None:
-        self.name = name
-        self.queue = queue
-        self.settings = settings
-        self._stopping = stopping
-        self._on_critical_error = on_critical_error
-        self._lock = threading.Lock()
-        self.failures = 0
-        self._failing_since: float | None = None
-        self.triggered = False
-
-    @property
-    def armed(self) -> bool:
-        """Whether the last attempt failed."""
-        return self._failing_since is not None
-
-    def success(self) -> None:
-        """The operation worked: close the breaker (logging the recovery if it was open)."""
-        if self._failing_since is None:
-            return
-        with self._lock:
-            if self._failing_since is None:
-                return
-            log.info(
-                "queue %s: %s works again after %d failure(s) in %.1f s",
-                self.queue,
-                self.name,
-                self.failures,
-                time.monotonic() - self._failing_since,
-            )
-            self._failing_since = None
-            self.failures = 0
-            self.triggered = False
-
-    def failure(self, error: BaseException) -> None:
-        """Count a failure, trigger the critical error when due, then back off (interruptible)."""
-        now = time.monotonic()
-        critical = False
-        with self._lock:
-            if self._failing_since is None:
-                self._failing_since = now
-            self.failures += 1
-            failures = self.failures
-            failing_for = now - self._failing_since
-            if not self.triggered and failing_for >= self.settings.critical_error_after:
-                self.triggered = critical = True
-        delay = min(
-            self.settings.max_backoff,
-            self.settings.initial_backoff * 2 ** min(failures - 1, 30),
-        )
-        log.warning(
-            "queue %s: %s failed (%d in a row, for %.1f s); trying again in %.1f s: %s",
-            self.queue,
-            self.name,
-            failures,
-            failing_for,
-            delay,
-            error,
-        )
-        if critical:
-            description = f"Failed to {self.name} from {self.queue} for {failing_for:.0f} s"
-            log.critical("queue %s: %s: %s", self.queue, description, error)
-            callback = self._on_critical_error
-            if callable(callback):
-                try:
-                    callback(description, error)
-                except Exception:
-                    log.exception("queue %s: on_critical_error raised", self.queue)
-        self._stopping.wait(delay)
 
 
 class _Batch:

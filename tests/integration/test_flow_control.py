@@ -21,6 +21,7 @@ import sqlalchemy as sa
 from sqlqueue_orm import OutgoingMessage, Transport, connections, exceptions
 from sqlqueue_orm.receiving import Endpoint, EndpointSettings, HandlerContext, TransactionMode, flow
 from sqlqueue_orm.receiving.flow import leases, slots
+from sqlqueue_orm.receiving.modes.base import Receiver
 from sqlqueue_orm.receiving.worker import WorkerState
 from tests.conftest import only
 from tests.endpoint_app import Job
@@ -311,15 +312,15 @@ def _held_elsewhere(engine: sa.Engine, name: str, slots: range) -> sa.Connection
 
 
 #: The worker each test's receivers run on (as the pump's workers have one each).
-_workers: weakref.WeakKeyDictionary[flow.Receiver, WorkerState] = weakref.WeakKeyDictionary()
+_workers: weakref.WeakKeyDictionary[Receiver, WorkerState] = weakref.WeakKeyDictionary()
 
 
-def _worker_of(receiver: flow.Receiver) -> WorkerState:
+def _worker_of(receiver: Receiver) -> WorkerState:
     """The worker *receiver* runs on in this test: its number decides the slot tried first."""
     return _workers.setdefault(receiver, WorkerState())
 
 
-def _fresh(receiver: flow.Receiver) -> WorkerState:
+def _fresh(receiver: Receiver) -> WorkerState:
     """*receiver*'s worker at the start of a transaction, as the transaction mode sets it."""
     worker = _worker_of(receiver)
     worker.fresh = True

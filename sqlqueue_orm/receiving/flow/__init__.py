@@ -1,10 +1,10 @@
 """Flow control shared by every process on a queue: concurrency limits and the rate limit.
 
 The endpoint's settings choose, once at start-up (:func:`receiver_for`), how its workers take
-messages: a :class:`~sqlqueue_orm.receiving.flow.receiver.Receiver` its transaction mode calls
-on every receive. The limits are receivers, each in its own module:
+messages: a :class:`~sqlqueue_orm.receiving.modes.base.Receiver` its transaction mode calls on
+every receive (the plain receive is the base class). The limits are receivers, each in its own
+module:
 
-* :mod:`~sqlqueue_orm.receiving.flow.receiver`: the plain receive, and what every receiver does;
 * :mod:`~sqlqueue_orm.receiving.flow.global_limit`: ``global_concurrency``, at most K messages
   of the queue in flight across processes;
 * :mod:`~sqlqueue_orm.receiving.flow.key_limit`: ``key_header`` and ``key_concurrency``, at most
@@ -25,15 +25,14 @@ from typing import TYPE_CHECKING
 from sqlqueue_orm.receiving.flow.global_limit import GlobalConcurrency
 from sqlqueue_orm.receiving.flow.key_limit import KeyConcurrency
 from sqlqueue_orm.receiving.flow.rate_limit import RateLimit, RateLimited
-from sqlqueue_orm.receiving.flow.receiver import Receiver
+from sqlqueue_orm.receiving.modes.base import Receiver
 
 if TYPE_CHECKING:
     from sqlqueue_orm import addressing
     from sqlqueue_orm.receiving.settings import EndpointSettings
     from sqlqueue_orm.transport import Transport
 
-__all__ = ["GlobalConcurrency", "KeyConcurrency", "RateLimit", "RateLimited", "Receiver",
-           "receiver_for"]
+__all__ = ["GlobalConcurrency", "KeyConcurrency", "RateLimit", "RateLimited", "receiver_for"]
 
 
 def receiver_for(

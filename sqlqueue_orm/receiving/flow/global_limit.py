@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from sqlqueue_orm import dialects
 from sqlqueue_orm.receiving.flow import local, slots
-from sqlqueue_orm.receiving.flow.receiver import Receiver
+from sqlqueue_orm.receiving.modes.base import Receiver
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection

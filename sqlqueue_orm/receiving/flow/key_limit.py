@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, cast
 
 from sqlqueue_orm import connections, dialects
 from sqlqueue_orm.receiving.flow import leases, local, slots
-from sqlqueue_orm.receiving.flow.receiver import Receiver
+from sqlqueue_orm.receiving.modes.base import Receiver
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlqueue_orm import dialects
 from sqlqueue_orm.models import rate_limit
 from sqlqueue_orm.receiving.flow import slots
-from sqlqueue_orm.receiving.flow.receiver import Receiver
+from sqlqueue_orm.receiving.modes.base import Receiver
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine

@@ -1,11 +1,13 @@
 """One module per transaction mode (NServiceBus's ``ProcessWith*`` classes).
 
-* :mod:`~sqlqueue_orm.receiving.modes.base`: what every mode does alike (expired and poison
-  messages, failures and recoverability, the error and audit queues) and the pump's
+* :mod:`~sqlqueue_orm.receiving.modes.base`: what every mode does alike (the receive of one
+  message in a transaction spanning its handling, expired and poison messages, failures and
+  recoverability, the error and audit queues), the plain
+  :class:`~sqlqueue_orm.receiving.modes.base.Receiver` and the pump's
   :class:`~sqlqueue_orm.receiving.modes.base.Receipt`;
 * :mod:`~sqlqueue_orm.receiving.modes.none`: NONE;
-* :mod:`~sqlqueue_orm.receiving.modes.native`: the receive's transaction spanning the handling,
-  and :mod:`~sqlqueue_orm.receiving.modes.batching`, its batches;
+* :mod:`~sqlqueue_orm.receiving.modes.batching`: a batch in one transaction, and
+  :mod:`~sqlqueue_orm.receiving.modes.native`, the modes that can take one;
 * :mod:`~sqlqueue_orm.receiving.modes.receive_only`, :mod:`~.sends_atomic`,
   :mod:`~.transaction_scope`, :mod:`~.outbox`: how each of those sends and keeps its session.
 

@@ -1,8 +1,10 @@
-"""What every transaction mode does alike: :class:`ReceiveMode` and the pump's :class:`Receipt`.
+"""What every transaction mode does alike: the mode, its receiver, and the pump's receipt.
 
-Each mode takes one message (or a batch) off the queue through its receiver
-(:mod:`sqlqueue_orm.receiving.flow`) and runs the endpoint's handlers on it, with the receive,
-the handlers' ORM session and their sends tied together as its mode says. What they share:
+Each mode takes one message (or a batch) off the queue through its :class:`Receiver` (the plain
+receive here; the limits of :mod:`sqlqueue_orm.receiving.flow` are receivers too) and runs the
+endpoint's handlers on it, with the receive, the handlers' ORM session and their sends tied
+together as its mode says. :meth:`ReceiveMode._process` is the receive of the modes whose
+transaction spans the handling (NONE has its own). What they share:
 
 * an expired message is discarded (the receive commits) without running a handler;
 * a poison row (headers that cannot be read) is moved to the error queue as it is stored, in
@@ -40,10 +42,10 @@ if TYPE_CHECKING:
 
     from sqlqueue_orm import addressing
     from sqlqueue_orm.messages import IncomingMessage
-    from sqlqueue_orm.receiving.flow.receiver import Receiver
     from sqlqueue_orm.receiving.handling import HandlerContext, Handling, Sender
     from sqlqueue_orm.receiving.settings import TransactionMode
     from sqlqueue_orm.receiving.worker import WorkerState
+    from sqlqueue_orm.transport import Transport
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +79,56 @@ def is_permanent(error: BaseException) -> bool:
         cls.__name__ == "ValidationError" and cls.__module__.startswith("pydantic")
         for cls in type(error).__mro__
     )
+
+
+class Receiver:
+    """How a mode takes messages off its queue, chosen once at start-up: here the plain receive.
+
+    A mode calls its receiver at four points of each receive, passing the worker's state:
+    :meth:`enter` before the receive's transaction begins (False: skip this receive),
+    :meth:`receive` in the transaction (once, or more for a batch), :meth:`paced` after a
+    single message was taken (False: put it back), and :meth:`leave` when the receive is over,
+    whatever became of it. The limits (:mod:`sqlqueue_orm.receiving.flow`) override them.
+
+    :param transport: the queue's transport.
+    :param queue: the queue received from.
+    """
+
+    def __init__(self, transport: Transport, queue: str | addressing.QueueAddress) -> None:
+        self.transport = transport
+        self.queue = queue
+        self._table_queue = transport.queue(queue)
+
+    def prepare(self) -> None:
+        """Create what the receiver needs at start-up (nothing here)."""
+
+    def enter(self, worker: WorkerState) -> bool:
+        """Before the receive's transaction: whether to receive at all (here always)."""
+        return True
+
+    def receive(
+        self, worker: WorkerState, connection: Connection, count: int
+    ) -> list[IncomingMessage]:
+        """Take up to *count* of the oldest messages no other receiver holds, in the transaction.
+
+        As :meth:`Transport.receive` with a connection: the queue's one-time checks first,
+        and through the transport's instrumentation when there is one.
+        """
+        transport, table_queue = self.transport, self._table_queue
+        transport._first_use(connection, table_queue)
+        instrumentation = transport.instrumentation
+        if instrumentation is not None:
+            return instrumentation.receive(
+                table_queue.name, lambda: table_queue.receive(connection, count)
+            )
+        return table_queue.receive(connection, count)
+
+    def paced(self, worker: WorkerState) -> bool:
+        """One message was taken (not batched): whether its handlers may start now."""
+        return True
+
+    def leave(self, worker: WorkerState) -> None:
+        """The receive is over (committed, rolled back, or failed)."""
 
 
 class ReceiveMode:
@@ -124,7 +176,89 @@ class ReceiveMode:
             receiver.leave(worker)
 
     def _process(self, receipt: Receipt, worker: WorkerState) -> None:
+        """Receive in a transaction, handle inside a SAVEPOINT, commit or retry or move.
+
+        The receive's transaction spans the handling (every mode but NONE); a batch takes
+        :meth:`_process_batch` (:mod:`~sqlqueue_orm.receiving.modes.batching`).
+        """
+        if self.settings.batch_size > 1:
+            self._process_batch(receipt, worker)
+            return
+        receiver = self.receiver
+        with receipt.connect(self.transport.engine) as connection:
+            transaction = connection.begin()
+            messages = receiver.receive(worker, connection, 1)
+            receipt.received(bool(messages))
+            if not messages or not receiver.paced(worker):
+                self._nothing_handled(transaction, messages)
+                return
+            message = messages[0]
+            if message.expired:
+                self._discard_expired(message)
+                receipt.commit(transaction)
+                receipt.outcome("expired")
+                return
+            if message.headers_error is not None:
+                self._dead_letter(connection, message)
+                receipt.commit(transaction)
+                receipt.outcome("poison")
+                return
+            local = self._forward_delayed(worker, connection, message)
+            if local is None:
+                receipt.commit(transaction)
+                self._wake_forwarded(worker)
+                receipt.outcome("handled")
+                return
+            message = local
+            started = dt.datetime.now(dt.UTC) if self.settings.audit_queue is not None else None
+            # opened when the handlers first reach the database, as in a batch: handlers that
+            # write nothing cost no SAVEPOINT round trips
+            scope = MessageScope(self.transport, connection)
+            try:
+                self._handle_scoped(worker, connection, message, scope)
+                if started is not None:
+                    scope.open()
+                    self._audit(connection, message, started)  # in the receive's transaction
+            except Exception as error:
+                outcome = self._failed(connection, message, scope, error, in_batch=False)
+                if outcome == "retried":
+                    transaction.rollback()
+                    self._returned(message)  # retried at once, so found at once
+                else:  # delayed or failed: its retry or error-queue row commits with the receive
+                    receipt.commit(transaction)
+                    self.failures.forget(str(message.id))  # once committed: gone from here
+                receipt.outcome(outcome)
+                return
+            scope.release()
+            receipt.commit(transaction)
+            self._wake_destinations(scope.sent)
+            self.failures.forget(str(message.id))
+            receipt.outcome("handled")
+
+    def _process_batch(self, receipt: Receipt, worker: WorkerState) -> None:
+        """Receive and handle a batch in one transaction (the batching modes)."""
         raise NotImplementedError
+
+    def _handle(
+        self, worker: WorkerState, connection: Connection, message: IncomingMessage
+    ) -> None:
+        """Run the handlers of *message* as the mode says (its sends, its session)."""
+        raise NotImplementedError
+
+    def _handle_scoped(
+        self,
+        worker: WorkerState,
+        connection: Connection,
+        message: IncomingMessage,
+        scope: MessageScope,
+    ) -> None:
+        """Run the handlers of a message in *scope* (its SAVEPOINT opened on their first write)."""
+        worker.scope = scope
+        try:
+            self._handle(worker, connection, message)
+        finally:
+            worker.scope = None
+
 
     # -- shared steps ----------------------------------------------------------------------
     def _nothing_handled(

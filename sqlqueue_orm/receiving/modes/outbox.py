@@ -16,8 +16,8 @@ if TYPE_CHECKING:
 
     from sqlqueue_orm import addressing
     from sqlqueue_orm.messages import IncomingMessage
-    from sqlqueue_orm.receiving.flow.receiver import Receiver
     from sqlqueue_orm.receiving.handling import Handling
+    from sqlqueue_orm.receiving.modes.base import Receiver
     from sqlqueue_orm.receiving.worker import WorkerState
 
 log = logging.getLogger(__name__)
