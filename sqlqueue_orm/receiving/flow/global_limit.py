@@ -100,13 +100,13 @@ class GlobalConcurrency(Receiver):
     ) -> list[IncomingMessage]:
         """The transaction's first receive takes a slot too: in its statement, or claimed first."""
         if not worker.fresh:
-            return self.transport.receive(self.queue, count, connection=connection)
+            return Receiver.receive(self, worker, connection, count)
         worker.fresh = False  # a later receive of this batch holds the slot already
         if self.receives:
             return self.receive_gated(worker, connection, count)
         if not self.claim(worker, connection):
             return []
-        return self.transport.receive(self.queue, count, connection=connection)
+        return Receiver.receive(self, worker, connection, count)
 
     def receive_gated(
         self, worker: WorkerState, connection: Connection, count: int
@@ -131,7 +131,7 @@ class GlobalConcurrency(Receiver):
         slots.put_back(self.transport, self.queue, connection, taken)
         if not self.claim(worker, connection):
             return []
-        return self.transport.receive(self.queue, count, connection=connection)
+        return Receiver.receive(self, worker, connection, count)
 
     def claim(self, worker: WorkerState, connection: Connection) -> bool:
         """Take a free slot for the life of *connection*'s transaction; False if none came."""

@@ -179,7 +179,7 @@ class KeyConcurrency(Receiver):
                 return taken
             self._refused(connection, taken)
         elif first and self.optimistic:
-            taken = self.transport.receive(self.queue, count, connection=connection)
+            taken = Receiver.receive(self, worker, connection, count)
             if not taken:
                 return taken
             keys = {key for message in taken if (key := self.key_of(message)) is not None}
@@ -234,7 +234,7 @@ class KeyConcurrency(Receiver):
         else:
             if gate is not None and not gate.claim(worker, connection):
                 return []
-            taken = self.transport.receive(self.queue, count, connection=connection)
+            taken = Receiver.receive(self, worker, connection, count)
         if not taken:
             return taken
         held = session.held.get(self.prefix)
