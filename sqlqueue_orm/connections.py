@@ -15,18 +15,29 @@ skipping SQLAlchemy's per-transaction machinery. SQLAlchemy's cursor events (``e
 :class:`~sqlalchemy.engine.Connection`, so callers ask :meth:`ThreadConnections.observed` first
 and take ``engine.begin()`` while anyone is listening. This module never calls back into the
 transport.
+
+The driver-level calls on a SQLAlchemy :class:`~sqlalchemy.engine.Connection` live here too:
+:func:`driver_cursor` (the hot path's statements on the DBAPI cursor of the caller's
+transaction), :func:`rollback_on_driver`, :func:`direct_session` (whether the session's server
+process is the one the driver connected to), and :class:`SessionLocks` with its pool
+``checkin`` listener :func:`give_back_session_locks` (locks a connection holds for its session,
+given back when it returns to the pool).
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
+
+log = logging.getLogger(__name__)
 
 
 def raw_connection(engine: Engine) -> Any:
@@ -355,3 +366,140 @@ class _HeldConnection:
             self.close()
         except Exception:  # noqa: S110  (interpreter shutdown: nothing to give back to)
             pass
+
+
+# -- driver-level calls on a SQLAlchemy Connection ----------------------------------------------
+def driver_cursor(connection: Connection) -> Any | None:
+    """A DBAPI cursor in the connection's transaction, or None to go through SQLAlchemy.
+
+    None while SQLAlchemy's cursor events or SQL echo would see the statements (tracing, SQL
+    logging): they fire only through ``exec_driver_sql``. The listener checks follow
+    SQLAlchemy's own (``_has_events`` first): the connection's dispatch joins the engine's
+    lazily, at a cost per new Connection, so it is read only when listeners were added to the
+    connection itself.
+    """
+    if connection._echo:  # echo=True, or SQL logging switched on (as SQLAlchemy reads it)
+        return None
+    if connection._has_events:
+        dispatch: Any = connection.dispatch
+        if dispatch.before_cursor_execute or dispatch.after_cursor_execute:
+            return None
+    engine = connection.engine
+    if engine._has_events and (
+        engine.dispatch.before_cursor_execute or engine.dispatch.after_cursor_execute
+    ):
+        return None
+    if not connection.in_transaction():
+        connection.begin()  # what autobegin would do: the caller commits or rolls back
+    return connection.connection.cursor()
+
+
+def driver_rows(connection: Connection, text: str, params: Any) -> list[Any]:
+    """Every row of *text* (in the driver's paramstyle) run in *connection*'s transaction.
+
+    On the driver's cursor (SQLAlchemy's statement machinery costs as much as the round
+    trip), unless something listens to the statements (:func:`driver_cursor`).
+    """
+    cursor = driver_cursor(connection)
+    if cursor is None:
+        return list(connection.exec_driver_sql(text, params))
+    try:
+        cursor.execute(text, params)
+        return cursor.fetchall()  # type: ignore[no-any-return]
+    finally:
+        cursor.close()
+
+
+def rollback_on_driver(connection: Connection) -> None:
+    """Roll back *connection*'s transaction with the driver's own rollback (no statement).
+
+    The next statement begins a new transaction; SQLAlchemy's transaction object is left as
+    it was (the caller ends it, which then has nothing left to undo).
+    """
+    connection.connection.dbapi_connection.rollback()  # type: ignore[union-attr]
+
+
+def direct_session(connection: Connection, backend: str) -> bool:
+    """Whether *connection*'s session runs on the server process the driver connected to.
+
+    *backend* reads the session's server process (``SELECT pg_backend_pid()``). Behind a
+    pooler in transaction mode (PgBouncer) the next transaction may run on another server
+    connection; PgBouncer answers the connection with a process id of its own, so the two
+    differ there. A pooler that passed the server's own id through would defeat this check.
+    """
+    driver_info = getattr(connection.connection.dbapi_connection, "info", None)
+    pid = getattr(driver_info, "backend_pid", None)
+    if pid is None:
+        return False
+    rows = driver_rows(connection, backend, ())
+    return bool(rows) and rows[0][0] == pid
+
+
+#: libpq's transaction status of a connection outside any transaction (``PQTRANS_IDLE``), as
+#: psycopg's ``connection.info.transaction_status`` gives it.
+_IDLE = 0
+#: Where a DBAPI connection's :class:`SessionLocks` are kept (its pool record's ``info``).
+SESSION_LOCKS = "sqlqueue.session_locks"
+
+
+class SessionLocks:
+    """Locks one DBAPI connection holds for its session, given back when it is checked in.
+
+    :param release: the statement giving locks back (in the driver's paramstyle), with
+        ``prefix`` and ``held`` (a JSON array of ``[name, slot]``) bound by *params*.
+    :param params: the driver's parameters of *release* from its values.
+    """
+
+    __slots__ = ("held", "params", "release")
+
+    def __init__(self, release: str, params: Callable[[dict[str, str]], Any]) -> None:
+        #: Per prefix of the lock names: name -> the slot held.
+        self.held: dict[str, dict[str, int]] = {}
+        self.release = release
+        self.params = params
+
+    @staticmethod
+    def values(prefix: str, held: Collection[tuple[str, int]]) -> dict[str, str]:
+        """The release statement's values for the locks *held* (name, slot) after *prefix*."""
+        return {"prefix": prefix, "held": json.dumps(list(held))}
+
+
+def listen_for_session_locks(engine: Engine) -> None:
+    """Give back each connection's :class:`SessionLocks` when it returns to *engine*'s pool."""
+    if not sa.event.contains(engine, "checkin", give_back_session_locks):
+        sa.event.listen(engine, "checkin", give_back_session_locks)
+
+
+def give_back_session_locks(dbapi_connection: Any, record: Any) -> None:
+    """Pool ``checkin`` listener: a connection's session locks end with its checkout.
+
+    First a rollback when the connection is in a transaction still (a reset that failed, a
+    connection dropped without being closed): the commit that ends the statement giving the
+    locks back must never commit it. Not otherwise: psycopg forgets its prepared statements on
+    a rollback. If giving them back fails, the connection is closed instead (the server frees
+    them).
+    """
+    locks = record.info.get(SESSION_LOCKS)
+    if not locks or dbapi_connection is None or not any(locks.held.values()):
+        return
+    try:
+        status = getattr(getattr(dbapi_connection, "info", None), "transaction_status", None)
+        if status != _IDLE:  # (not known: roll back)
+            dbapi_connection.rollback()
+        cursor = dbapi_connection.cursor()
+        try:
+            for prefix, held in locks.held.items():
+                if held:
+                    values = SessionLocks.values(prefix, held.items())
+                    cursor.execute(locks.release, locks.params(values))
+        finally:
+            cursor.close()
+        dbapi_connection.commit()
+    except BaseException as error:  # the driver's own, or an interrupt: closing frees them
+        log.warning("giving back session locks failed, closing the connection: %s", error)
+        record.invalidate(error if isinstance(error, Exception) else None)
+        if not isinstance(error, Exception):
+            raise
+    finally:
+        for held in locks.held.values():
+            held.clear()

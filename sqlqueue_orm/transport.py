@@ -559,38 +559,6 @@ class Transport:
         with self._connections.statement() as cursor:
             return table_queue.receive_on_cursor(cursor, max_messages)
 
-    def receive_returning(
-        self,
-        queue: QueueRef,
-        max_messages: int,
-        connection: Connection,
-        returning: str,
-        values: dict[str, Any],
-    ) -> tuple[list[IncomingMessage], list[list[Any]]]:
-        """:meth:`receive` in *connection*'s transaction, with further columns per row taken.
-
-        *returning* is a list of expressions over each deleted row, bound with *values*:
-        flow control's one-statement key claim (see ``TableQueue.receive_returning``). Returns
-        the messages and each further column as a list, one value per message.
-        """
-        table_queue = self.queue(queue)
-        self._first_use(connection, table_queue)
-        if self.instrumentation is None:
-            return table_queue.receive_returning(connection, max_messages, returning, values)
-        taken: list[IncomingMessage] = []
-        columns: list[list[Any]] = []
-
-        def proceed() -> list[IncomingMessage]:
-            messages, extra = table_queue.receive_returning(
-                connection, max_messages, returning, values
-            )
-            taken[:], columns[:] = messages, extra
-            return messages
-
-        # what the statement took, whatever the instrumentation returns: the columns match it
-        self.instrumentation.receive(table_queue.name, proceed)
-        return taken, columns
-
     def browse(
         self,
         queue: QueueRef,

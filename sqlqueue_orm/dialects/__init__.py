@@ -22,7 +22,6 @@ from sqlqueue_orm.dialects.base import (
     DialectSupport,
     FenceKind,
     QueueLayout,
-    SlotClaims,
 )
 
 __all__ = [
@@ -35,7 +34,6 @@ __all__ = [
     "DialectSupport",
     "FenceKind",
     "QueueLayout",
-    "SlotClaims",
     "for_dialect",
 ]
 

@@ -5,10 +5,11 @@ a dialect does differently with them (take the install lock, delete in batches, 
 Code outside :mod:`sqlqueue_orm.dialects` asks ``dialects.for_dialect(engine).field`` instead of
 branching on ``dialect.name``; what a dialect cannot do is ``None`` there. Related statements
 come in small frozen groups: :class:`SqlText` (the hot path: send, receive, peek, purge),
-:class:`NotifyWakeup` (``LISTEN``/``NOTIFY``), :class:`SessionLock` and :class:`StreamFence`
+:class:`NotifyWakeup` (``LISTEN``/``NOTIFY``), :class:`FlowStatements` (the flow-control
+claims and rate reservations), :class:`SessionLock` and :class:`StreamFence`
 (the Spark stream's single reader and its offsets). Where dialects differ in kind rather than
 in text, the field is a value naming the behaviour (:class:`QueueLayout`, :class:`AddressForm`,
-:class:`FenceKind`, :class:`SlotClaims`), never a dialect's name.
+:class:`FenceKind`), never a dialect's name.
 """
 
 from __future__ import annotations
@@ -58,15 +59,6 @@ class AddressForm(enum.Enum):
     BRACKETED = "bracketed"
     #: ``"schema"."table"``, parts double-quoted; no catalog.
     SCHEMA_QUALIFIED = "schema_qualified"
-
-
-class SlotClaims(enum.StrEnum):
-    """How the flow-control claim of several slots gets its limits (receiving/flow.py)."""
-
-    #: One JSON document (OPENJSON on SQL Server).
-    JSON = "json"
-    #: Scalar parameters for a few limits, beyond them a JSON array of names per limit.
-    GROUPED = "grouped"
 
 
 class FenceKind(enum.Enum):
@@ -248,8 +240,6 @@ class DialectSupport:
     #: and SQLite's WAL readers do; SQL Server's peek reads past locked rows): the pump then
     #: subtracts the rows its own handlers hold.
     peek_counts_held_rows: bool = False
-    #: How the flow-control claim of several slots gets its limits (receiving/flow.py).
-    slot_claims: SlotClaims = SlotClaims.JSON
     #: How the .NET transport of this database writes a queue address.
     address_form: AddressForm = AddressForm.BRACKETED
     #: The queue table layout (NServiceBus's two).
@@ -335,6 +325,9 @@ class DialectSupport:
     #: Sets storage settings: ``{table}`` quoted by SQLAlchemy, ``{settings}`` ``name=value, ...``.
     storage_ddl: str = ""
 
+    #: Flow control's statements (:class:`FlowStatements`); ``None``: limits hold per process.
+    flow: FlowStatements | None = None
+
     @property
     def listen_notify(self) -> bool:
         """Whether idle receivers can be woken by ``LISTEN``/``NOTIFY`` (:attr:`notify_wakeup`)."""
@@ -406,3 +399,60 @@ class DialectSupport:
 
 #: A database this package does not know: the rules applied before dialects had a home.
 GENERIC = DialectSupport(name="")
+
+
+# -- flow control (sqlqueue_orm.receiving.flow) ----------------------------------------------
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FlowStatements:
+    """Flow control's statements on one database: slot claims, key leases, the rate schedule.
+
+    A dialect without them (:attr:`DialectSupport.flow` ``None``) has no locks shared between
+    processes: its limits hold within one process (SQLite).
+    """
+
+    #: Claim a free one of ``:k`` slots named ``:name`` in the caller's transaction, ``:first``
+    #: tried first, then the next ones (modulo ``:k``): the slot number, or no row or -1 when
+    #: every slot is held. One slot at most is claimed.
+    claim_slot: str
+    #: Claim one slot of each of several limits in one statement, each tried from ``:first`` on
+    #: as :attr:`claim_slot` does: how many limits got one. A limit refused leaves the others'
+    #: locks taken (the caller rolls the transaction back).
+    claim_slots: str
+    #: Whether :attr:`claim_slots` takes two groups of names (``:prefix_a``, ``:names_a`` (a
+    #: JSON array), ``:k_a``, and the same for ``b``) rather than one JSON document ``:claims``
+    #: of ``[name, limit, index]``.
+    grouped_claims: bool = False
+    #: The claim of 0, 1, ... limits with scalar parameters (``:name_a``, ``:k_a``, ...), by
+    #: count; ``()``: every claim of several limits goes through :attr:`claim_slots`.
+    few_claims: tuple[str, ...] = ()
+    #: Columns that follow the receive's own RETURNING list: each row's key (``:pattern``)
+    #: and the claim of that key's slot (``:prefix``, ``:k``), and the global slot's claim
+    #: (``:gname``, ``:gk``; ``:gk`` 0: none). ``None``: the receive cannot claim.
+    receive_claiming: str | None = None
+    #: The global slot's claim alone as a column after the receive's RETURNING list.
+    receive_gated: str | None = None
+    #: Claim key slots for the session (``:prefix``, ``:names``, ``:k``, ``:first``): one row
+    #: per name with its slot, NULL when all are held. ``None``: no session claims.
+    lease: str | None = None
+    #: Give back session slots: ``:held`` a JSON array of ``[name, slot]`` after ``:prefix``.
+    unlease: str | None = None
+    #: The server process of the session (compared with the one the driver connected to).
+    backend: str | None = None
+    #: Reserve the next ``:step`` seconds of the rate schedule ``:name`` in ``{table}``, at
+    #: most ``:wait`` seconds ahead, ``:tau`` seconds of idle credit: the seconds until the
+    #: reserved start, or no row or NULL when none is that close.
+    reserve: str
+    #: Whether :attr:`reserve` is one statement, atomic alone (run in autocommit).
+    reserve_alone: bool = False
+
+    def claiming_receive(self, receive: str, keys: bool) -> str:
+        """*receive* (a receive ending with its RETURNING list) claiming slots as it takes rows.
+
+        :param keys: the key slots and the global slot (:attr:`receive_claiming`); else the
+            global slot alone (:attr:`receive_gated`).
+        :raises ValueError: this database's receive cannot claim (or returns no columns).
+        """
+        columns = self.receive_claiming if keys else self.receive_gated
+        if columns is None or " RETURNING " not in receive:
+            raise ValueError("this dialect's receive cannot claim slots")
+        return f"{receive}, {columns}"

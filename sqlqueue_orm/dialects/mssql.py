@@ -227,6 +227,74 @@ STREAM_FENCE = base.StreamFence(
     kind=base.FenceKind.LOCKING_SCAN, scan_hint="WITH (READCOMMITTEDLOCK)"
 )
 
+# -- flow control (sqlqueue_orm.receiving.flow): sp_getapplock -------------------------------
+# A slot is an application lock owned by the transaction, named ``sqlqueue.slots.`` + the
+# SHA-256 of the lock name + ``.`` + the slot; every claim tries ``:first`` first, then the next
+# slots modulo the limit. EXEC takes variables, not expressions: the resource name is built in
+# @resource first.
+FLOW_CLAIM_SLOT = (
+    "SET NOCOUNT ON; "
+    "DECLARE @k int = :k, @first int = :first, @slot int = 0, @result int, "
+    "@resource nvarchar(255), "
+    "@base nvarchar(64) = CONVERT(nvarchar(64), HASHBYTES('SHA2_256', "
+    "CAST(:name AS nvarchar(4000))), 2); "
+    "WHILE @slot < @k BEGIN "
+    "SET @resource = N'sqlqueue.slots.' + @base + N'.' "
+    "+ CAST((@slot + @first) % @k AS nvarchar(10)); "
+    "EXEC @result = sp_getapplock @Resource = @resource, @LockMode = 'Exclusive', "
+    "@LockOwner = 'Transaction', @LockTimeout = 0; "
+    "IF @result >= 0 BREAK; "
+    "SET @slot += 1; "
+    "END; "
+    "SELECT CASE WHEN @slot < @k THEN (@slot + @first) % @k ELSE -1 END;"
+)
+#: :claims is a JSON array of [name, limit, index] (SQL Server 2016+: OPENJSON; a schema, not
+#: JSON_VALUE, which gives NULL past 4,000 characters); the loop stops at the first limit
+#: refused.
+FLOW_CLAIM_SLOTS = (
+    "SET NOCOUNT ON; "
+    "DECLARE @first int = :first, @i int = 0, @n int, @k int, @slot int, @result int, "
+    "@name nvarchar(max), @base nvarchar(64), @resource nvarchar(255); "
+    "DECLARE @wanted TABLE (i int PRIMARY KEY, name nvarchar(max), k int); "
+    "INSERT INTO @wanted (i, name, k) SELECT i, name, k "
+    "FROM OPENJSON(CAST(:claims AS nvarchar(max))) "
+    "WITH (name nvarchar(max) '$[0]', k int '$[1]', i int '$[2]'); "
+    "SELECT @n = COUNT(*) FROM @wanted; "
+    "WHILE @i < @n BEGIN "
+    "SELECT @name = name, @k = k FROM @wanted WHERE i = @i; "
+    "SET @base = CONVERT(nvarchar(64), HASHBYTES('SHA2_256', "
+    "CAST(@name AS nvarchar(4000))), 2); "
+    "SET @slot = 0; SET @result = -1; "
+    "WHILE @slot < @k AND @result < 0 BEGIN "
+    "SET @resource = N'sqlqueue.slots.' + @base + N'.' "
+    "+ CAST((@slot + @first) % @k AS nvarchar(10)); "
+    "EXEC @result = sp_getapplock @Resource = @resource, @LockMode = 'Exclusive', "
+    "@LockOwner = 'Transaction', @LockTimeout = 0; "
+    "SET @slot += 1; "
+    "END; "
+    "IF @result < 0 BREAK; "
+    "SET @i += 1; "
+    "END; "
+    "SELECT @i;"
+)
+#: The rate schedule's reservation: the row is locked first, the clock read after.
+FLOW_RESERVE = (
+    "SET NOCOUNT ON; "
+    "DECLARE @tau float = :tau, @step float = :step, @wait float = :wait, @next float, "
+    "@now float, @slot float; "
+    "SELECT @next = next_at FROM {table} WITH (UPDLOCK, ROWLOCK) WHERE name = :name; "
+    "SET @now = DATEDIFF_BIG(microsecond, '19700101', SYSUTCDATETIME()) / 1e6; "
+    "SET @slot = CASE WHEN @next > @now - @tau THEN @next ELSE @now - @tau END; "
+    "IF @slot - @now <= @wait "
+    "UPDATE {table} SET next_at = @slot + @step WHERE name = :name; "
+    "ELSE SET @slot = NULL; "
+    "SELECT @slot - @now;"
+)
+
+FLOW = base.FlowStatements(
+    claim_slot=FLOW_CLAIM_SLOT, claim_slots=FLOW_CLAIM_SLOTS, reserve=FLOW_RESERVE
+)
+
 SUPPORT = MssqlSupport(
     hot_path=HOT_PATH,
     session_lock=SESSION_LOCK,
@@ -253,4 +321,5 @@ SUPPORT = MssqlSupport(
     missing_column_markers=("invalid column name",),
     transient_markers=(*base.GENERIC_TRANSIENT, "1205"),  # 1205: deadlock victim
     subscribe=SUBSCRIBE_MERGE,
+    flow=FLOW,
 )

@@ -220,6 +220,151 @@ class PostgresqlSupport(base.DialectSupport):
         return postgresql.dialect(paramstyle="named")  # type: ignore[no-untyped-call]
 
 
+# -- flow control (sqlqueue_orm.receiving.flow): advisory locks ------------------------------
+# A slot is a transaction-scoped advisory lock ``(hashtext(<lock name>), <slot>)``; a lease is
+# the same lock taken for the session. Every statement tries ``:first`` first, then the next
+# slots modulo the limit, so each worker of a process prefers a slot of its own.
+_FIRST = "CAST(:first AS integer)"
+
+
+def _free_slot(lock: str, key: str) -> str:
+    """The slot of ``:k`` that *lock* took for *key*; NULL when all are held.
+
+    *lock* is an advisory lock function, *key* an SQL expression (the lock's first half). CASE
+    runs the scan (a generate_series of K rows) only when the first slot is taken; LIMIT 1
+    stops it at the first lock taken, so one slot at most is claimed.
+    """
+    k = "CAST(:k AS integer)"
+    return (
+        f"CASE WHEN {lock}({key}, mod({_FIRST}, {k})) THEN mod({_FIRST}, {k}) "
+        f"ELSE (SELECT mod(slot + {_FIRST}, {k}) FROM generate_series(1, {k} - 1) AS slot "
+        f"WHERE {lock}({key}, mod(slot + {_FIRST}, {k})) LIMIT 1) END"
+    )
+
+
+def _claim_of(name: str, k: str) -> str:
+    """Whether a slot of *k* named *name* (SQL expressions) was taken, as the claim takes it."""
+    return (
+        f"CASE WHEN pg_try_advisory_xact_lock(hashtext({name}), mod({_FIRST}, {k})) "
+        f"THEN true ELSE EXISTS (SELECT FROM generate_series(1, {k} - 1) AS slot "
+        f"WHERE pg_try_advisory_xact_lock(hashtext({name}), "
+        f"mod(slot + {_FIRST}, {k}))) END"
+    )
+
+
+def _claim_few(count: int) -> str:
+    """The claim of *count* limits (``:name_a``, ``:k_a``, ...): how many got one.
+
+    Scalar parameters: cheaper than the JSON of :data:`FLOW_CLAIM_SLOTS` for the one or two
+    limits of a single message's receive.
+    """
+    parts = []
+    for letter in "abcdefgh"[:count]:
+        name, limit = f"hashtext(:name_{letter})", f"CAST(:k_{letter} AS integer)"
+        parts.append(
+            f"(CASE WHEN pg_try_advisory_xact_lock({name}, mod({_FIRST}, {limit})) "
+            f"THEN 1 ELSE (SELECT count(*) FROM (SELECT FROM generate_series(1, {limit} - 1) "
+            f"AS slot WHERE pg_try_advisory_xact_lock({name}, "
+            f"mod(slot + {_FIRST}, {limit})) LIMIT 1) AS taken) END)"
+        )
+    return "SELECT " + (" + ".join(parts) or "0")
+
+
+#: Most limits claimed with scalar parameters (:func:`_claim_few`); more go through JSON.
+FEW_CLAIMS = 8
+
+#: Two groups of names, each a JSON array of text sharing one limit and one prefix of the lock
+#: names (a batch's keys after the queue's key prefix, and the global slot's name after ''):
+#: one text parameter per group costs the driver and the server far less than a text[] of many
+#: names, and the keys alone less than their whole lock names.
+FLOW_CLAIM_SLOTS = "SELECT " + " + ".join(
+    f"(SELECT count(*) FROM json_array_elements_text(CAST(:names_{group} AS json)) "
+    f"AS wanted(name) CROSS JOIN LATERAL (SELECT hashtext(CAST(:prefix_{group} AS text) "
+    f"|| wanted.name) AS hashed) AS lock WHERE CASE WHEN pg_try_advisory_xact_lock("
+    f"lock.hashed, mod(CAST(:first AS integer), CAST(:k_{group} AS integer))) THEN true "
+    f"ELSE EXISTS (SELECT FROM generate_series(1, CAST(:k_{group} AS integer) - 1) AS slot "
+    f"WHERE pg_try_advisory_xact_lock(lock.hashed, "
+    f"mod(slot + CAST(:first AS integer), CAST(:k_{group} AS integer)))) END)"
+    for group in "ab"
+)
+
+#: Where the receive's row holds its key: the value after the first ``"<header>":"``
+#: (``:pattern``) up to the next quote, NULL when that is absent or empty. Plain text functions,
+#: no JSON parsing in SQL (which a row of unreadable headers would make fail).
+_FOUND_KEY = "NULLIF(split_part(split_part(headers, CAST(:pattern AS text), 2), '\"', 1), '')"
+_KEY_LOCK = f"hashtext(CAST(:prefix AS text) || {_FOUND_KEY})"
+
+#: The claims of the received messages' key slots and of the global slot, as further columns
+#: of the receive's own RETURNING list: ONE statement takes the rows and their slots. Per row:
+#: the key read from the stored headers text where it has the compact JSON form
+#: ``"<header>":"<value>"`` (our serializer's and NServiceBus's), then the claim of that key's
+#: slot (``:prefix`` || key, ``:k`` slots, ``:first`` first; NULL without a key); and the global
+#: slot's claim (``:gname``, ``:gk`` slots; ``:gk`` 0: none), a scalar subquery run once, at the
+#: first row. The caller checks each key read here against the headers as parsed: a key read
+#: otherwise (JSON escapes, a header written twice or spaced) has its slot claimed by a second
+#: statement; a lock taken for a misread key only restricts (it ends with the transaction).
+#: Columns of RETURNING rather than a CTE around the DELETE: the CTE costs the server more per
+#: row than these columns do.
+FLOW_RECEIVE_CLAIMING = (
+    f"{_FOUND_KEY}, CASE WHEN pg_try_advisory_xact_lock({_KEY_LOCK}, "
+    "mod(CAST(:first AS integer), CAST(:k AS integer))) THEN true "
+    f"WHEN {_FOUND_KEY} IS NULL THEN NULL "
+    "ELSE EXISTS (SELECT FROM generate_series(1, CAST(:k AS integer) - 1) AS slot "
+    f"WHERE pg_try_advisory_xact_lock({_KEY_LOCK}, "
+    "mod(slot + CAST(:first AS integer), CAST(:k AS integer)))) END, "
+    "(SELECT CASE WHEN CAST(:gk AS integer) = 0 THEN true ELSE "
+    + _claim_of("CAST(:gname AS text)", "CAST(:gk AS integer)")
+    + " END)"
+)
+
+#: The global slot's claim alone as a further column of the receive's RETURNING list: the
+#: global limit without a per-key one, one statement per receive instead of two. A scalar
+#: subquery, so it runs once, at the first row (no row: no lock).
+FLOW_RECEIVE_GATED = "(SELECT " + _claim_of("CAST(:gname AS text)", "CAST(:gk AS integer)") + ")"
+
+#: A key slot claimed for the session, so it stays held from one batch to the next: each name
+#: of the JSON array ``:names`` (after ``:prefix``) tried from ``:first`` on; one row per name
+#: with the slot taken, NULL when all ``:k`` are held. The same locks as the transaction's
+#: claims: the two count together.
+FLOW_LEASE = (
+    "SELECT wanted.name, "
+    + _free_slot("pg_try_advisory_lock", "lock.hashed")
+    + " FROM json_array_elements_text(CAST(:names AS json)) AS wanted(name) "
+    "CROSS JOIN LATERAL (SELECT hashtext(CAST(:prefix AS text) || wanted.name) AS hashed) AS lock"
+)
+FLOW_UNLEASE = (
+    "SELECT count(*) FILTER (WHERE pg_advisory_unlock(hashtext(CAST(:prefix AS text) "
+    "|| (held.value ->> 0)), CAST(held.value ->> 1 AS integer))) "
+    "FROM json_array_elements(CAST(:held AS json)) AS held"
+)
+
+#: The rate schedule's reservation. The clock is read before the row lock is granted: a caller
+#: that waited reserves after the one it waited for (next_at only grows) and sleeps a little
+#: longer than it needs.
+FLOW_RESERVE = (
+    "WITH now AS (SELECT EXTRACT(EPOCH FROM clock_timestamp()) AS t) "
+    "UPDATE {table} SET next_at = GREATEST(next_at, (SELECT t FROM now) - "
+    "CAST(:tau AS float8)) + CAST(:step AS float8) "
+    "WHERE name = :name AND GREATEST(next_at, (SELECT t FROM now) - CAST(:tau AS float8)) "
+    "- (SELECT t FROM now) <= CAST(:wait AS float8) "
+    "RETURNING next_at - CAST(:step AS float8) - (SELECT t FROM now)"
+)
+
+FLOW = base.FlowStatements(
+    claim_slot="SELECT " + _free_slot("pg_try_advisory_xact_lock", "hashtext(:name)"),
+    claim_slots=FLOW_CLAIM_SLOTS,
+    grouped_claims=True,
+    few_claims=tuple(_claim_few(count) for count in range(FEW_CLAIMS + 1)),
+    receive_claiming=FLOW_RECEIVE_CLAIMING,
+    receive_gated=FLOW_RECEIVE_GATED,
+    lease=FLOW_LEASE,
+    unlease=FLOW_UNLEASE,
+    backend="SELECT pg_backend_pid()",
+    reserve=FLOW_RESERVE,
+    reserve_alone=True,  # one UPDATE: no BEGIN and COMMIT round trips around it
+)
+
+
 SUPPORT = PostgresqlSupport(
     hot_path=HOT_PATH,
     notify_wakeup=NOTIFY_WAKEUP,
@@ -235,7 +380,6 @@ SUPPORT = PostgresqlSupport(
     storage_catalog=STORAGE_CATALOG,
     storage_ddl=STORAGE_DDL,
     peek_counts_held_rows=True,
-    slot_claims=base.SlotClaims.GROUPED,
     identifier_limit=IDENTIFIER_LIMIT,
     identifier_unit="bytes",
     creates_schemas=True,
@@ -255,4 +399,5 @@ SUPPORT = PostgresqlSupport(
     transient_markers=(*base.GENERIC_TRANSIENT, "40p01"),  # 40P01: deadlock detected
     # NServiceBus's CreateSubscriptionTableText writes them unquoted: lower case.
     subscription_columns=("queueaddress", "endpoint", "topic"),
+    flow=FLOW,
 )

@@ -169,4 +169,5 @@ SUPPORT = SqliteSupport(
     missing_table_markers=("no such table",),
     missing_column_markers=("no such column", "has no column named"),
     transient_markers=(*base.GENERIC_TRANSIENT, "database is locked"),
+    flow=None,  # no locks shared between processes: flow control holds within one
 )

@@ -21,7 +21,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Dialect
 
-from sqlqueue_orm import addressing, db, exceptions
+from sqlqueue_orm import addressing, connections, db, dialects, exceptions
 from sqlqueue_orm.messages import IncomingMessage, PreparedMessage
 from sqlqueue_orm.queuing import floor as floor_module
 from sqlqueue_orm.queuing import sql
@@ -38,29 +38,6 @@ _ADVISORY_WINDOW = 256
 _CACHED_LIMITS = 64
 _NO_PARAMETERS: dict[str, Any] = {}
 _FROM_ZERO: dict[str, Any] = {"floor": 0}
-
-
-def _driver_cursor(connection: Connection) -> Any | None:
-    """A DBAPI cursor in the connection's transaction, or None to go through SQLAlchemy.
-
-    The listener checks follow SQLAlchemy's own (``_has_events`` first): the connection's
-    dispatch joins the engine's lazily, at a cost per new Connection, so it is read only when
-    listeners were added to the connection itself.
-    """
-    if connection._echo:  # echo=True, or SQL logging switched on (as SQLAlchemy reads it)
-        return None
-    if connection._has_events:
-        dispatch: Any = connection.dispatch
-        if dispatch.before_cursor_execute or dispatch.after_cursor_execute:
-            return None
-    engine = connection.engine
-    if engine._has_events and (
-        engine.dispatch.before_cursor_execute or engine.dispatch.after_cursor_execute
-    ):
-        return None
-    if not connection.in_transaction():
-        connection.begin()  # what autobegin would do: the caller commits or rolls back
-    return connection.connection.cursor()
 
 
 class TableQueue:
@@ -97,8 +74,10 @@ class TableQueue:
             self.floor = floor_module.ReceiveFloor(self.name)
             self._peek_from_floor = sql.render(self._text.peek_from_floor, dialect, table)
         self._receive_by_id: sql.Statement | None = None  # rendered on first use
-        # receive_returning's statements by (further columns, row limit, advisory variant)
-        self._returning: dict[tuple[str, int, bool], sql.Statement] = {}
+        # receive_claiming's statements by (key slots too, row limit, advisory variant)
+        self._claiming: dict[tuple[bool, int, bool], sql.Statement] = {}
+        #: Flow control's statements of the dialect (None: it has no shared locks).
+        self._flow = dialects.for_dialect(dialect).flow
         self._purge = sql.render(self._text.purge_expired, dialect, table)
         self._purge_all = sql.render(self._text.purge_all, dialect, table)
         self._receive_advisory = self._purge_advisory = None
@@ -140,35 +119,40 @@ class TableQueue:
         rows = self._on(connection, self._receive_args(max_messages), fetch=True)
         return self._messages(rows)
 
-    def receive_returning(
+    def receive_claiming(
         self,
         connection: Connection,
         max_messages: int,
-        returning: str,
+        keys: bool,
         values: dict[str, Any],
     ) -> tuple[list[IncomingMessage], list[list[Any]]]:
-        """:meth:`receive` returning the further columns *returning* for each row taken.
+        """:meth:`receive` claiming flow control's slots in the same statement.
 
-        *returning* is a list of expressions over the deleted row, written after the receive's
-        own RETURNING list (id, seq, expired, headers, body), binding *values* (flow control's
-        one-statement key claim; PostgreSQL, whose every receive ends with that list).
+        The dialect's receive with its claim columns after its own RETURNING list
+        (:meth:`~sqlqueue_orm.dialects.base.FlowStatements.claiming_receive`), binding *values*.
 
-        :returns: the messages, and each further column as a list of its values, one per
+        :param keys: each row's key and its key slot's claim, then the global slot's
+            (``receive_claiming``); else the global slot's claim alone (``receive_gated``).
+        :returns: the messages, and each claim column as a list of its values, one per
             message in the same order (no list at all when nothing was taken; a batch's rows
             are not copied into a tuple each).
+        :raises ValueError: the dialect's receive cannot claim.
         """
         self.probe(connection)
-        key = (returning, max_messages, self._advisory())
-        statement = self._returning.get(key)
+        key = (keys, max_messages, self._advisory())
+        statement = self._claiming.get(key)
         if statement is None:
+            if self._flow is None:
+                raise ValueError(f"queue {self.name}: this dialect's receive cannot claim slots")
             template, literals = self._receive_template(max_messages, key[2])
-            if " RETURNING " not in template:
-                raise ValueError(f"queue {self.name}: this dialect's receive returns no columns")
             statement = sql.render(
-                f"{template}, {returning}", self._dialect, self.quoted_table, literals
+                self._flow.claiming_receive(template, keys),
+                self._dialect,
+                self.quoted_table,
+                literals,
             )
-            if len(self._returning) < _CACHED_LIMITS:
-                self._returning[key] = statement
+            if len(self._claiming) < _CACHED_LIMITS:
+                self._claiming[key] = statement
         floor = self.floor
         position, epoch = floor.start() if floor is not None else (0, 0)
         if floor is not None:
@@ -182,7 +166,7 @@ class TableQueue:
         messages = self._messages(rows, ordered=True)
         if messages and floor is not None:
             floor.advance(messages[0].row_version, epoch, position)
-        own = 5  # id, seq, expired, headers, body; the further columns follow
+        own = 5  # id, seq, expired, headers, body; the claim columns follow
         width = len(rows[0]) if rows else own
         columns = [list(map(operator.itemgetter(column), rows)) for column in range(own, width)]
         return messages, columns
@@ -410,7 +394,7 @@ class TableQueue:
 
     def _on(self, connection: Connection, args: tuple[sql.Statement, Any, bool],
             fetch: bool = False) -> Any:
-        cursor = _driver_cursor(connection)
+        cursor = connections.driver_cursor(connection)
         if cursor is not None:
             try:
                 return self._run(cursor, args, fetch)

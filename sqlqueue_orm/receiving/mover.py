@@ -19,10 +19,10 @@ import time
 from typing import TYPE_CHECKING
 
 from sqlqueue_orm import addressing
-from sqlqueue_orm.receiving import pump
+from sqlqueue_orm.receiving import circuit_breaker
 
 if TYPE_CHECKING:
-    from sqlqueue_orm.receiving.endpoint import Endpoint
+    from sqlqueue_orm.receiving.handling import Handling
 
 log = logging.getLogger(__name__)
 
@@ -34,26 +34,28 @@ _SLICE = 1.0
 
 
 class DelayedMessageMover:
-    """Moves *endpoint*'s matured delayed messages into its input queue (see the module)."""
+    """Moves an endpoint's matured delayed messages into its input queue (see the module).
 
-    def __init__(self, endpoint: Endpoint) -> None:
-        self.endpoint = endpoint
-        self.transport = endpoint.transport
-        self.table = self.transport.delayed_table(endpoint.name)
-        self.queue = endpoint.name
-        self.batch_size = endpoint.settings.delayed_batch_size
+    :param handling: the endpoint's identity and settings.
+    """
+
+    def __init__(self, handling: Handling) -> None:
+        self.transport = handling.transport
+        self.table = self.transport.delayed_table(handling.name)
+        self.queue = handling.name
+        self.batch_size = handling.settings.delayed_batch_size
         #: Messages moved since the start.
         self.moved = 0
         self._stopping = threading.Event()
         self._condition = threading.Condition()
         self._earliest: float | None = None  # monotonic time a stored message is due
         self._thread: threading.Thread | None = None
-        self.breaker = pump.CircuitBreaker(
+        self.breaker = circuit_breaker.CircuitBreaker(
             "move matured delayed messages to input queue",
             str(self.table.address),
-            endpoint.settings,
+            handling.settings,
             self._stopping,
-            endpoint.on_critical_error,
+            handling.on_critical_error,
         )
 
     def start(self) -> None:
@@ -111,7 +113,7 @@ class DelayedMessageMover:
         while not self._stopping.is_set():
             try:
                 moved, next_due = self.move_once()
-            except pump.DATABASE_ERRORS as error:
+            except circuit_breaker.DATABASE_ERRORS as error:
                 self.breaker.failure(error)
                 continue
             except Exception:  # a bug: say so loudly, keep moving

@@ -19,18 +19,18 @@ peek counted rows (another process holds them, or flow control refused) is follo
 of at most :data:`EMPTY_RECEIVE_PAUSE`, not by a peek at once: on PostgreSQL that spun peeks
 and receives for as long as any handler ran.
 
-A worker keeps its connection (:class:`_KeptConnection`) from one receive to the next while
-receive tasks keep coming, and gives it back to the pool when none has come for
-:data:`LINGER` (50 ms; idle workers hold no connection): checking a connection out and
-back in for every message cost the unbatched pump 15 to 40 us of CPU a message, a tenth of
-it. A receive that raises, or whose connection a timed-out stop closed, drops it; the next
-gets another.
+Each worker thread has a :class:`_Worker`, the state it carries from one receive to the next
+(:class:`~sqlqueue_orm.receiving.worker.WorkerState`), handed with a :class:`_Receipt` to the
+mode's :meth:`~sqlqueue_orm.receiving.modes.base.ReceiveMode.process` on every receive. A worker
+keeps its connection from one receive to the next while receive tasks keep coming, and gives it
+back to the pool when none has come for :data:`LINGER` (idle workers hold no connection):
+checking a connection out and back in for every message costs the unbatched pump a large part
+of its CPU per message. A receive that raises, or whose connection a timed-out stop closed,
+drops it; the next gets another.
 
-Peek and receive each have a circuit breaker (:class:`CircuitBreaker`): while the database
-fails, the failing thread backs off (doubling, capped); after ``critical_error_after`` seconds
-of failures in a row it logs a critical error and calls ``on_critical_error``, and keeps
-trying; the first success closes it again. While the receive breaker is open, one receive is
-tried at a time.
+Peek and receive each have a circuit breaker
+(:class:`~sqlqueue_orm.receiving.circuit_breaker.CircuitBreaker`); while the receive breaker
+is open, one receive is tried at a time.
 
 :meth:`MessagePump.stop` stops taking messages and waits for the handlers in flight; those still
 running at the deadline are abandoned: their connection is closed under them, so the database
@@ -39,150 +39,35 @@ rolls their receive back and the message returns to the queue.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import queue as queue_module
 import threading
 import time
 from typing import TYPE_CHECKING
 
-from sqlalchemy import exc
 from sqlalchemy.engine import Connection, Engine, RootTransaction
 
-from sqlqueue_orm import exceptions
+from sqlqueue_orm import dialects, exceptions
+from sqlqueue_orm.receiving import wakeup
+from sqlqueue_orm.receiving.circuit_breaker import DATABASE_ERRORS, CircuitBreaker
+from sqlqueue_orm.receiving.stats import PumpStats
+from sqlqueue_orm.receiving.worker import WorkerState
 
 if TYPE_CHECKING:
     from sqlqueue_orm import addressing
-    from sqlqueue_orm.receiving import wakeup
-    from sqlqueue_orm.receiving.endpoint import Endpoint
-    from sqlqueue_orm.receiving.settings import EndpointSettings
-    from sqlqueue_orm.receiving.strategies import ReceiveStrategy
+    from sqlqueue_orm.receiving.handling import Handling
+    from sqlqueue_orm.receiving.modes.base import ReceiveMode
+
+__all__ = ["EMPTY_RECEIVE_PAUSE", "KEEP_MOST", "LINGER", "MessagePump", "PumpStats"]
 
 log = logging.getLogger(__name__)
 
-#: Errors of the database (rather than of a handler) that the circuit breakers count.
-DATABASE_ERRORS: tuple[type[BaseException], ...] = (exceptions.DatabaseError, exc.DBAPIError)
 _OUTCOMES = ("handled", "failed", "retried", "delayed", "expired", "poison")
 #: Most receive tasks started after one peek (a peek of a huge queue is re-done after them).
 _MAX_TICKETS = 10_000
 #: Longest pause (seconds) after a receive found nothing that its peek had counted; a send's
 #: wake-up or a handler of the pump ending cuts it short.
 EMPTY_RECEIVE_PAUSE = 0.05
-
-
-@dataclasses.dataclass
-class PumpStats:
-    """What a pump has done since it started (read without a lock: a snapshot may be torn)."""
-
-    handled: int = 0
-    failed: int = 0
-    retried: int = 0
-    #: Sent back through a delayed retry (after failing its immediate retries).
-    delayed: int = 0
-    expired: int = 0
-    poison: int = 0
-    in_flight: int = 0
-    max_in_flight: int = 0
-    #: Peeks that reached the database (how often an idle queue is polled).
-    peeks: int = 0
-    started: float = dataclasses.field(default_factory=time.monotonic)
-
-    @property
-    def received(self) -> int:
-        """Messages taken off the queue, whatever became of them."""
-        return (
-            self.handled + self.failed + self.retried + self.delayed + self.expired + self.poison
-        )
-
-    def rate(self) -> float:
-        """Messages received per second since the start."""
-        elapsed = time.monotonic() - self.started
-        return self.received / elapsed if elapsed > 0 else 0.0
-
-
-class CircuitBreaker:
-    """Back off while an operation fails; raise a critical error when it fails for too long.
-
-    :param name: what fails (``peek`` or ``receive``), for the log lines.
-    :param queue: the endpoint's queue, for the log lines.
-    """
-
-    def __init__(
-        self,
-        name: str,
-        queue: str,
-        settings: EndpointSettings,
-        stopping: threading.Event,
-        on_critical_error: object | None,
-    ) -> None:
-        self.name = name
-        self.queue = queue
-        self.settings = settings
-        self._stopping = stopping
-        self._on_critical_error = on_critical_error
-        self._lock = threading.Lock()
-        self.failures = 0
-        self._failing_since: float | None = None
-        self.triggered = False
-
-    @property
-    def armed(self) -> bool:
-        """Whether the last attempt failed."""
-        return self._failing_since is not None
-
-    def success(self) -> None:
-        """The operation worked: close the breaker (logging the recovery if it was open)."""
-        if self._failing_since is None:
-            return
-        with self._lock:
-            if self._failing_since is None:
-                return
-            log.info(
-                "queue %s: %s works again after %d failure(s) in %.1f s",
-                self.queue,
-                self.name,
-                self.failures,
-                time.monotonic() - self._failing_since,
-            )
-            self._failing_since = None
-            self.failures = 0
-            self.triggered = False
-
-    def failure(self, error: BaseException) -> None:
-        """Count a failure, trigger the critical error when due, then back off (interruptible)."""
-        now = time.monotonic()
-        critical = False
-        with self._lock:
-            if self._failing_since is None:
-                self._failing_since = now
-            self.failures += 1
-            failures = self.failures
-            failing_for = now - self._failing_since
-            if not self.triggered and failing_for >= self.settings.critical_error_after:
-                self.triggered = critical = True
-        delay = min(
-            self.settings.max_backoff,
-            self.settings.initial_backoff * 2 ** min(failures - 1, 30),
-        )
-        log.warning(
-            "queue %s: %s failed (%d in a row, for %.1f s); trying again in %.1f s: %s",
-            self.queue,
-            self.name,
-            failures,
-            failing_for,
-            delay,
-            error,
-        )
-        if critical:
-            description = f"Failed to {self.name} from {self.queue} for {failing_for:.0f} s"
-            log.critical("queue %s: %s: %s", self.queue, description, error)
-            callback = self._on_critical_error
-            if callable(callback):
-                try:
-                    callback(description, error)
-                except Exception:
-                    log.exception("queue %s: on_critical_error raised", self.queue)
-        self._stopping.wait(delay)
 
 
 class _Batch:
@@ -207,9 +92,9 @@ class _Batch:
 
 #: Seconds a worker that finds no receive task waiting keeps its connection before giving it
 #: back to the pool. Under load the loop hands out the next tasks a peek after the last was
-#: taken (a millisecond or a few), and a connection given back there and checked out again cost
-#: a checkin and a checkout, and, batched under a per-key limit, its key leases claimed anew:
-#: about 90 times per 100,000 messages, 40 lease statements of up to 100 keys each.
+#: taken (a millisecond or a few), and a connection given back there and checked out again
+#: costs a checkin and a checkout, and, batched under a per-key limit, its key leases claimed
+#: anew.
 LINGER = 0.05
 
 #: Most receives a worker runs on one kept connection before giving it back to the pool, so
@@ -217,26 +102,27 @@ LINGER = 0.05
 KEEP_MOST = 1_000
 
 
-class _KeptConnection:
-    """A worker's connection, kept from one receive to the next (see the module docstring).
+class _Worker(WorkerState):
+    """One worker thread's state, with the connection it keeps (see the module docstring).
 
-    Used as the ``with`` block of one receive (:meth:`_Slot.connect`): on leaving it a
+    Used as the ``with`` block of one receive (:meth:`_Receipt.connect`): on leaving it a
     transaction still open is rolled back, and after an exception, when the stop abandoned the
     receive, when the receive asked not to keep it (NONE: its handler runs after the block) or
     after :data:`KEEP_MOST` receives, the connection goes back to the pool.
     """
 
-    __slots__ = ("connection", "keep", "pump", "slot", "uses")
+    __slots__ = ("connection", "keep", "pump", "receipt", "uses")
 
     def __init__(self, pump: MessagePump) -> None:
+        super().__init__()
         self.pump = pump
         self.connection: Connection | None = None
-        self.slot: _Slot | None = None
+        self.receipt: _Receipt | None = None
         self.keep = True
         self.uses = 0
 
-    def open(self, engine: Engine, slot: _Slot, keep: bool) -> _KeptConnection:
-        """Ready for *slot*'s receive on *engine*: the kept connection, or a new one."""
+    def open(self, engine: Engine, receipt: _Receipt, keep: bool) -> _Worker:
+        """Ready for *receipt*'s receive on *engine*: the kept connection, or a new one."""
         connection = self.connection
         if (
             connection is None
@@ -250,9 +136,9 @@ class _KeptConnection:
             self.connection = connection
             self.uses = 0
         self.uses += 1
-        self.slot = slot
+        self.receipt = receipt
         self.keep = keep
-        slot._connection = connection
+        receipt._connection = connection
         return self
 
     def __enter__(self) -> Connection:
@@ -261,15 +147,15 @@ class _KeptConnection:
 
     def __exit__(self, kind: object, error: object, traceback: object) -> None:
         connection = self.connection
-        slot, self.slot = self.slot, None
-        if slot is not None:
-            slot._connection = None  # a stop abandoning it later must not close this one
+        receipt, self.receipt = self.receipt, None
+        if receipt is not None:
+            receipt._connection = None  # a stop abandoning it later must not close this one
         if connection is None:
             return
         if (
             kind is not None
             or connection.invalidated
-            or (slot is not None and slot.abandoned)
+            or (receipt is not None and receipt.abandoned)
             or not self.keep
             or self.uses >= KEEP_MOST
         ):
@@ -289,20 +175,20 @@ class _KeptConnection:
                 self.pump._holding(-1)
 
 
-class _Slot:
+class _Receipt:
     """One worker's receive: reports to the batch, can be abandoned by a timed-out stop."""
 
-    def __init__(self, pump: MessagePump, batch: _Batch, kept: _KeptConnection) -> None:
+    def __init__(self, pump: MessagePump, batch: _Batch, worker: _Worker) -> None:
         self._pump = pump
         self._batch = batch
-        self._kept = kept
+        self._worker = worker
         self._signalled = False
         self._connection: Connection | None = None
         self.abandoned = False
         #: Whether the receive took a message.
         self.found = False
         #: Whether its row is still held: taken, the receive's transaction not committed
-        #: (NONE commits before the handler runs; a rollback ends with the slot).
+        #: (NONE commits before the handler runs; a rollback ends with the receipt).
         self.holding = False
 
     def received(self, found: bool) -> None:
@@ -311,9 +197,9 @@ class _Slot:
             self.found = self.holding = found
             self._batch.mark(found)
 
-    def connect(self, engine: Engine, keep: bool = True) -> _KeptConnection:
+    def connect(self, engine: Engine, keep: bool = True) -> _Worker:
         """The receive's connection (the worker's, kept unless *keep* is False), for ``with``."""
-        return self._kept.open(engine, self, keep)
+        return self._worker.open(engine, self, keep)
 
     def commit(self, transaction: RootTransaction) -> None:
         if self.abandoned:
@@ -339,15 +225,15 @@ class MessagePump:
 
     def __init__(
         self,
-        endpoint: Endpoint,
-        strategy: ReceiveStrategy,
+        handling: Handling,
+        mode: ReceiveMode,
         concurrency: int | None = None,
     ) -> None:
-        self.endpoint = endpoint
-        self.strategy = strategy
-        #: The queue pumped: the strategy's (the input queue, or the instance-specific one).
-        self.queue = strategy.queue
-        self.settings = endpoint.settings
+        self.handling = handling
+        self.mode = mode
+        #: The queue pumped: the mode's (the input queue, or the instance-specific one).
+        self.queue = mode.queue
+        self.settings = handling.settings
         #: Worker threads, so messages handled at once at most.
         self.concurrency = self.settings.concurrency if concurrency is None else concurrency
         self.stats = PumpStats()
@@ -366,11 +252,11 @@ class MessagePump:
         #: Whether the dialect's peek counts rows whose receive has not committed.
         self._peek_counts_held_rows = False
         self._tickets: queue_module.SimpleQueue[_Batch | None] = queue_module.SimpleQueue()
-        #: Kept connections the workers hold (under ``_condition``; see :class:`_KeptConnection`).
+        #: Kept connections the workers hold (under ``_condition``; see :class:`_Worker`).
         self._held = 0
         self._condition = threading.Condition()
         self._busy = 0
-        self._active: set[_Slot] = set()
+        self._active: set[_Receipt] = set()
         self._threads: list[threading.Thread] = []
         self._loop_thread: threading.Thread | None = None
         self._listener: wakeup.NotifyListener | None = None
@@ -379,10 +265,10 @@ class MessagePump:
         #: When a peek last found messages (monotonic seconds): a burst lasts from there.
         self._last_found = float("-inf")
         self.peek_breaker = CircuitBreaker(
-            "peek", str(self.queue), self.settings, self._stopping, endpoint.on_critical_error
+            "peek", str(self.queue), self.settings, self._stopping, handling.on_critical_error
         )
         self.receive_breaker = CircuitBreaker(
-            "receive", str(self.queue), self.settings, self._stopping, endpoint.on_critical_error
+            "receive", str(self.queue), self.settings, self._stopping, handling.on_critical_error
         )
 
     @property
@@ -395,10 +281,7 @@ class MessagePump:
 
         :param notify: also listen for PostgreSQL notifications (the trigger is installed).
         """
-        from sqlqueue_orm import dialects
-        from sqlqueue_orm.receiving import wakeup
-
-        transport = self.endpoint.transport
+        transport = self.handling.transport
         self._peek_counts_held_rows = dialects.for_dialect(
             transport.engine
         ).peek_counts_held_rows
@@ -443,7 +326,7 @@ class MessagePump:
                     count = 1
                 else:
                     try:
-                        count = self.endpoint.transport.peek(self.queue)
+                        count = self.handling.transport.peek(self.queue)
                     except DATABASE_ERRORS as error:
                         self.peek_breaker.failure(error)
                         continue
@@ -499,7 +382,7 @@ class MessagePump:
         if not self._peek_counts_held_rows or self.settings.batch_size > 1:
             return 0
         with self._condition:
-            return sum(1 for slot in self._active if slot.holding)
+            return sum(1 for receipt in self._active if receipt.holding)
 
     def _sleep(self, timeout: float, ended: int) -> bool:
         """Wait up to *timeout* s; return whether a send woke the pump.
@@ -559,78 +442,78 @@ class MessagePump:
         return False
 
     def _work(self) -> None:
-        kept = _KeptConnection(self)
+        worker = _Worker(self)
         try:
-            self._work_with(kept)
+            self._work_with(worker)
         finally:
-            kept.release()
+            worker.release()
 
-    def _work_with(self, kept: _KeptConnection) -> None:
+    def _work_with(self, worker: _Worker) -> None:
         tickets = self._tickets
         while True:
             try:
                 batch = tickets.get(block=False)
             except queue_module.Empty:
-                batch = self._next_ticket(kept)
+                batch = self._next_ticket(worker)
             if batch is None:
                 return
             if batch.empty or self._stopping.is_set():
                 batch.mark(True)  # cancelled: a sibling found nothing, or we are stopping
                 continue
-            slot = _Slot(self, batch, kept)
+            receipt = _Receipt(self, batch, worker)
             with self._condition:
                 self._busy += 1
-                self._active.add(slot)
+                self._active.add(receipt)
                 self.stats.in_flight = self._busy
                 self.stats.max_in_flight = max(self.stats.max_in_flight, self._busy)
             failure: BaseException | None = None
             raised = False
             try:
-                self.strategy.process(slot)
+                self.mode.process(receipt, worker)
             except DATABASE_ERRORS as error:
                 failure = error
                 raised = True
             except Exception as error:
                 raised = True
-                if slot.abandoned:
+                if receipt.abandoned:
                     log.info("queue %s: an abandoned handler ended: %s", self.queue, error)
                 else:
                     log.error("queue %s: processing failed", self.queue, exc_info=True)
             finally:
-                slot.received(False)  # no-op if the receive reported already
+                receipt.received(False)  # no-op if the receive reported already
             if raised:
                 # its transaction rolled back, and which messages it held is not known here:
                 # receives scan the queue from 0 again (docs/scale.md, the receive floor)
                 self._rewind()
-            if failure is not None and not slot.abandoned:
+            if failure is not None and not receipt.abandoned:
                 self.receive_breaker.failure(failure)
             elif failure is None:
                 self.receive_breaker.success()
             if self._stopping.is_set():
-                kept.release()  # before the stop can see this worker idle
+                worker.release()  # before the stop can see this worker idle
             with self._condition:
                 self._busy -= 1
-                self._active.discard(slot)
+                self._active.discard(receipt)
                 self.stats.in_flight = self._busy
                 self._condition.notify_all()
-                if slot.found:  # its row is gone, or back in the queue: peek again
+                if receipt.found:  # its row is gone, or back in the queue: peek again
                     self._ended += 1
                     if self._pausing:
                         self._wake.set()
 
-    def _next_ticket(self, kept: _KeptConnection) -> _Batch | None:
+    def _next_ticket(self, worker: _Worker) -> _Batch | None:
         """The next receive task when none is waiting (None: stop).
 
         A worker holding a connection keeps it for up to :data:`LINGER` seconds first (not
         once the pump is stopping), then gives it back to the pool and waits holding none.
         """
         tickets = self._tickets
-        if kept.connection is not None and not self._stopping.is_set():
+        if worker.connection is not None and not self._stopping.is_set():
             try:
                 return tickets.get(timeout=LINGER)
             except queue_module.Empty:
                 pass
-        kept.release()  # nothing to run: an idle worker holds no connection
+        worker.release()  # nothing to run: an idle worker holds no connection
         return tickets.get()
 
     def _holding(self, change: int) -> None:
@@ -641,7 +524,7 @@ class MessagePump:
                 self._condition.notify_all()
 
     def _rewind(self) -> None:
-        floor = self.endpoint.transport.queue(self.queue).floor
+        floor = self.handling.transport.queue(self.queue).floor
         if floor is not None:
             floor.reset()
 
@@ -650,9 +533,9 @@ class MessagePump:
         with self._condition:
             if outcome in _OUTCOMES:
                 setattr(self.stats, outcome, getattr(self.stats, outcome) + count)
-        instrumentation = self.endpoint.instrumentation
+        instrumentation = self.handling.instrumentation
         if instrumentation is not None:
-            queue = self.endpoint.transport.queue(self.queue).name
+            queue = self.handling.transport.queue(self.queue).name
             for _ in range(count):
                 instrumentation.outcome(queue, outcome)
 
@@ -693,8 +576,8 @@ class MessagePump:
                 len(abandoned),
                 timeout,
             )
-            for slot in abandoned:
-                slot.abandon()
+            for receipt in abandoned:
+                receipt.abandon()
         if self._loop_thread is not None:
             self._loop_thread.join(timeout=1.0)
         self._stopped.set()

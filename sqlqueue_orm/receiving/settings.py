@@ -24,7 +24,7 @@ MIN_PEEK_DELAY = 0.1
 MAX_DELAYED_RETRY = 24 * 3600.0
 #: Longest peek delay accepted without a warning (messages may back up for that long).
 MAX_QUIET_PEEK_DELAY = 10.0
-#: Longest a batch may keep topping itself up before it commits (issue 17: 50 ms at most).
+#: Longest a batch may keep topping itself up before it commits.
 MAX_BATCH_FLUSH = 0.05
 #: The wake-up modes (:attr:`EndpointSettings.wakeup`).
 WAKEUP_MODES = ("auto", "poll")
@@ -100,7 +100,7 @@ class EndpointSettings:
         workers of its own (default 1).
     :param notify: PostgreSQL only: wake up on ``NOTIFY`` from a trigger on the queue table
         (installed at start-up) instead of waiting for the next peek. Off by default: the
-        trigger cost 5% to 24% of concurrent send throughput when measured (docs/endpoint.md).
+        trigger slows every concurrent send (the figures are in docs/endpoint.md).
         Sends of this process wake its endpoints on every database regardless.
     :param batch_size: messages one transaction receives (one receive statement with this row
         limit) and handles, each under its own SAVEPOINT, committing once (1: no batching). Only

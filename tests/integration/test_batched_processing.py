@@ -178,7 +178,7 @@ def test_a_retried_messages_failures_are_forgotten_once_its_batch_commits(databa
     transport.send_many("forgotten", [OutgoingMessage(Job(number=n)) for n in range(5)])
     _run_until(endpoint, lambda: endpoint.stats.handled == 5)
     assert runs[3] == 2 and endpoint.stats.retried == 1, (runs, endpoint.stats)
-    assert endpoint._pumps()[0].strategy.failures.size == 0
+    assert endpoint._pumps()[0].mode.failures.size == 0
 
 
 @only("postgresql")
@@ -222,7 +222,7 @@ def test_a_failed_move_to_the_error_queue_keeps_the_attempts_counted(database, b
         transport.engine, "counted") == 0)
     # 1 + 2 immediate retries, the move's commit fails; back, attempt 4 fails: moved
     assert runs[2] == 4, runs
-    assert endpoint._pumps()[0].strategy.failures.size == 0
+    assert endpoint._pumps()[0].mode.failures.size == 0
 
 
 def _start(url: str, mode: TransactionMode, kill_at: int) -> subprocess.Popen[str]:

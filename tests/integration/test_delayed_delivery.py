@@ -17,7 +17,7 @@ import sqlalchemy as sa
 
 from sqlqueue_orm import OutgoingMessage, exceptions, headers
 from sqlqueue_orm.queuing.delayed_table import FORWARD_DESTINATION
-from sqlqueue_orm.receiving import Endpoint, HandlerContext, TransactionMode, recoverability
+from sqlqueue_orm.receiving import Endpoint, HandlerContext, TransactionMode, retries
 
 #: How late after its due time a delayed message may be handled (the mover wakes for the due
 #: time; the margin absorbs a loaded machine shared by several test runs).
@@ -311,15 +311,15 @@ def test_a_handler_that_always_fails_goes_through_delayed_retries_to_the_error_q
     finally:
         endpoint.stop(10)
     assert len(tries) == (1 + 1) * (1 + 2)  # first try + 1 immediate, then twice more
-    counts = [carried.get(recoverability.RETRIES) for _, carried in tries]
+    counts = [carried.get(retries.RETRIES) for _, carried in tries]
     assert counts == [None, None, "1", "1", "2", "2"]
     # the n-th delayed retry waited n * 0.3 s
     assert tries[2][0] - tries[1][0] >= 0.3 - CLOCK_GRAIN
     assert tries[4][0] - tries[3][0] >= 0.6 - CLOCK_GRAIN
     [failed] = errors
     assert failed.body == body and failed.message_id == message_id
-    assert failed.headers[recoverability.RETRIES] == "2"
-    stamp = headers.parse_time(failed.headers[recoverability.RETRIES_TIMESTAMP] or "")
+    assert failed.headers[retries.RETRIES] == "2"
+    stamp = headers.parse_time(failed.headers[retries.RETRIES_TIMESTAMP] or "")
     assert abs((dt.datetime.now(dt.UTC) - stamp).total_seconds()) < 60
     assert failed.headers[headers.FAILED_QUEUE] == endpoint.address_text
     assert FORWARD_DESTINATION not in failed.headers
@@ -340,7 +340,7 @@ def test_the_delayed_retry_count_travels_in_the_message(database):
 
     endpoint.start()
     try:
-        endpoint.send("sales", OutgoingMessage(b"x", headers={recoverability.RETRIES: "2"}))
+        endpoint.send("sales", OutgoingMessage(b"x", headers={retries.RETRIES: "2"}))
         errors: list = []
         wait_for(lambda: errors.extend(endpoint.transport.receive("error")) or errors)
     finally:
@@ -368,7 +368,7 @@ def test_delayed_retries_switched_off(database):
     finally:
         endpoint.stop(10)
     assert len(tries) == 1
-    assert recoverability.RETRIES not in errors[0].headers
+    assert retries.RETRIES not in errors[0].headers
 
 
 def test_cli_lists_the_delayed_messages(database):
@@ -454,5 +454,5 @@ def test_a_delayed_retry_returns_to_the_instance_queue_it_failed_in(database):
     finally:
         endpoint.stop(10)
     assert tries == [str(instance), str(instance)]  # the retry came back to blue's queue
-    assert errors[0].headers[recoverability.RETRIES] == "1"
+    assert errors[0].headers[retries.RETRIES] == "1"
     assert errors[0].headers[headers.FAILED_QUEUE] == transport.address_text(instance)

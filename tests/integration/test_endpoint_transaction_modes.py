@@ -231,8 +231,8 @@ def test_send_and_reply_leave_the_callers_message_unchanged(database):
     assert reply.headers[headers.MESSAGE_INTENT] == "Reply"
 
 
-class _Slot:
-    """The pump's side of one receive (the ``Slot`` protocol), recording what it is told."""
+class _Receipt:
+    """The pump's side of one receive (the ``Receipt`` protocol), recording what it is told."""
 
     def __init__(self) -> None:
         self.found: list[bool] = []
@@ -261,7 +261,8 @@ def test_a_receive_that_finds_nothing_commits_not_rolls_back(database, mode, bat
     psycopg drop the connection's prepared statements (and send DEALLOCATE ALL)."""
     import sqlalchemy as sa
 
-    from sqlqueue_orm.receiving import strategies
+    from sqlqueue_orm.receiving import modes
+    from sqlqueue_orm.receiving.worker import WorkerState
 
     transport = database.transport()
     transport.create_queue("empty_receive")
@@ -270,13 +271,14 @@ def test_a_receive_that_finds_nothing_commits_not_rolls_back(database, mode, bat
         delayed_delivery=False,
     )
     endpoint.handle_raw(lambda body, context: None)
-    strategy = strategies.for_endpoint(endpoint)
-    strategy.prepare()
+    mode_of = modes.for_endpoint(endpoint._handling)
+    mode_of.prepare()
     ended: list[str] = []
     sa.event.listen(transport.engine, "rollback", lambda connection: ended.append("rollback"))
     sa.event.listen(transport.engine, "commit", lambda connection: ended.append("commit"))
-    slot = _Slot()
+    receipt = _Receipt()
+    worker = WorkerState()
     for _ in range(3):
-        strategy.process(slot)
-    assert slot.found == [False, False, False]
+        mode_of.process(receipt, worker)
+    assert receipt.found == [False, False, False]
     assert ended == ["commit"] * 3

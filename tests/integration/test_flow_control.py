@@ -1,4 +1,4 @@
-"""Flow control shared by every process on a queue (issue 17 item 2; docs/scale.md).
+"""Flow control shared by every process on a queue (docs/scale.md).
 
 The limits are measured by the handlers: each records when it ran, and the test counts how many
 of those intervals overlap. Several endpoint processes run at once on PostgreSQL; SQLite's
@@ -13,12 +13,16 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 
 import pytest
 import sqlalchemy as sa
 
-from sqlqueue_orm import OutgoingMessage, Transport, exceptions
+from sqlqueue_orm import OutgoingMessage, Transport, connections, exceptions
 from sqlqueue_orm.receiving import Endpoint, EndpointSettings, HandlerContext, TransactionMode, flow
+from sqlqueue_orm.receiving.flow import leases, slots
+from sqlqueue_orm.receiving.modes.base import Receiver
+from sqlqueue_orm.receiving.worker import WorkerState
 from tests.conftest import only
 from tests.endpoint_app import Job
 from tests.flow_app import FlowBase, most_at_once, spans
@@ -307,10 +311,28 @@ def _held_elsewhere(engine: sa.Engine, name: str, slots: range) -> sa.Connection
     return holder
 
 
+#: The worker each test's receivers run on (as the pump's workers have one each).
+_workers: weakref.WeakKeyDictionary[Receiver, WorkerState] = weakref.WeakKeyDictionary()
+
+
+def _worker_of(receiver: Receiver) -> WorkerState:
+    """The worker *receiver* runs on in this test: its number decides the slot tried first."""
+    return _workers.setdefault(receiver, WorkerState())
+
+
+def _fresh(receiver: Receiver) -> WorkerState:
+    """*receiver*'s worker at the start of a transaction, as the transaction mode sets it."""
+    worker = _worker_of(receiver)
+    worker.fresh = True
+    return worker
+
+
 def _limits(transport, queue: str, key_limit: int, global_limit: int):  # type: ignore[no-untyped-def]
     name = transport.address_text(queue)
-    keys = flow.KeyConcurrency(transport.engine, name, "customer", key_limit, False, 100)
-    return name, keys, flow.GlobalConcurrency(transport.engine, name, global_limit)
+    gate = flow.GlobalConcurrency(transport, queue, global_limit)
+    keys = flow.KeyConcurrency(transport, queue, "customer", key_limit, False, 100, gate)
+    _workers[gate] = _worker_of(keys)  # one worker takes both limits' slots
+    return name, keys, gate
 
 
 def _advisory_locks(connection: sa.Connection) -> int:
@@ -321,17 +343,17 @@ def _advisory_locks(connection: sa.Connection) -> int:
 
 @only("postgresql")
 def test_a_refused_key_slot_puts_the_row_back_and_the_next_key_is_taken(database, monkeypatch):
-    monkeypatch.setattr(flow, "REFUSAL_PAUSE", 60.0)  # the second receive within it, however slow
+    monkeypatch.setattr(slots, "REFUSAL_PAUSE", 60.0)  # the second receive within it, however slow
     transport = database.transport()
     _keyed(transport, "refused", ["busy", "free"], 1)  # the busy key's message is the oldest
-    name, keys, gate = _limits(transport, "refused", 1, 3)
-    holder = _held_elsewhere(transport.engine, f"{flow.KEY_PREFIX}{name}\x1fbusy", range(1))
+    name, keys, _gate = _limits(transport, "refused", 1, 3)
+    holder = _held_elsewhere(transport.engine, f"{slots.KEY_PREFIX}{name}\x1fbusy", range(1))
     try:
         with transport.engine.connect() as connection:
             transaction = connection.begin()
             # the plain receive takes the busy key's row, its slot is refused, the transaction
             # is rolled back and the careful scan takes the free key's
-            taken = keys.receive(transport, "refused", connection, 1, gate)
+            taken = keys.receive(_fresh(keys), connection, 1)
             assert [message.headers["customer"] for message in taken] == ["free"]
             assert _advisory_locks(connection) == 2  # the global slot and the free key's
             transaction.commit()
@@ -345,7 +367,7 @@ def test_a_refused_key_slot_puts_the_row_back_and_the_next_key_is_taken(database
             transaction = connection.begin()
             sa.event.listen(connection, "before_cursor_execute", seen)
             # a refusal was recent: the careful path at once, no receive to roll back
-            taken = keys.receive(transport, "refused", connection, 1, gate)
+            taken = keys.receive(_fresh(keys), connection, 1)
             sa.event.remove(connection, "before_cursor_execute", seen)
             assert [message.headers["customer"] for message in taken] == ["free"]
             assert not any("RETURNING" in statement and "advisory" in statement
@@ -360,12 +382,12 @@ def test_a_refused_key_slot_puts_the_row_back_and_the_next_key_is_taken(database
 def test_with_every_global_slot_held_elsewhere_the_keyed_receive_takes_nothing(database):
     transport = database.transport()
     _keyed(transport, "full", ["a", "b"], 2)
-    name, keys, gate = _limits(transport, "full", 1, 2)
-    holder = _held_elsewhere(transport.engine, flow.LOCK_PREFIX + name, range(2))
+    name, keys, _gate = _limits(transport, "full", 1, 2)
+    holder = _held_elsewhere(transport.engine, slots.LOCK_PREFIX + name, range(2))
     try:
         with transport.engine.connect() as connection:
             transaction = connection.begin()
-            assert keys.receive(transport, "full", connection, 1, gate) == []
+            assert keys.receive(_fresh(keys), connection, 1) == []
             transaction.rollback()
     finally:
         holder.close()
@@ -381,16 +403,16 @@ def test_a_batch_holds_one_slot_per_key_for_all_its_messages_of_that_key(databas
     """
     transport = database.transport()
     _keyed(transport, "batched", ["one"], 2)
-    name, keys, gate = _limits(transport, "batched", 1, 3)
+    name, keys, _gate = _limits(transport, "batched", 1, 3)
     with transport.engine.connect() as connection:
         transaction = connection.begin()
-        taken = keys.receive(transport, "batched", connection, 2, gate)
+        taken = keys.receive(_fresh(keys), connection, 2)
         assert [message.headers["customer"] for message in taken] == ["one", "one"]
         with transport.engine.connect() as other:
             other.begin()
             assert not other.execute(
                 sa.text("SELECT pg_try_advisory_xact_lock(hashtext(:n), 0)"),
-                {"n": f"{flow.KEY_PREFIX}{name}\x1fone"},
+                {"n": f"{slots.KEY_PREFIX}{name}\x1fone"},
             ).scalar()
         transaction.commit()
     assert transport.browse("batched") == []
@@ -492,19 +514,20 @@ def test_a_worker_whose_own_slot_is_held_takes_the_next_free_one(database):
     transport = database.transport()
     _keyed(transport, "preferred", ["k"], 1)
     name, keys, gate = _limits(transport, "preferred", 2, 3)
-    own = flow._first_slot(3)  # this thread's first try, for the global limit (3 slots)
-    holder = _held_elsewhere(transport.engine, flow.LOCK_PREFIX + name, range(own, own + 1))
-    key_holder = _held_elsewhere(transport.engine, f"{flow.KEY_PREFIX}{name}\x1fk",
-                                 range(flow._first_slot(3) % 2, flow._first_slot(3) % 2 + 1))
+    own = slots.first_slot(_worker_of(keys), 3)  # its first try, for the global limit (3 slots)
+    holder = _held_elsewhere(transport.engine, slots.LOCK_PREFIX + name, range(own, own + 1))
+    key_holder = _held_elsewhere(transport.engine, f"{slots.KEY_PREFIX}{name}\x1fk",
+                                 range(own % 2, own % 2 + 1))
     try:
         with transport.engine.connect() as connection:
             transaction = connection.begin()
-            assert gate.claim(connection)  # the single claim scans on past its own slot
+            # the single claim scans on past its own slot
+            assert gate.claim(_worker_of(gate), connection)
             assert _advisory_locks(connection) == 1
             transaction.rollback()
             transaction = connection.begin()
             # the one-statement claim too: the key's other slot and another global slot
-            taken = keys.receive(transport, "preferred", connection, 1, gate)
+            taken = keys.receive(_fresh(keys), connection, 1)
             assert [message.headers["customer"] for message in taken] == ["k"]
             assert _advisory_locks(connection) == 2
             transaction.commit()
@@ -521,7 +544,7 @@ def test_a_receive_claims_its_slots_in_the_same_statement(database, count):
     transport = database.transport()
     sent = [f"k{number % 12}" for number in range(count + 5)]
     _keyed(transport, "folded", sent, 1)
-    _name, keys, gate = _limits(transport, "folded", 1, 3)
+    _name, keys, _gate = _limits(transport, "folded", 1, 3)
     statements: list[str] = []
 
     def seen(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
@@ -530,7 +553,7 @@ def test_a_receive_claims_its_slots_in_the_same_statement(database, count):
     with transport.engine.connect() as connection:
         transaction = connection.begin()
         sa.event.listen(connection, "before_cursor_execute", seen)
-        taken = keys.receive(transport, "folded", connection, count, gate)
+        taken = keys.receive(_fresh(keys), connection, count)
         sa.event.remove(connection, "before_cursor_execute", seen)
         assert [message.headers["customer"] for message in taken] == sent[:count]
         assert len(statements) == 1, statements
@@ -545,7 +568,7 @@ def test_a_receive_claims_its_slots_in_the_same_statement(database, count):
 def test_the_global_limit_alone_claims_its_slot_in_the_receive(database, monkeypatch):
     """Without a per-key limit the receive takes the global slot in its own statement
     (RECEIVE_GATED); refused, its rows go back and the worker claims first for a while."""
-    monkeypatch.setattr(flow, "REFUSAL_PAUSE", 60.0)
+    monkeypatch.setattr(slots, "REFUSAL_PAUSE", 60.0)
     transport = database.transport()
     _keyed(transport, "gated", ["a", "b", "c"], 1)
     name, _keys, gate = _limits(transport, "gated", 1, 2)
@@ -558,19 +581,19 @@ def test_the_global_limit_alone_claims_its_slot_in_the_receive(database, monkeyp
     with transport.engine.connect() as connection:
         transaction = connection.begin()
         sa.event.listen(connection, "before_cursor_execute", seen)
-        taken = gate.receive(transport, "gated", connection, 1)
+        taken = gate.receive(_fresh(gate), connection, 1)
         sa.event.remove(connection, "before_cursor_execute", seen)
         assert [message.headers["customer"] for message in taken] == ["a"]
         assert len(statements) == 1 and statements[0].startswith("DELETE"), statements
         assert _advisory_locks(connection) == 1
         transaction.commit()
-    holder = _held_elsewhere(transport.engine, flow.LOCK_PREFIX + name, range(2))
+    holder = _held_elsewhere(transport.engine, slots.LOCK_PREFIX + name, range(2))
     try:
         with transport.engine.connect() as connection:
             transaction = connection.begin()
             began = time.monotonic()
-            assert gate.receive(transport, "gated", connection, 2) == []
-            assert time.monotonic() - began >= flow.SLOT_WAIT  # it waited for a slot, in vain
+            assert gate.receive(_fresh(gate), connection, 2) == []
+            assert time.monotonic() - began >= slots.SLOT_WAIT  # it waited for a slot, in vain
             assert _advisory_locks(connection) == 0
             transaction.commit()
         assert not gate.receives  # claims first for REFUSAL_PAUSE seconds
@@ -584,11 +607,11 @@ def test_a_refused_global_receive_takes_its_rows_once_a_slot_frees(database, mon
     """Refused, the one-statement receive puts its rows back, waits for a slot (freed here
     while it waits), then takes them with the plain receive; once REFUSAL_PAUSE has passed,
     the receive takes its slot in its own statement again."""
-    monkeypatch.setattr(flow, "REFUSAL_PAUSE", 0.5)
+    monkeypatch.setattr(slots, "REFUSAL_PAUSE", 0.5)
     transport = database.transport()
     _keyed(transport, "freed", ["a", "b", "c"], 1)
     name, _keys, gate = _limits(transport, "freed", 1, 1)
-    holder = _held_elsewhere(transport.engine, flow.LOCK_PREFIX + name, range(1))
+    holder = _held_elsewhere(transport.engine, slots.LOCK_PREFIX + name, range(1))
     statements: list[str] = []
 
     def seen(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
@@ -603,7 +626,7 @@ def test_a_refused_global_receive_takes_its_rows_once_a_slot_frees(database, mon
             transaction = connection.begin()
             sa.event.listen(connection, "before_cursor_execute", seen)
             sa.event.listen(connection, "after_cursor_execute", ran)
-            taken = gate.receive(transport, "freed", connection, 2)
+            taken = gate.receive(_fresh(gate), connection, 2)
             sa.event.remove(connection, "before_cursor_execute", seen)
             sa.event.remove(connection, "after_cursor_execute", ran)
             assert not gate.receives  # refused a moment ago: it claims first for a while
@@ -625,7 +648,7 @@ def test_a_refused_global_receive_takes_its_rows_once_a_slot_frees(database, mon
         time.sleep(0.05)
     with transport.engine.connect() as connection:
         transaction = connection.begin()
-        taken = gate.receive(transport, "freed", connection, 5)
+        taken = gate.receive(_fresh(gate), connection, 5)
         assert [message.headers["customer"] for message in taken] == ["c"]
         assert _advisory_locks(connection) == 1
         transaction.commit()
@@ -642,14 +665,14 @@ def test_keys_the_one_statement_claim_cannot_read_are_claimed_as_parsed(database
     escaped = 'quo"te\\d'
     _keyed(transport, "misread", [escaped, "caf\u00e9", "plain"], 1)
     insert_raw(database, "misread", b"not json at all")
-    name, keys, gate = _limits(transport, "misread", 1, 3)
-    holder = _held_elsewhere(transport.engine, f"{flow.KEY_PREFIX}{name}\x1f{escaped}", range(1))
+    name, keys, _gate = _limits(transport, "misread", 1, 3)
+    holder = _held_elsewhere(transport.engine, f"{slots.KEY_PREFIX}{name}\x1f{escaped}", range(1))
     taken: list[object] = []
     try:
         for _ in range(4):
             with transport.engine.connect() as connection:
                 transaction = connection.begin()
-                got = keys.receive(transport, "misread", connection, 1, gate)
+                got = keys.receive(_fresh(keys), connection, 1)
                 taken.extend(message.headers.get("customer") if message.headers_error is None
                              else "unreadable" for message in got)
                 transaction.commit()
@@ -669,33 +692,33 @@ def test_the_many_key_claim_scans_past_held_slots_and_refuses_a_full_key(databas
     keys_sent = odd + [f"k{number}" for number in range(12)]  # past the scalar form
     _keyed(transport, "grouped", keys_sent, 1)
     name, keys, gate = _limits(transport, "grouped", 2, 3)
-    first = flow._first_slot(3)  # this thread's first try (both limits take it modulo theirs)
-    own = [_held_elsewhere(transport.engine, f"{flow.KEY_PREFIX}{name}\x1f{key}",
+    first = slots.first_slot(_worker_of(keys), 3)  # its first try (both limits: modulo theirs)
+    own = [_held_elsewhere(transport.engine, f"{slots.KEY_PREFIX}{name}\x1f{key}",
                            range(first % 2, first % 2 + 1)) for key in odd]
     try:
         with transport.engine.connect() as connection:
             transaction = connection.begin()
             # every odd key's own slot is held: the claim by name (a batch's keys read otherwise
             # in its statement; SQL Server's every claim) takes its other one
-            claims = [(keys._prefix, keys_sent, 2), ("", [gate.lock_name], 3)]
-            assert flow._try_slots(connection, claims)
+            claims = [(keys.prefix, keys_sent, 2), ("", [gate.lock_name], 3)]
+            assert slots.try_slots(_worker_of(keys), connection, claims)
             assert _advisory_locks(connection) == len(keys_sent) + 1
             transaction.rollback()
             transaction = connection.begin()
             # the receive: keys read in its own statement, the JSON-escaped ones (the quote, the
             # backslash, the control characters) claimed as parsed, besides a lock each for
             # their misread forms (which only restrict)
-            taken = keys.receive(transport, "grouped", connection, len(keys_sent), gate)
+            taken = keys.receive(_fresh(keys), connection, len(keys_sent))
             assert sorted(message.headers["customer"] for message in taken) == sorted(keys_sent)
             assert _advisory_locks(connection) == len(keys_sent) + 1 + 3
             transaction.rollback()
         # both slots of one odd key held: that key is refused, the rest are taken carefully
-        full = _held_elsewhere(transport.engine, f"{flow.KEY_PREFIX}{name}\x1f{odd[1]}",
+        full = _held_elsewhere(transport.engine, f"{slots.KEY_PREFIX}{name}\x1f{odd[1]}",
                                range(1 - first % 2, 2 - first % 2))
         try:
             with transport.engine.connect() as connection:
                 transaction = connection.begin()
-                taken = keys.receive(transport, "grouped", connection, len(keys_sent), gate)
+                taken = keys.receive(_fresh(keys), connection, len(keys_sent))
                 assert sorted(message.headers["customer"] for message in taken) == sorted(
                     key for key in keys_sent if key != odd[1])
                 transaction.commit()
@@ -712,10 +735,10 @@ def test_a_batch_of_many_keys_takes_each_key_slot_and_the_global_one(database):
     transport = database.transport()
     keys_sent = [f"k{number}" for number in range(12)]  # 13 limits: past the scalar form
     _keyed(transport, "many", keys_sent, 1)
-    _name, keys, gate = _limits(transport, "many", 1, 3)
+    _name, keys, _gate = _limits(transport, "many", 1, 3)
     with transport.engine.connect() as connection:
         transaction = connection.begin()
-        taken = keys.receive(transport, "many", connection, 12, gate)
+        taken = keys.receive(_fresh(keys), connection, 12)
         assert sorted(message.headers["customer"] for message in taken) == sorted(keys_sent)
         assert _advisory_locks(connection) == 13
         transaction.commit()
@@ -740,25 +763,25 @@ def test_the_claiming_receives_are_seen_by_instrumentation(database):
     _name, keys, gate = _limits(transport, "seen", 1, 2)
     with transport.engine.connect() as connection:
         transaction = connection.begin()
-        taken = keys.receive(transport, "seen", connection, 2, gate)
+        taken = keys.receive(_fresh(keys), connection, 2)
         assert [message.headers["customer"] for message in taken] == ["a", "b"]
         assert _advisory_locks(connection) == 3  # two keys and the global slot
         transaction.commit()
     with transport.engine.connect() as connection:
         transaction = connection.begin()
-        assert [m.headers["customer"] for m in gate.receive(transport, "seen", connection, 5)] == [
+        assert [m.headers["customer"] for m in gate.receive(_fresh(gate), connection, 5)] == [
             "c"
         ]
-        assert gate.receive(transport, "seen", connection, 5) == []  # nothing left: no claim
+        assert gate.receive(_fresh(gate), connection, 5) == []  # nothing left: no claim
         transaction.commit()
     assert seen == [["a", "b"], ["c"], []]
 
 
-# -- key slots leased from one batch to the next (flow._Leases) -----------------------------
+# -- key slots leased from one batch to the next (flow.leases) ------------------------------
 def _leasing(transport, queue: str, key_limit: int = 1):  # type: ignore[no-untyped-def]
     name = transport.address_text(queue)
     return name, flow.KeyConcurrency(
-        transport.engine, name, "customer", key_limit, False, 100, batched=True
+        transport, queue, "customer", key_limit, False, 100, batched=True
     )
 
 
@@ -767,7 +790,7 @@ def _key_free(engine: sa.Engine, name: str, key: str) -> bool:
     with engine.connect() as other:
         other.begin()
         return bool(other.execute(sa.text("SELECT pg_try_advisory_xact_lock(hashtext(:n), 0)"),
-                                  {"n": f"{flow.KEY_PREFIX}{name}\x1f{key}"}).scalar())
+                                  {"n": f"{slots.KEY_PREFIX}{name}\x1f{key}"}).scalar())
 
 
 def _batch(transport, keys, queue: str, connection: sa.Connection,  # type: ignore[no-untyped-def]
@@ -781,7 +804,7 @@ def _batch(transport, keys, queue: str, connection: sa.Connection,  # type: igno
     transaction = connection.begin()
     sa.event.listen(connection, "before_cursor_execute", seen)
     try:
-        taken = keys.receive(transport, queue, connection, count)
+        taken = keys.receive(_fresh(keys), connection, count)
     finally:
         sa.event.remove(connection, "before_cursor_execute", seen)
     transaction.commit()
@@ -808,7 +831,7 @@ def test_a_batched_worker_keeps_its_key_slots_until_a_batch_lacks_the_key(databa
     session gets it), is not claimed again by the next batch with that key, is given back by
     the first batch without it, and every lease ends when the connection goes back to the
     pool."""
-    caplog.set_level("WARNING", logger=flow.__name__)
+    caplog.set_level("WARNING", logger=connections.__name__)
     transport = database.transport()
     _keyed(transport, "leased", ["a", "b"], 1)
     name, keys = _leasing(transport, "leased")
@@ -858,7 +881,9 @@ def test_giving_leases_back_never_commits_a_transaction_left_open(database):
         assert [m.headers["customer"] for m in transport.receive(
             "left-open", 1, connection=connection)] == ["b"]  # taken, not committed
         fairy = connection.connection
-        flow._give_back(fairy.dbapi_connection, fairy._connection_record)  # as at checkin
+        connections.give_back_session_locks(  # as at checkin
+            fairy.dbapi_connection, fairy._connection_record
+        )
         assert _session_locks(transport.engine, pid) == 0
         connection.rollback()
     assert [m.headers["customer"] for m in transport.browse("left-open")] == ["b"]
@@ -866,7 +891,7 @@ def test_giving_leases_back_never_commits_a_transaction_left_open(database):
 
 @only("postgresql")
 def test_a_refused_lease_puts_the_batch_back_and_gives_every_lease_back(database, monkeypatch):
-    monkeypatch.setattr(flow, "REFUSAL_PAUSE", 60.0)
+    monkeypatch.setattr(slots, "REFUSAL_PAUSE", 60.0)
     transport = database.transport()
     _keyed(transport, "contended", ["mine"], 1)
     name, keys = _leasing(transport, "contended")
@@ -875,7 +900,7 @@ def test_a_refused_lease_puts_the_batch_back_and_gives_every_lease_back(database
         assert _batch(transport, keys, "contended", connection)[0] == ["mine"]
         assert _session_locks(transport.engine, pid) == 1  # "mine" leased
         _keyed(transport, "contended", ["busy", "mine", "free"], 1)
-        holder = _held_elsewhere(transport.engine, f"{flow.KEY_PREFIX}{name}\x1fbusy", range(1))
+        holder = _held_elsewhere(transport.engine, f"{slots.KEY_PREFIX}{name}\x1fbusy", range(1))
         try:
             # the lease of "busy" is refused: the three rows go back, every lease is given
             # back, and the careful scan takes the two keys it can, by transaction
@@ -945,7 +970,7 @@ def test_behind_a_transaction_pooler_batches_claim_their_key_slots_per_transacti
             transport = Transport(pooled)
             _keyed(transport, "pooled", ["a", "b"], 1)
             name, keys = _leasing(transport, "pooled")
-            with caplog.at_level("INFO", logger=flow.__name__), pooled.connect() as connection:
+            with caplog.at_level("INFO", logger=leases.__name__), pooled.connect() as connection:
                 taken, statements = _batch(transport, keys, "pooled", connection)
                 assert taken == ["a", "b"]
                 assert any("RETURNING" in s and "pg_try_advisory_xact_lock" in s

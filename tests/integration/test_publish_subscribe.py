@@ -423,7 +423,7 @@ def test_a_handlers_publish_follows_the_transaction_mode(database, tmp_path, mod
     user = database.engine
     if database.dialect == "sqlite":
         if chosen in (TransactionMode.RECEIVE_ONLY, TransactionMode.OUTBOX):
-            pytest.skip("refused on SQLite at start-up (one writer): see strategies.for_endpoint")
+            pytest.skip("refused on SQLite at start-up (one writer): see modes.check")
         if chosen is TransactionMode.SENDS_ATOMIC_WITH_RECEIVE:
             user = db.create_engine(f"sqlite:///{tmp_path / 'user.db'}")
     settings = EndpointSettings(

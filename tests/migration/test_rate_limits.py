@@ -18,7 +18,7 @@ from sqlqueue_orm import cli, verify
 from sqlqueue_orm.migration import environment
 from sqlqueue_orm.models.base import Base
 from sqlqueue_orm.models.rate_limit import TABLE_NAME, RateLimitSchedule
-from sqlqueue_orm.receiving import flow
+from sqlqueue_orm.receiving.flow import rate_limit
 from tests.conftest import Database, only
 
 
@@ -31,7 +31,7 @@ def _diffs(database: Database) -> list[object]:
 def _schedules(database: Database) -> list[tuple[str, float]]:
     with database.engine.connect() as connection:
         return [(row.name, row.next_at) for row in connection.execute(
-            sa.select(flow.RATE_TABLE.c.name, flow.RATE_TABLE.c.next_at))]
+            sa.select(rate_limit.RATE_TABLE.c.name, rate_limit.RATE_TABLE.c.next_at))]
 
 
 def _drifts(database: Database) -> list[verify.Drift]:
@@ -41,7 +41,7 @@ def _drifts(database: Database) -> list[verify.Drift]:
 
 def test_the_table_is_declared_once():
     assert Base.metadata.tables[TABLE_NAME] is RateLimitSchedule.__table__
-    assert flow.RATE_TABLE is RateLimitSchedule.__table__
+    assert rate_limit.RATE_TABLE is RateLimitSchedule.__table__
 
 
 def test_migrate_creates_the_declared_table_and_downgrade_drops_it(database: Database) -> None:
@@ -64,7 +64,7 @@ def test_a_table_made_at_start_up_is_kept(database: Database) -> None:
             f"CREATE TABLE {TABLE_NAME} (name VARCHAR(450) NOT NULL, next_at FLOAT NOT NULL, "
             "PRIMARY KEY (name))"
         )
-        connection.execute(flow.RATE_TABLE.insert().values(name="orders", next_at=12.5))
+        connection.execute(rate_limit.RATE_TABLE.insert().values(name="orders", next_at=12.5))
     command.upgrade(config, "head")
     assert _schedules(database) == [("orders", 12.5)]
     assert _drifts(database) == []
@@ -72,7 +72,7 @@ def test_a_table_made_at_start_up_is_kept(database: Database) -> None:
 
 @only("postgresql")
 def test_start_up_then_migrate(database: Database) -> None:
-    limit = flow.RateLimit(database.engine, "orders", 50, 1.0, 5)
+    limit = rate_limit.RateLimit(database.engine, "orders", 50, 1.0, 5)
     limit.prepare()
     limit.prepare()  # a second process starting: the row is there already
     assert _schedules(database) == [("orders", 0.0)]

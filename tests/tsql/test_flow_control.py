@@ -10,13 +10,18 @@ import sqlalchemy as sa
 from alembic.migration import MigrationContext
 from alembic.operations import Operations
 
+from sqlqueue_orm import dialects
 from sqlqueue_orm.queuing import sql
-from sqlqueue_orm.receiving import flow
+from sqlqueue_orm.receiving.flow import rate_limit
+
+#: SQL Server's flow statements, as its dialect module holds them.
+FLOW = dialects.for_dialect("mssql").flow
+assert FLOW is not None
 
 
 def test_the_slot_claim():
     dialect = sa.create_engine("mssql+pyodbc://user:pw@host/db?driver=FreeTDS").dialect
-    compiled = sa.text(flow.CLAIM_SLOT["mssql"]).compile(dialect=dialect)
+    compiled = sa.text(FLOW.claim_slot).compile(dialect=dialect)
     assert str(compiled) == (
         "SET NOCOUNT ON; "
         "DECLARE @k int = ?, @first int = ?, @slot int = 0, @result int, "
@@ -43,7 +48,7 @@ def test_the_claim_of_several_slots_in_one_batch():
     + ``.`` + slot), so both paths count the same slots.
     """
     dialect = sa.create_engine("mssql+pyodbc://user:pw@host/db?driver=FreeTDS").dialect
-    compiled = sa.text(flow.CLAIM_SLOTS["mssql"]).compile(dialect=dialect)
+    compiled = sa.text(FLOW.claim_slots).compile(dialect=dialect)
     assert str(compiled) == (
         "SET NOCOUNT ON; "
         "DECLARE @first int = ?, @i int = 0, @n int, @k int, @slot int, @result int, "
@@ -72,14 +77,14 @@ def test_the_claim_of_several_slots_in_one_batch():
     )
     assert compiled.positiontup == ["first", "claims"]
     # as pyodbc gets it: rendered for the qmark style, the modulo left as it is
-    rendered = sql.render(flow.CLAIM_SLOTS["mssql"], dialect, "")
+    rendered = sql.render(FLOW.claim_slots, dialect, "")
     assert rendered.names == ("first", "claims") and "% @k" in rendered.text
 
 
 def test_the_rate_limit_reservation():
     dialect = sa.create_engine("mssql+pyodbc://user:pw@host/db?driver=FreeTDS").dialect
-    statement = flow.RESERVE["mssql"].format(
-        table=dialect.identifier_preparer.format_table(flow.RATE_TABLE)
+    statement = FLOW.reserve.format(
+        table=dialect.identifier_preparer.format_table(rate_limit.RATE_TABLE)
     )
     compiled = sa.text(statement).compile(dialect=dialect)
     assert str(compiled) == (

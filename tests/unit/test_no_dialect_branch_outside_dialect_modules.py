@@ -43,12 +43,6 @@ HOMES = (
     "migration/impl.py",
 )
 
-#: Modules still branching on a dialect's name, with how many branches each: receiving's flow
-#: control keeps its claim, gate and rate statements in dicts keyed by dialect name until they
-#: move into the dialect modules. The test fails when a count changes either way, so a module is
-#: struck off when it is done and nothing new can join.
-PENDING: dict[str, int] = {"receiving/flow.py": 12}
-
 _EQUALITIES = (ast.Eq, ast.NotEq, ast.In, ast.NotIn)
 
 
@@ -184,18 +178,8 @@ def package_branches() -> list[Branch]:
     return found
 
 
-def _counts(found: list[Branch]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for branch in found:
-        counts[branch.module] = counts.get(branch.module, 0) + 1
-    return counts
-
-
 def test_no_dialect_branch_outside_the_dialect_modules() -> None:
-    found = package_branches()
-    outside = [str(branch) for branch in found if branch.module not in PENDING]
-    assert outside == []
-    assert _counts(found) == PENDING, "\n".join(str(branch) for branch in found)
+    assert [str(branch) for branch in package_branches()] == []
 
 
 def _planted(source: str) -> list[str]:

@@ -67,6 +67,11 @@ ENDPOINT_METHODS = {
     "close": "(self)",
 }
 
+#: Every public name of Endpoint: the methods above and its two counters and instance queue.
+#: Helpers users never call (handler dispatch, what sends carry) live in receiving.handling.
+ENDPOINT_PUBLIC = sorted([*ENDPOINT_METHODS.keys() - {"__init__"}, "instance_address",
+                          "instance_stats", "stats"])
+
 HANDLER_CONTEXT_METHODS = {
     "send": "(self, destination, message, *, reply_to_this_instance=False)",
     "reply": "(self, message)",
@@ -103,6 +108,11 @@ def test_endpoint_signatures():
         for name, expected in methods.items():
             signature = _plain(inspect.signature(getattr(cls, name)))
             assert signature == expected, (cls.__name__, name)
+
+
+def test_endpoint_has_no_public_name_beyond_the_snapshot():
+    public = sorted(name for name in vars(sqlqueue_orm.Endpoint) if not name.startswith("_"))
+    assert public == ENDPOINT_PUBLIC
 
 
 def test_every_public_name_has_a_docstring():

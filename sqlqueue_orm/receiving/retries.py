@@ -27,7 +27,8 @@ from sqlqueue_orm.queuing.delayed_table import FORWARD_DESTINATION
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
 
-    from sqlqueue_orm.receiving.endpoint import Endpoint
+    from sqlqueue_orm.receiving.settings import EndpointSettings
+    from sqlqueue_orm.transport import Transport
 
 log = logging.getLogger(__name__)
 
@@ -59,10 +60,9 @@ def delayed_retries_done(message: IncomingMessage) -> int:
 
 
 def decide(
-    endpoint: Endpoint, message: IncomingMessage, attempts: int, permanent: bool
+    settings: EndpointSettings, message: IncomingMessage, attempts: int, permanent: bool
 ) -> Decision:
     """The retry decision for *message* after its *attempts*-th failure in this process."""
-    settings = endpoint.settings
     if permanent:
         return Decision(ERROR_QUEUE)
     if attempts <= settings.immediate_retries:
@@ -74,16 +74,17 @@ def decide(
 
 
 def retry_later(
-    endpoint: Endpoint,
+    transport: Transport,
+    endpoint: str,
     connection: Connection,
     message: IncomingMessage,
     decision: Decision,
     queue: str | addressing.QueueAddress | None = None,
 ) -> None:
-    """Send *message* back to *queue* through the endpoint's delayed table, in *connection*'s tx.
+    """Send *message* back to *queue* through *endpoint*'s delayed table, in *connection*'s tx.
 
-    *queue* is where it failed (default: the endpoint's input queue): an instance-specific
-    queue gets its own messages back.
+    *queue* is where it failed (default: the endpoint's input queue, named *endpoint*): an
+    instance-specific queue gets its own messages back.
     """
     done = delayed_retries_done(message) + 1
     retried = {
@@ -92,16 +93,16 @@ def retry_later(
         RETRIES_TIMESTAMP: headers.format_time(dt.datetime.now(dt.UTC)),
     }
     outgoing = OutgoingMessage(message.body, retried, message.message_id)
-    endpoint.transport.send(
-        endpoint.name if queue is None else queue,
+    transport.send(
+        endpoint if queue is None else queue,
         outgoing,
         connection=connection,
         delay=decision.delay,
-        endpoint=endpoint.name,
+        endpoint=endpoint,
     )
     log.warning(
         "queue %s: message %s failed its immediate retries; delayed retry %d in %g s",
-        endpoint.name,
+        endpoint,
         message.message_id,
         done,
         decision.delay,
@@ -109,17 +110,18 @@ def retry_later(
 
 
 def arrived(
-    endpoint: Endpoint,
+    transport: Transport,
+    endpoint: str,
     connection: Connection,
     message: IncomingMessage,
     queue: str | addressing.QueueAddress | None = None,
 ) -> tuple[IncomingMessage, addressing.QueueAddress | None]:
     """A received message without its ForwardDestination, and where it was forwarded.
 
-    No such header, or one naming *queue* (where it was received; default the endpoint's
-    input queue): ``(message without it, None)``, to handle here. Another destination: the
-    message is sent there in *connection*'s transaction (same native id, headers and body) and
-    ``(message, destination)`` comes back.
+    No such header, or one naming *queue* (where it was received; default the input queue of
+    the endpoint named *endpoint*): ``(message without it, None)``, to handle here. Another
+    destination: the message is sent there in *connection*'s transaction (same native id,
+    headers and body) and ``(message, destination)`` comes back.
 
     :raises QueueNotFound: the destination does not exist (the caller moves the message to the
         error queue); the send ran inside a SAVEPOINT, so the transaction stays usable.
@@ -129,19 +131,18 @@ def arrived(
     kept = {key: value for key, value in message.headers.items() if key != FORWARD_DESTINATION}
     stripped = dataclasses.replace(message, headers=kept)
     target = message.headers[FORWARD_DESTINATION] or ""
-    transport = endpoint.transport
     try:
         destination = transport.address(target)
     except exceptions.SqlQueueError:
         log.error(
             "queue %s: delayed message %s names destination %r, which is not an address; "
             "handling it here",
-            endpoint.name,
+            endpoint,
             message.message_id,
             target,
         )
         return stripped, None
-    if destination == transport.address(endpoint.name if queue is None else queue):
+    if destination == transport.address(endpoint if queue is None else queue):
         return stripped, None
     # Headers, body and native id exactly as they are (no TimeSent or MessageId added).
     row = PreparedMessage(
@@ -151,7 +152,7 @@ def arrived(
         transport.queue(destination).send(connection, [row])
     log.debug(
         "queue %s: delayed message %s forwarded to %s",
-        endpoint.name,
+        endpoint,
         message.message_id,
         destination,
     )

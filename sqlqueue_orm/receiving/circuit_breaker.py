@@ -1,0 +1,111 @@
+"""The circuit breaker of the pump's peek and receive, and of the delayed-message mover.
+
+While the database fails, the failing thread backs off (doubling, capped); after
+``critical_error_after`` seconds of failures in a row the breaker logs a critical error and
+calls ``on_critical_error``, and keeps trying; the first success closes it again (NServiceBus's
+``RepeatedFailuresOverTimeCircuitBreaker``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from sqlalchemy import exc
+
+from sqlqueue_orm import exceptions
+
+if TYPE_CHECKING:
+    from sqlqueue_orm.receiving.settings import EndpointSettings
+
+log = logging.getLogger(__name__)
+
+#: Errors of the database (rather than of a handler) that the circuit breakers count.
+DATABASE_ERRORS: tuple[type[BaseException], ...] = (exceptions.DatabaseError, exc.DBAPIError)
+
+
+class CircuitBreaker:
+    """Back off while an operation fails; raise a critical error when it fails for too long.
+
+    :param name: what fails (``peek`` or ``receive``), for the log lines.
+    :param queue: the endpoint's queue, for the log lines.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        queue: str,
+        settings: EndpointSettings,
+        stopping: threading.Event,
+        on_critical_error: object | None,
+    ) -> None:
+        self.name = name
+        self.queue = queue
+        self.settings = settings
+        self._stopping = stopping
+        self._on_critical_error = on_critical_error
+        self._lock = threading.Lock()
+        self.failures = 0
+        self._failing_since: float | None = None
+        self.triggered = False
+
+    @property
+    def armed(self) -> bool:
+        """Whether the last attempt failed."""
+        return self._failing_since is not None
+
+    def success(self) -> None:
+        """The operation worked: close the breaker (logging the recovery if it was open)."""
+        if self._failing_since is None:
+            return
+        with self._lock:
+            if self._failing_since is None:
+                return
+            log.info(
+                "queue %s: %s works again after %d failure(s) in %.1f s",
+                self.queue,
+                self.name,
+                self.failures,
+                time.monotonic() - self._failing_since,
+            )
+            self._failing_since = None
+            self.failures = 0
+            self.triggered = False
+
+    def failure(self, error: BaseException) -> None:
+        """Count a failure, trigger the critical error when due, then back off (interruptible)."""
+        now = time.monotonic()
+        critical = False
+        with self._lock:
+            if self._failing_since is None:
+                self._failing_since = now
+            self.failures += 1
+            failures = self.failures
+            failing_for = now - self._failing_since
+            if not self.triggered and failing_for >= self.settings.critical_error_after:
+                self.triggered = critical = True
+        delay = min(
+            self.settings.max_backoff,
+            self.settings.initial_backoff * 2 ** min(failures - 1, 30),
+        )
+        log.warning(
+            "queue %s: %s failed (%d in a row, for %.1f s); trying again in %.1f s: %s",
+            self.queue,
+            self.name,
+            failures,
+            failing_for,
+            delay,
+            error,
+        )
+        if critical:
+            description = f"Failed to {self.name} from {self.queue} for {failing_for:.0f} s"
+            log.critical("queue %s: %s: %s", self.queue, description, error)
+            callback = self._on_critical_error
+            if callable(callback):
+                try:
+                    callback(description, error)
+                except Exception:
+                    log.exception("queue %s: on_critical_error raised", self.queue)
+        self._stopping.wait(delay)

@@ -1,0 +1,132 @@
+"""One module per transaction mode (NServiceBus's ``ProcessWith*`` classes).
+
+* :mod:`~sqlqueue_orm.receiving.modes.base`: what every mode does alike (the receive of one
+  message in a transaction spanning its handling, expired and poison messages, failures and
+  recoverability, the error and audit queues), the plain
+  :class:`~sqlqueue_orm.receiving.modes.base.Receiver` and the pump's
+  :class:`~sqlqueue_orm.receiving.modes.base.Receipt`;
+* :mod:`~sqlqueue_orm.receiving.modes.none`: NONE;
+* :mod:`~sqlqueue_orm.receiving.modes.batching`: a batch in one transaction, and
+  :mod:`~sqlqueue_orm.receiving.modes.native`, the modes that can take one;
+* :mod:`~sqlqueue_orm.receiving.modes.receive_only`, :mod:`~.sends_atomic`,
+  :mod:`~.transaction_scope`, :mod:`~.outbox`: how each of those sends and keeps its session.
+
+The guarantees are in ``docs/endpoint.md``. :func:`for_endpoint` picks the mode, after checking
+the databases can honour it, with the receiver its settings ask for
+(:func:`sqlqueue_orm.receiving.flow.receiver_for`).
+
+SQLite has one writer at a time: a second connection that writes while the receive's
+transaction is open would wait for it forever. So modes that need one are refused there at
+start-up, with the mode to use instead.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sqlqueue_orm import dialects, exceptions
+from sqlqueue_orm.receiving import flow
+from sqlqueue_orm.receiving.modes.base import ReceiveMode
+from sqlqueue_orm.receiving.modes.none import NoTransaction
+from sqlqueue_orm.receiving.modes.outbox import OutboxMode
+from sqlqueue_orm.receiving.modes.receive_only import ReceiveOnly
+from sqlqueue_orm.receiving.modes.sends_atomic import SendsAtomicWithReceive
+from sqlqueue_orm.receiving.modes.transaction_scope import TransactionScope
+from sqlqueue_orm.receiving.settings import TransactionMode
+
+if TYPE_CHECKING:
+    from sqlqueue_orm import addressing
+    from sqlqueue_orm.receiving.handling import Handling
+
+__all__ = ["MODES", "ReceiveMode", "check", "for_endpoint"]
+
+#: The class of each transaction mode.
+MODES: dict[TransactionMode, type[ReceiveMode]] = {
+    mode.mode: mode
+    for mode in (NoTransaction, ReceiveOnly, SendsAtomicWithReceive, TransactionScope, OutboxMode)
+}
+
+#: The modes that keep their guarantee when messages are committed in batches.
+BATCHING_MODES = (TransactionMode.TRANSACTION_SCOPE, TransactionMode.OUTBOX)
+_NO_BATCH = {
+    TransactionMode.NONE: "it commits each receive before the handler runs, so a crash would "
+    "lose a whole batch",
+    TransactionMode.RECEIVE_ONLY: "its sends leave at once, so a crash before the batch "
+    "commits would repeat every send of the batch (ghost messages)",
+    TransactionMode.SENDS_ATOMIC_WITH_RECEIVE: "its ORM session commits apart, message by "
+    "message, so a crash before the batch commits would repeat every handler's data writes",
+}
+
+
+def _same_database(handling: Handling) -> bool:
+    mine, theirs = handling.transport.engine, handling.user_transport.engine
+    return mine is theirs or str(mine.url) == str(theirs.url)
+
+
+def check(handling: Handling) -> None:
+    """Check the databases can honour the endpoint's mode with its settings.
+
+    :raises ConfigurationError: a ``batch_size`` above 1 in a mode that cannot batch (NONE,
+        RECEIVE_ONLY, SENDS_ATOMIC_WITH_RECEIVE); TRANSACTION_SCOPE with user data in another
+        database (use the outbox); a concurrency limit in NONE on a server; on SQLite, a mode
+        that would need a second writer while the receive is open.
+    """
+    settings = handling.settings
+    mode = settings.transaction_mode
+    name = handling.name
+    same = _same_database(handling)
+    if settings.batch_size > 1 and mode not in BATCHING_MODES:
+        raise exceptions.ConfigurationError(
+            f"endpoint {name!r}: batch_size {settings.batch_size} cannot "
+            f"run in {mode.name}: {_NO_BATCH[mode]}; batch in TRANSACTION_SCOPE or OUTBOX, "
+            "or set batch_size=1"
+        )
+    if mode is TransactionMode.TRANSACTION_SCOPE and not same:
+        raise exceptions.ConfigurationError(
+            f"endpoint {name!r}: TRANSACTION_SCOPE keeps the receive, your data and "
+            f"your sends in one transaction of {handling.transport.engine.url!r}, but the user "
+            f"database is {handling.user_transport.engine.url!r}; use the OUTBOX mode for data "
+            "in another database"
+        )
+    single_writer = dialects.for_dialect(handling.transport.engine).single_writer
+    limited = [
+        setting
+        for setting, value in (
+            ("global_concurrency", settings.global_concurrency),
+            ("key_header", settings.key_header),
+        )
+        if value is not None
+    ]
+    if limited and mode is TransactionMode.NONE and not single_writer:
+        raise exceptions.ConfigurationError(
+            f"endpoint {name!r}: {' and '.join(limited)} cannot run in NONE: their "
+            "slots are held by the receive's transaction, which NONE commits before the "
+            "handlers run; use a transactional mode"
+        )
+    if single_writer:
+        refused = None
+        if mode in (TransactionMode.RECEIVE_ONLY, TransactionMode.OUTBOX):
+            refused = "its sends or its unit of work write on a second connection"
+        elif mode is TransactionMode.SENDS_ATOMIC_WITH_RECEIVE and same:
+            refused = "its ORM session writes to the same SQLite file on a second connection"
+        if refused:
+            raise exceptions.ConfigurationError(
+                f"endpoint {name!r}: {mode.name} cannot run on SQLite: {refused} "
+                "while the receive holds SQLite's only write lock; use TRANSACTION_SCOPE "
+                "(everything in one transaction) or NONE"
+            )
+
+
+def for_endpoint(
+    handling: Handling, queue: str | addressing.QueueAddress | None = None
+) -> ReceiveMode:
+    """The mode of the endpoint's settings on *queue*, receiving as its settings ask.
+
+    :param queue: the queue it receives from (default the endpoint's input queue).
+    :raises ConfigurationError: see :func:`check`.
+    """
+    check(handling)
+    receiver = flow.receiver_for(
+        handling.transport, handling.name if queue is None else queue, handling.settings
+    )
+    return MODES[handling.settings.transaction_mode](handling, receiver, queue)
