@@ -44,7 +44,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from sqlqueue_orm import addressing, dialects, exceptions, headers
 from sqlqueue_orm.pubsub import publishing
-from sqlqueue_orm.receiving import forwarding, modes, mover, pump, wakeup
+from sqlqueue_orm.receiving import flow, forwarding, modes, mover, pump, wakeup
 from sqlqueue_orm.receiving.handling import (
     RELATED_TO,
     HandlerContext,
@@ -289,6 +289,13 @@ class Endpoint:
     def _pumps(self) -> list[pump.MessagePump]:
         return [each for each in (self._pump, self._instance_pump) if each is not None]
 
+    def _mode_for(self, queue: str | addressing.QueueAddress | None) -> modes.ReceiveMode:
+        """The mode receiving from *queue* (None: the input queue) through its chosen receiver."""
+        receiver = flow.receiver_for(
+            self.transport, self.name if queue is None else queue, self.settings
+        )
+        return modes.for_endpoint(self._handling, receiver, queue)
+
     def start(self) -> None:
         """Check the configuration, create the queues if asked, and start the pump threads.
 
@@ -297,7 +304,7 @@ class Endpoint:
         with self._lock:
             if self._pump is not None and self._pump.running:
                 raise exceptions.SqlQueueError(f"endpoint {self.name!r} is already running")
-            mode = modes.for_endpoint(self._handling)
+            mode = self._mode_for(None)
             instance = self.instance_address
             queues: list[str | addressing.QueueAddress] = [self.name]
             if instance is not None:
@@ -329,7 +336,7 @@ class Endpoint:
             if instance is not None:
                 self._instance_pump = pump.MessagePump(
                     self._handling,
-                    modes.for_endpoint(self._handling, instance),
+                    self._mode_for(instance),
                     concurrency=self.settings.instance_concurrency,
                 )
             for each in self._pumps():

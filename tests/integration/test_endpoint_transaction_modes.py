@@ -261,7 +261,6 @@ def test_a_receive_that_finds_nothing_commits_not_rolls_back(database, mode, bat
     psycopg drop the connection's prepared statements (and send DEALLOCATE ALL)."""
     import sqlalchemy as sa
 
-    from sqlqueue_orm.receiving import modes
     from sqlqueue_orm.receiving.worker import WorkerState
 
     transport = database.transport()
@@ -271,7 +270,7 @@ def test_a_receive_that_finds_nothing_commits_not_rolls_back(database, mode, bat
         delayed_delivery=False,
     )
     endpoint.handle_raw(lambda body, context: None)
-    mode_of = modes.for_endpoint(endpoint._handling)
+    mode_of = endpoint._mode_for(None)
     mode_of.prepare()
     ended: list[str] = []
     sa.event.listen(transport.engine, "rollback", lambda connection: ended.append("rollback"))

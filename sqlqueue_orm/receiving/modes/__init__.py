@@ -12,7 +12,7 @@
   :mod:`~.transaction_scope`, :mod:`~.outbox`: how each of those sends and keeps its session.
 
 The guarantees are in ``docs/endpoint.md``. :func:`for_endpoint` picks the mode, after checking
-the databases can honour it, with the receiver its settings ask for
+the databases can honour it, with the receiver the endpoint chose from its settings
 (:func:`sqlqueue_orm.receiving.flow.receiver_for`).
 
 SQLite has one writer at a time: a second connection that writes while the receive's
@@ -25,8 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sqlqueue_orm import dialects, exceptions
-from sqlqueue_orm.receiving import flow
-from sqlqueue_orm.receiving.modes.base import ReceiveMode
+from sqlqueue_orm.receiving.modes.base import ReceiveMode, Receiver
 from sqlqueue_orm.receiving.modes.none import NoTransaction
 from sqlqueue_orm.receiving.modes.outbox import OutboxMode
 from sqlqueue_orm.receiving.modes.receive_only import ReceiveOnly
@@ -118,15 +117,14 @@ def check(handling: Handling) -> None:
 
 
 def for_endpoint(
-    handling: Handling, queue: str | addressing.QueueAddress | None = None
+    handling: Handling, receiver: Receiver, queue: str | addressing.QueueAddress | None = None
 ) -> ReceiveMode:
-    """The mode of the endpoint's settings on *queue*, receiving as its settings ask.
+    """The mode of the endpoint's settings on *queue*, taking messages through *receiver*.
 
+    :param receiver: how the mode takes messages (the plain receive or a limit, chosen once at
+        start-up by :func:`sqlqueue_orm.receiving.flow.receiver_for`).
     :param queue: the queue it receives from (default the endpoint's input queue).
     :raises ConfigurationError: see :func:`check`.
     """
     check(handling)
-    receiver = flow.receiver_for(
-        handling.transport, handling.name if queue is None else queue, handling.settings
-    )
     return MODES[handling.settings.transaction_mode](handling, receiver, queue)
