@@ -28,8 +28,9 @@ import sqlalchemy as sa
 from benchmarks import baselines, instrumentation, peers, workers, workload
 from benchmarks.servers import Database
 from benchmarks.workload import Result
-from sqlqueue_orm import OutboxDispatcher, OutgoingMessage, Transport, UnitOfWork
+from sqlqueue_orm import OutgoingMessage, Transport, UnitOfWork
 from sqlqueue_orm.config import DispatcherSettings
+from sqlqueue_orm.sending.dispatcher import OutboxDispatcher
 from sqlqueue_orm.sending.outbox import OutboxOperation
 
 #: What ``--only`` can name.
@@ -93,7 +94,7 @@ class Run:
         return name
 
     def count(self, queue: str) -> int:
-        table = self.transport.queue(queue).quoted_table.replace("%%", "%")
+        table = self.transport._table_queue(queue).quoted_table.replace("%%", "%")
         with self.transport.engine.connect() as connection:
             return int(connection.exec_driver_sql(f"SELECT count(*) FROM {table}").scalar_one())
 
@@ -157,7 +158,7 @@ class Run:
             [OutgoingMessage(b"x", headers=headers(i) if headers else {}) for i in range(first)],
         )
         if n > first:
-            self.replicate(self.transport.address(queue).table, n)
+            self.replicate(self.transport._address(queue).table, n)
 
     def drain_bodies(self, queue: str) -> list[int]:
         """Take every message off *queue* (raw, 500 at a time); return their sequence numbers."""

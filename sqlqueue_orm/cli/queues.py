@@ -253,7 +253,7 @@ def _confirm(queue: str, assume_yes: bool, stdin: IO[str]) -> None:
 
 def _cmd_purge_all(args: argparse.Namespace) -> int:
     transport = _context(args).transport
-    transport.address(args.queue)  # a bad name fails before the question
+    transport._address(args.queue)  # a bad name fails before the question
     _confirm(args.queue, args.yes, sys.stdin)
     print(transport.purge_all(args.queue))
     return 0

@@ -19,7 +19,7 @@ from sqlqueue_orm.pubsub.subscriptions import SubscriptionSettings, Subscription
 def _cmd_subscriptions(args: argparse.Namespace) -> int:
     transport = args.context.transport
     if args.table == subscription.TABLE_NAME and args.schema is None:
-        store = transport.subscriptions
+        store = transport._subscriptions
     else:
         settings = SubscriptionSettings(table=args.table, schema=args.schema)
         store = SubscriptionStore(transport.engine, settings)

@@ -161,7 +161,7 @@ class HandlerContext:
             self.message.headers.get(headers.CORRELATION_ID) or self.message_id,
         )
         outgoing = dataclasses.replace(outgoing, headers=reply_headers)
-        destination = self.endpoint.transport.address(address_text)
+        destination = self.endpoint.transport._address(address_text)
         return self._sender(destination, self._stamp(outgoing, "Reply"))
 
     def defer(
@@ -221,8 +221,8 @@ class HandlerContext:
         outgoing, topics = publishing.prepare(outgoing, endpoint.type_names)
         assert outgoing.message_id is not None
         transport = endpoint.transport
-        subscribers = transport.subscriptions.subscribers(topics)
-        addresses = (transport.address(text) for text in subscribers)
+        subscribers = transport._subscriptions.subscribers(topics)
+        addresses = (transport._address(text) for text in subscribers)
         for destination in dict.fromkeys(addresses):  # one copy per distinct queue
             self._sender(destination, outgoing)
         return outgoing.message_id
@@ -443,7 +443,7 @@ class Endpoint:
         instance = self.settings.instance_name
         if instance is None:
             return None
-        shared = self.transport.address(self.name)
+        shared = self.transport._address(self.name)
         return addressing.QueueAddress(f"{shared.table}.{instance}", shared.schema, shared.catalog)
 
     def reply_to_instance(self, outgoing: OutgoingMessage) -> OutgoingMessage:
@@ -493,7 +493,7 @@ class Endpoint:
 
     def subscribe(self, event_type: type[Any] | str, connection: Connection | None = None) -> None:
         """Subscribe this endpoint's queue to *event_type* (a model class, or a topic name)."""
-        self.transport.subscriptions.subscribe(
+        self.transport._subscriptions.subscribe(
             self.name, self.topic(event_type), self.address_text, connection
         )
 
@@ -501,7 +501,7 @@ class Endpoint:
         self, event_type: type[Any] | str, connection: Connection | None = None
     ) -> None:
         """Remove this endpoint's subscription to *event_type*."""
-        self.transport.subscriptions.unsubscribe(self.name, self.topic(event_type), connection)
+        self.transport._subscriptions.unsubscribe(self.name, self.topic(event_type), connection)
 
     def publish(self, event: Outgoing, connection: Connection | None = None) -> str:
         """Publish *event* from this endpoint, outside any handler (see :meth:`Transport.publish`).
@@ -551,7 +551,7 @@ class Endpoint:
         """
         instrumentation = self._instrumentation or self.transport.instrumentation
         if instrumentation is not None:
-            queue = self.transport.queue(self.name).name
+            queue = self.transport._table_queue(self.name).name
             instrumentation.handle(queue, context.message, lambda: self._invoke(context))
             return
         self._invoke(context)
@@ -646,7 +646,7 @@ class Endpoint:
                 if self.settings.purge_expired_at_startup:
                     self.transport.purge_expired(queue)
                 if notify:
-                    wakeup.install_trigger(self.transport.engine, self.transport.address(queue))
+                    wakeup.install_trigger(self.transport.engine, self.transport._address(queue))
             self._pump = pump.MessagePump(self, strategy)
             self._instance_pump = None
             if instance is not None:
@@ -776,6 +776,6 @@ class Endpoint:
         """
         failed_queue = self.address_text
         instance = self.instance_address
-        if instance is not None and message.queue == str(self.transport.address(instance)):
+        if instance is not None and message.queue == str(self.transport._address(instance)):
             failed_queue = self.transport.address_text(instance)
         return forwarding.failure_headers(failed_queue, self.name, self.machine, error)

@@ -520,7 +520,7 @@ def _put_back(
             f"queue {queue}: rolling back a receive whose slot was refused failed: {error}",
             transient=True,
         ) from error
-    floor = transport.queue(queue).floor
+    floor = transport._table_queue(queue).floor
     if floor is not None and messages:
         floor.returned(min(message.row_version for message in messages))
 
@@ -928,7 +928,7 @@ class KeyConcurrency:
         count: int,
     ) -> list[IncomingMessage]:
         """The scan: browse the oldest rows, take each by id with its key's slot."""
-        table_queue = transport.queue(queue)
+        table_queue = transport._table_queue(queue)
         taken: list[IncomingMessage] = []
         blocked: set[str] = set()
         seen = 0

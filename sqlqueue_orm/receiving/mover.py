@@ -39,7 +39,7 @@ class DelayedMessageMover:
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
         self.transport = endpoint.transport
-        self.table = self.transport.delayed_table(endpoint.name)
+        self.table = self.transport._delayed_table(endpoint.name)
         self.queue = endpoint.name
         self.batch_size = endpoint.settings.delayed_batch_size
         #: Messages moved since the start.

@@ -131,7 +131,7 @@ def arrived(
     target = message.headers[FORWARD_DESTINATION] or ""
     transport = endpoint.transport
     try:
-        destination = transport.address(target)
+        destination = transport._address(target)
     except exceptions.SqlQueueError:
         log.error(
             "queue %s: delayed message %s names destination %r, which is not an address; "
@@ -141,14 +141,14 @@ def arrived(
             target,
         )
         return stripped, None
-    if destination == transport.address(endpoint.name if queue is None else queue):
+    if destination == transport._address(endpoint.name if queue is None else queue):
         return stripped, None
     # Headers, body and native id exactly as they are (no TimeSent or MessageId added).
     row = PreparedMessage(
         stripped.id, stripped.message_id, headers.serialize(kept), stripped.body, None
     )
     with db.wrap_db_errors(str(destination)), connection.begin_nested():
-        transport.queue(destination).send(connection, [row])
+        transport._table_queue(destination).send(connection, [row])
     log.debug(
         "queue %s: delayed message %s forwarded to %s",
         endpoint.name,

@@ -286,7 +286,7 @@ class ReceiveStrategy:
         hooks = self.transport.sent_hooks
         if hooks:
             for destination in set(sent):
-                address = self.transport.address(destination)
+                address = self.transport._address(destination)
                 for hook in hooks:
                     hook(address)
 
@@ -367,7 +367,7 @@ class ReceiveStrategy:
 
     def _returned(self, message: IncomingMessage) -> None:
         """*message*'s receive rolled back: the queue's receive floor must not pass it."""
-        floor = self.transport.queue(self.queue).floor
+        floor = self.transport._table_queue(self.queue).floor
         if floor is not None:
             floor.returned(message.row_version)
 

@@ -220,7 +220,7 @@ def test_ingest_killed_midway_and_rerun_leaves_each_message_once(spark, database
 def test_one_ingester_per_queue(spark, database, tmp_path):
     transport = database.transport()
     transport.create_queue("audit")
-    address = transport.address("audit")
+    address = transport._address("audit")
     lock = ingesting.ingest_lock(database.engine, sa.make_url(database.url), address)
     with lock:
         with pytest.raises(ingesting.IngestInProgress, match="another ingestion"):
