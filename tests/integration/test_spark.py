@@ -497,7 +497,7 @@ def test_package_imports_pyspark_lazily_and_says_what_to_install():
         """
         import sys
         import sqlqueue_orm.contrib.spark as spark
-        import sqlqueue_orm.contrib.spark.commands, sqlqueue_orm.contrib.spark.sample
+        import sqlqueue_orm.cli.spark, sqlqueue_orm.contrib.spark.sample
         from sqlqueue_orm import cli
         cli.build_parser()
         assert "pyspark" not in sys.modules, "pyspark imported eagerly"

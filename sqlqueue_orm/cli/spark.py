@@ -27,7 +27,9 @@ from sqlqueue_orm.contrib.spark import checks
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-log = logging.getLogger(__name__)
+# Under ``sqlqueue_orm.contrib.spark``, whose level a Spark command raises to INFO: the line
+# saying a stream stops on a signal shows by default, as the progress lines do.
+log = logging.getLogger("sqlqueue_orm.contrib.spark.commands")
 
 _FORMATS = ("csv", "json", "parquet")
 _NUMBER = re.compile(r"^(-|-?\d+(\.\d+)?)$")
