@@ -66,7 +66,7 @@ def bounded_int(low: int, high: int | None = None) -> Callable[[str], int]:
 
 #: A whole number of at least 1.
 positive_int = bounded_int(1)
-#: A batch size of a receive or browse: 1 to 10,000.
+#: A batch size of a receive or browse: 1 to :data:`MAX_BATCH`.
 batch_count = bounded_int(1, MAX_BATCH)
 
 

@@ -2,8 +2,9 @@
 
 ``dispatch`` runs the :class:`~sqlqueue_orm.sending.dispatcher.OutboxDispatcher` until SIGTERM or
 SIGINT (exit code 0), or with ``--once`` until nothing is due. ``cleanup`` deletes dispatched
-records older than ``--older-than`` (default ``7d``) in batches of 4,000, and ``OutboxDelivery``
-rows as old, in this database and in every database of ``--routes``.
+records older than ``--older-than`` (default ``7d``) in batches of ``--batch`` rows (default
+:data:`~sqlqueue_orm.config.CLEANUP_BATCH_SIZE`), and ``OutboxDelivery`` rows as old, in this
+database and in every database of ``--routes``.
 """
 
 from __future__ import annotations
