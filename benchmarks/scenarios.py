@@ -36,8 +36,9 @@ from benchmarks import (
 from benchmarks.harness import Run, Settings
 from benchmarks.servers import Database
 from benchmarks.workload import Result
-from sqlqueue_orm import OutboxDispatcher, Transport, UnitOfWork
+from sqlqueue_orm import Transport, UnitOfWork
 from sqlqueue_orm.config import DispatcherSettings
+from sqlqueue_orm.sending.dispatcher import OutboxDispatcher
 from sqlqueue_orm.sending.outbox import OutboxOperation
 
 # fork: a consumer starts in milliseconds, where spawn re-imports SQLAlchemy (seconds on a busy

@@ -4,6 +4,11 @@ Queue tables have the NServiceBus SQL Server transport's layout and header forma
 and .NET endpoints can share them. Sends join your transaction; receives skip rows other
 receivers hold; an outbox and a dispatcher carry messages to other databases; an
 :class:`Endpoint` pumps its input queue into handlers, in one of five transaction modes.
+
+The names below are what most programs need. The rest is imported from its own module: the
+outbox, its dispatcher and routing from :mod:`sqlqueue_orm.sending`, the ``@unit_of_work``
+decorator from :mod:`sqlqueue_orm.session`, the Core table of a queue from
+:mod:`sqlqueue_orm.models.queue_table`, every exception from :mod:`sqlqueue_orm.exceptions`.
 """
 
 from sqlqueue_orm.addressing import QueueAddress
@@ -15,13 +20,10 @@ from sqlqueue_orm.exceptions import (
     SqlQueueError,
 )
 from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage
-from sqlqueue_orm.models.queue_table import queue_model, queue_table
+from sqlqueue_orm.models.queue_table import queue_model
 from sqlqueue_orm.receiving.endpoint import Endpoint, HandlerContext
 from sqlqueue_orm.receiving.settings import EndpointSettings, TransactionMode
-from sqlqueue_orm.sending.dispatcher import OutboxDispatcher
-from sqlqueue_orm.sending.outbox import Outbox
-from sqlqueue_orm.sending.routing import Routing
-from sqlqueue_orm.session import UnitOfWork, unit_of_work
+from sqlqueue_orm.session import UnitOfWork
 from sqlqueue_orm.transport import Transport
 
 __version__ = "0.1.0"
@@ -34,18 +36,13 @@ __all__ = [
     "EndpointSettings",
     "HandlerContext",
     "IncomingMessage",
-    "Outbox",
-    "OutboxDispatcher",
     "OutgoingMessage",
     "QueueAddress",
     "QueueNotFound",
-    "Routing",
     "SqlQueueError",
     "TransactionMode",
     "Transport",
     "UnitOfWork",
     "__version__",
     "queue_model",
-    "queue_table",
-    "unit_of_work",
 ]

@@ -204,7 +204,7 @@ class UnitOfWork:
             chosen = "outbox"
             address = addressing.QueueAddress.coerce(destination)
         else:
-            address = self.transport.address(destination)
+            address = self.transport._address(destination)
         name = str(address)
         if chosen == "direct":
             ids = self.transport.send_many(address, messages, connection=connection)

@@ -16,7 +16,6 @@ import dataclasses
 import datetime as dt
 import logging
 import threading
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -24,15 +23,24 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from sqlqueue_orm import addressing, config, connections, db, dialects, exceptions, headers
+from sqlqueue_orm import (
+    addressing,
+    browsing,
+    config,
+    connections,
+    db,
+    delayed,
+    dialects,
+    exceptions,
+    headers,
+)
 from sqlqueue_orm import instrumentation as _instrumentation
 from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage
 from sqlqueue_orm.models import delayed_table as delayed_model
-from sqlqueue_orm.models.queue_table import queue_table
 from sqlqueue_orm.pubsub import publishing
 from sqlqueue_orm.pubsub.subscriptions import SubscriptionSettings, SubscriptionStore
 from sqlqueue_orm.queuing import sql
-from sqlqueue_orm.queuing.delayed_table import FORWARD_DESTINATION, DelayedTable
+from sqlqueue_orm.queuing.delayed_table import DelayedTable
 from sqlqueue_orm.queuing.table_queue import PURGE_BATCH_SIZE, TableQueue
 from sqlqueue_orm.schema import QueueInstaller, SchemaInspector
 
@@ -58,6 +66,10 @@ class Transport:
         :func:`~sqlqueue_orm.instrumentation.set_instrumentation` sets, now or later.
     :param subscriptions: the subscription table and the subscriber cache of :meth:`publish`
         (:class:`~sqlqueue_orm.pubsub.subscriptions.SubscriptionSettings`).
+
+    Methods with a leading underscore (a queue's parsed address and its
+    :class:`~sqlqueue_orm.queuing.table_queue.TableQueue`, delayed tables, the subscription
+    store) serve the package's own parts: the endpoint, the outbox, the error queue.
     """
 
     def __init__(
@@ -94,8 +106,8 @@ class Transport:
             )
         self.default_schema = default_schema
         self.verify_schema = verify_schema
-        self.installer = QueueInstaller(settings)
-        self.inspector = SchemaInspector()
+        self._installer = QueueInstaller(settings)
+        self._inspector = SchemaInspector()
         self._queues: dict[addressing.QueueAddress, TableQueue] = {}
         self._by_reference: dict[QueueRef, TableQueue] = {}
         # Queues whose schema was verified (one TableQueue per address; hashed by identity,
@@ -120,7 +132,7 @@ class Transport:
             _instrumentation.unfollow(self)
             self.instrumentation = instrumentation
         self._subscription_settings = subscriptions
-        self._subscriptions: SubscriptionStore | None = None
+        self._subscription_store: SubscriptionStore | None = None
 
     def __enter__(self) -> Transport:
         return self
@@ -135,7 +147,7 @@ class Transport:
             self.engine.dispose()
 
     # -- addressing ------------------------------------------------------------------------
-    def address(self, queue: QueueRef) -> addressing.QueueAddress:
+    def _address(self, queue: QueueRef) -> addressing.QueueAddress:
         """Parse *queue* in the address form of this database's .NET transport.
 
         The default schema applies when it names none. SQL Server and SQLite read
@@ -153,14 +165,14 @@ class Transport:
         Put it in ``NServiceBus.ReplyToAddress`` so .NET endpoints can reply:
         ``orders@[dbo]`` on SQL Server, ``"public"."orders"`` on PostgreSQL.
         """
-        return self.address(queue).format(self.engine.dialect.name)
+        return self._address(queue).format(self.engine.dialect.name)
 
-    def queue(self, queue: QueueRef) -> TableQueue:
+    def _table_queue(self, queue: QueueRef) -> TableQueue:
         """The :class:`TableQueue` of *queue* (cached, also by the text it was named with)."""
         table_queue = self._by_reference.get(queue)
         if table_queue is not None:
             return table_queue
-        address = self.address(queue)
+        address = self._address(queue)
         with self._lock:
             table_queue = self._queues.get(address)
             if table_queue is None:
@@ -190,10 +202,10 @@ class Transport:
         if not verify and table_queue.probed:
             return
         with db.wrap_db_errors(table_queue.name):
-            layout = self.inspector.look_up(connection, address, indexes=verify)
+            layout = self._inspector.look_up(connection, address, indexes=verify)
             if verify:
                 self._verified_queues.add(table_queue)
-                self.inspector.warn_about(address, layout, connection.dialect.name)
+                self._inspector.warn_about(address, layout, connection.dialect.name)
             table_queue.probe(connection, () if layout is None else layout.columns)
 
     def _ready(self, table_queue: TableQueue) -> None:
@@ -206,16 +218,16 @@ class Transport:
             self._first_use(connection, table_queue)
 
     # -- delayed delivery ------------------------------------------------------------------
-    def delayed_address(self, endpoint: QueueRef) -> addressing.QueueAddress:
+    def _delayed_address(self, endpoint: QueueRef) -> addressing.QueueAddress:
         """The address of *endpoint*'s delayed table: ``<endpoint>.<suffix>``, same schema."""
-        address = self.address(endpoint)
+        address = self._address(endpoint)
         name = delayed_model.delayed_table_name(address.table, self.delayed_table_suffix)
         return addressing.QueueAddress(name, address.schema, address.catalog)
 
-    def delayed_table(self, endpoint: QueueRef) -> DelayedTable:
+    def _delayed_table(self, endpoint: QueueRef) -> DelayedTable:
         """The :class:`DelayedTable` of *endpoint* (cached), feeding *endpoint*'s queue."""
-        queue_address = self.address(endpoint)
-        address = self.delayed_address(queue_address)
+        queue_address = self._address(endpoint)
+        address = self._delayed_address(queue_address)
         with self._lock:
             table = self._delayed.get(address)
             if table is None:
@@ -225,9 +237,9 @@ class Transport:
 
     def create_delayed_table(self, endpoint: QueueRef) -> bool:
         """Create *endpoint*'s delayed table if missing; return whether it was created."""
-        address = self.delayed_address(endpoint)
+        address = self._delayed_address(endpoint)
         with db.wrap_db_errors(str(address)), self.engine.begin() as connection:
-            return self.installer.create_delayed(connection, address)
+            return self._installer.create_delayed(connection, address)
 
     def _send_delayed(
         self,
@@ -238,33 +250,15 @@ class Transport:
         endpoint: QueueRef | None,
     ) -> list[str]:
         """Store *messages* in the delayed table of *endpoint* (default: of *queue*)."""
-        destination = self.address(queue)
-        table = self.delayed_table(destination if endpoint is None else endpoint)
+        destination = self._address(queue)
+        table = self._delayed_table(destination if endpoint is None else endpoint)
         forward = destination.format(self.engine.dialect.name)
-        # NServiceBus Core's DeliverAt header (critical time counts from it), by this clock.
-        deliver_at = headers.format_time(
-            dt.datetime.now(dt.UTC) + dt.timedelta(milliseconds=due_ms)
-        )
-        prepared = []
-        for message in messages:
-            if message.time_to_be_received is not None:
-                raise exceptions.ConfigurationError(
-                    f"message {message.message_id or ''} to {forward}: a delayed message cannot "
-                    "have a time_to_be_received too (NServiceBus refuses the combination)"
-                )
-            carried = {**message.headers, FORWARD_DESTINATION: forward}
-            carried.setdefault(headers.DELIVER_AT, deliver_at)
-            prepared.append(dataclasses.replace(message, headers=carried).prepare())
+        prepared = delayed.prepare(messages, forward, due_ms)
         with db.wrap_db_errors(table.name), self._connection(connection) as conn:
             for item in prepared:
                 table.store(conn, item, due_ms)
-        log.debug(
-            "queue %s: %d message(s) stored in %s, due in %d ms",
-            forward,
-            len(prepared),
-            table.name,
-            due_ms,
-        )
+        log.debug("queue %s: %d message(s) stored in %s, due in %d ms",
+                  forward, len(prepared), table.name, due_ms)
         for hook in self.delayed_hooks:
             hook(table.address, due_ms / 1000)
         return [item.message_id for item in prepared]
@@ -274,7 +268,7 @@ class Transport:
         endpoint: QueueRef | None = None,
         schemas: Iterable[str | None] | None = None,
         max_messages: int = 1_000,
-    ) -> list[DelayedMessage]:
+    ) -> list[browsing.DelayedMessage]:
         """Delayed messages waiting, earliest due first, without taking them.
 
         :param endpoint: only that endpoint's delayed table; default every delayed table
@@ -282,40 +276,14 @@ class Transport:
         """
         with db.wrap_db_errors(), self.engine.connect() as connection:
             if endpoint is not None:
-                addresses = [self.delayed_address(endpoint)]
-                where = addresses[0]
-                if not sa.inspect(connection).has_table(where.table, db.schema_argument(where)):
-                    raise exceptions.ConfigurationError(
-                        f"endpoint {str(endpoint)!r} has no delayed table {str(where)!r} (an "
-                        "endpoint creates it when it starts)"
-                    )
+                addresses = [self._delayed_address(endpoint)]
+                browsing.require_delayed_table(connection, str(endpoint), addresses[0])
             else:
                 chosen = list(schemas) if schemas is not None else [self.default_schema]
-                addresses = self.inspector.find_delayed_tables(
+                addresses = self._inspector.find_delayed_tables(
                     connection, chosen, self.delayed_table_suffix
                 )
-            found: list[DelayedMessage] = []
-            for address in addresses:
-                table = delayed_model.delayed_table(
-                    address.table, db.schema_argument(address), self.engine.dialect
-                )
-                statement = (
-                    sa.select(
-                        sa.type_coerce(table.c.Due, sa.String()).label("due"),
-                        table.c.Headers,
-                        table.c.Body,
-                    )
-                    .order_by(table.c.Due)
-                    .limit(max_messages)
-                )
-                with db.wrap_db_errors(str(address)):
-                    rows = connection.execute(statement).all()
-                found.extend(
-                    DelayedMessage.from_row(str(address), row.due, row.Headers, row.Body)
-                    for row in rows
-                )
-        found.sort(key=lambda message: message.due)
-        return found[:max_messages]
+            return browsing.read_delayed(connection, addresses, max_messages)
 
     # -- installing ------------------------------------------------------------------------
     def create_queue(self, queue: QueueRef, *, body_string: bool = False) -> bool:
@@ -324,9 +292,9 @@ class Transport:
         Safe to call from several processes at once. Needs CREATE TABLE rights; running needs
         only SELECT, INSERT and DELETE.
         """
-        address = self.address(queue)
+        address = self._address(queue)
         with db.wrap_db_errors(str(address)), self.engine.begin() as connection:
-            return self.installer.create(connection, address, body_string=body_string)
+            return self._installer.create(connection, address, body_string=body_string)
 
     def create_queues(self, queues: Iterable[QueueRef]) -> None:
         """Create each of *queues* (see :meth:`create_queue`)."""
@@ -354,11 +322,11 @@ class Transport:
         :raises ConfigurationError: both *delay* and *deliver_at*, a negative delay, or a
             delay on a message with a time_to_be_received.
         """
-        due_ms = _due_ms(delay, deliver_at)
+        due_ms = delayed.due_ms(delay, deliver_at)
         if due_ms is not None:
             if self.instrumentation is not None:  # a send span; the context waits with it
                 return self.instrumentation.send(
-                    self.queue(queue).name,
+                    self._table_queue(queue).name,
                     [message],
                     lambda traced: self._send_delayed(queue, traced, connection, due_ms, endpoint),
                 )[0]
@@ -373,7 +341,7 @@ class Transport:
     ) -> list[str]:
         """Send *messages* in one batch (all or none); return their message ids."""
         if self.instrumentation is not None:
-            name = self.queue(queue).name
+            name = self._table_queue(queue).name
             return self.instrumentation.send(
                 name, messages, lambda traced: self._send_many(queue, traced, connection)
             )
@@ -385,7 +353,7 @@ class Transport:
         messages: Sequence[OutgoingMessage],
         connection: Connection | None = None,
     ) -> list[str]:
-        table_queue = self.queue(queue)
+        table_queue = self._table_queue(queue)
         prepared = [message.prepare() for message in messages]
         if connection is not None:
             self._first_use(connection, table_queue)
@@ -435,28 +403,28 @@ class Transport:
             reply_headers[headers.CONVERSATION_ID] = conversation
         reply_headers.update(message.headers)
         replying = dataclasses.replace(message, headers=reply_headers)
-        destination = self.address(address_text)
+        destination = self._address(address_text)
         log.debug("queue %s: replying to message %s", destination, to.message_id)
         return self.send(destination, replying, connection)
 
     # -- publish/subscribe -----------------------------------------------------------------
     @property
-    def subscriptions(self) -> SubscriptionStore:
+    def _subscriptions(self) -> SubscriptionStore:
         """The subscription table and its cache (NServiceBus's ``SubscriptionRouting``)."""
-        if self._subscriptions is None:
+        if self._subscription_store is None:
             with self._lock:
-                if self._subscriptions is None:
+                if self._subscription_store is None:
                     settings = self._subscription_settings or SubscriptionSettings()
                     if settings.schema is None and self.default_schema is not None:
                         settings = dataclasses.replace(settings, schema=self.default_schema)
-                    self._subscriptions = SubscriptionStore(
+                    self._subscription_store = SubscriptionStore(
                         self.engine, settings, own_connections=self._connections
                     )
-        return self._subscriptions
+        return self._subscription_store
 
     def create_subscription_table(self) -> bool:
         """Create the subscription table if missing (idempotent, safe to race)."""
-        return self.subscriptions.create_table()
+        return self._subscriptions.create_table()
 
     def subscribe(
         self,
@@ -471,11 +439,11 @@ class Transport:
         of this database's .NET transport, as a .NET subscriber stores its own.
         """
         address = self.address_text(endpoint if queue is None else queue)
-        self.subscriptions.subscribe(endpoint, topic, address, connection)
+        self._subscriptions.subscribe(endpoint, topic, address, connection)
 
     def unsubscribe(self, endpoint: str, topic: str, connection: Connection | None = None) -> None:
         """Remove *endpoint*'s subscription to *topic*."""
-        self.subscriptions.unsubscribe(endpoint, topic, connection)
+        self._subscriptions.unsubscribe(endpoint, topic, connection)
 
     def publish(
         self,
@@ -498,17 +466,10 @@ class Transport:
         """
         outgoing, chosen = publishing.prepare(event, type_names, topics)
         assert outgoing.message_id is not None
-        # One copy per table: ``billing`` and ``billing@[dbo]`` / ``"public"."billing"`` (the
-        # schema the connection's default) are one queue, subscribed under two spellings.
-        default = self.engine.dialect.default_schema_name
-        by_table: dict[addressing.QueueAddress, addressing.QueueAddress] = {}
-        for text in self.subscriptions.subscribers(chosen, connection):
-            address = self.address(text)
-            same = address
-            if address.schema is None and default is not None:
-                same = addressing.QueueAddress(address.table, default, address.catalog)
-            by_table.setdefault(same, address)
-        destinations = list(by_table.values())
+        subscribers = self._subscriptions.subscribers(chosen, connection)
+        destinations = publishing.one_per_table(
+            (self._address(text) for text in subscribers), self.engine.dialect.default_schema_name
+        )
         if destinations:
             with self._connection(connection) as conn:
                 for destination in destinations:
@@ -538,7 +499,7 @@ class Transport:
         back with ``expired=True``; they are gone from the queue all the same.
         """
         if self.instrumentation is not None:
-            name = self.queue(queue).name
+            name = self._table_queue(queue).name
             return self.instrumentation.receive(
                 name, lambda: self._receive(queue, max_messages, connection)
             )
@@ -547,7 +508,7 @@ class Transport:
     def _receive(
         self, queue: QueueRef, max_messages: int, connection: Connection | None
     ) -> list[IncomingMessage]:
-        table_queue = self.queue(queue)
+        table_queue = self._table_queue(queue)
         if connection is not None:
             self._first_use(connection, table_queue)
             return table_queue.receive(connection, max_messages)
@@ -573,43 +534,17 @@ class Transport:
         included; nothing is locked or deleted. *after*: only rows whose RowVersion is above it
         (page on with the last ``row_version`` seen).
         """
-        address = self.address(queue)
+        address = self._address(queue)
         if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
             raise exceptions.ConfigurationError(
                 f"max_messages {max_messages!r} must be a whole number of at least 1"
             )
-        table = queue_table(address.table, db.schema_argument(address), self.engine.dialect)
-        text = sql.for_dialect(self.engine.dialect)
-        # Read as the receive reads them, so headers no driver can decode come back raw.
-        quoted = self.engine.dialect.identifier_preparer.quote(table.c.Headers.name)
-        raw_headers: sa.ColumnElement[Any] = sa.literal_column(
-            text.headers_read.format(headers=quoted)
-        )
-        statement = sa.select(
-            table.c.Id, table.c.RowVersion, table.c.Expires, raw_headers, table.c.Body
-        )
-        if after is not None:
-            statement = statement.where(table.c.RowVersion > after)
-        statement = statement.order_by(table.c.RowVersion).limit(max_messages)
-        with db.wrap_db_errors(str(address)), self._connection(connection) as conn:
-            rows = conn.execute(statement).all()
-        now = dt.datetime.now(dt.UTC).replace(tzinfo=None)  # Expires is naive UTC
-        return [
-            IncomingMessage.from_row(
-                row.Id if isinstance(row.Id, uuid.UUID) else uuid.UUID(str(row.Id)),
-                int(row.RowVersion),
-                row[3],
-                None if row.Body is None else bytes(row.Body),
-                row.Expires is not None and row.Expires <= now,
-                str(address),
-                text.headers_encoding,
-            )
-            for row in rows
-        ]
+        with self._connection(connection) as conn:
+            return browsing.read_queue(conn, address, max_messages, after)
 
     def peek(self, queue: QueueRef, connection: Connection | None = None) -> int:
         """Estimated message count (max - min RowVersion): cheap at any queue size."""
-        table_queue = self.queue(queue)
+        table_queue = self._table_queue(queue)
         if connection is not None or self._connections.observed():
             with self._connection(connection) as conn:
                 count = table_queue.peek(conn)
@@ -630,25 +565,21 @@ class Transport:
 
     def purge_expired(self, queue: QueueRef, batch_size: int = PURGE_BATCH_SIZE) -> int:
         """Delete expired messages, one transaction per batch; return how many were deleted."""
-        table_queue = self.queue(queue)
+        table_queue = self._table_queue(queue)
         total = 0
         while True:
             with self.engine.begin() as connection:
                 deleted = table_queue.purge_expired(connection, batch_size)
             total += deleted
             if deleted:
-                log.info(
-                    "queue %s: purged %d expired message(s) (%d so far)",
-                    table_queue.name,
-                    deleted,
-                    total,
-                )
+                log.info("queue %s: purged %d expired message(s) (%d so far)",
+                         table_queue.name, deleted, total)
             if deleted < batch_size:
                 return total
 
     def purge_all(self, queue: QueueRef) -> int:
         """Delete every message of the queue; return how many."""
-        table_queue = self.queue(queue)
+        table_queue = self._table_queue(queue)
         with self.engine.begin() as connection:
             deleted = table_queue.purge_all(connection)
         log.info("queue %s: purged all %d message(s)", table_queue.name, deleted)
@@ -658,64 +589,11 @@ class Transport:
         """Queue tables found in *schemas* (default: the default schema), with estimated counts."""
         chosen = list(schemas) if schemas is not None else [self.default_schema]
         with db.wrap_db_errors(), self.engine.begin() as connection:
-            found = self.inspector.find_queue_tables(connection, chosen)
+            found = self._inspector.find_queue_tables(connection, chosen)
             return [
-                (str(info.address), self.queue(info.address).peek(connection)) for info in found
+                (str(info.address), self._table_queue(info.address).peek(connection))
+                for info in found
             ]
-
-
-@dataclasses.dataclass(frozen=True)
-class DelayedMessage:
-    """A message waiting in a delayed table (see :meth:`Transport.browse_delayed`)."""
-
-    #: The delayed table's address.
-    table: str
-    #: When it is due (UTC).
-    due: dt.datetime
-    #: Where it goes then (``NServiceBus.SqlServer.ForwardDestination``).
-    destination: str | None
-    headers: dict[str, str | None]
-    body: bytes | None
-
-    @property
-    def message_id(self) -> str | None:
-        """``NServiceBus.MessageId``, if it has one."""
-        return self.headers.get(headers.MESSAGE_ID)
-
-    @classmethod
-    def from_row(cls, table: str, due: object, text: object, body: object) -> DelayedMessage:
-        """From a row as the driver returns it (Due as a datetime, or SQLite's UTC text)."""
-        moment = due if isinstance(due, dt.datetime) else dt.datetime.fromisoformat(str(due))
-        moment = moment.replace(tzinfo=dt.UTC) if moment.tzinfo is None else moment
-        parsed, _, _ = headers.decode(text, "utf-8")
-        return cls(
-            table,
-            moment.astimezone(dt.UTC),
-            parsed.get(FORWARD_DESTINATION),
-            parsed,
-            None if body is None else bytes(body),  # type: ignore[call-overload]
-        )
-
-
-def _due_ms(delay: dt.timedelta | float | None, deliver_at: dt.datetime | None) -> int | None:
-    """Milliseconds until a delayed message is due (None: not delayed)."""
-    if delay is not None and deliver_at is not None:
-        raise exceptions.ConfigurationError("give delay or deliver_at, not both")
-    if deliver_at is not None:
-        if not isinstance(deliver_at, dt.datetime):
-            raise exceptions.ConfigurationError(f"deliver_at {deliver_at!r} is not a datetime")
-        moment = deliver_at if deliver_at.tzinfo else deliver_at.replace(tzinfo=dt.UTC)
-        return max(0, round((moment - dt.datetime.now(dt.UTC)).total_seconds() * 1000))
-    if delay is None:
-        return None
-    seconds = delay.total_seconds() if isinstance(delay, dt.timedelta) else delay
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds >= 0:
-        raise exceptions.ConfigurationError(
-            f"delay {delay!r} must be a non-negative number of seconds or a timedelta"
-        )
-    if seconds > 100 * 365 * 86400:
-        raise exceptions.ConfigurationError(f"delay {delay!r} is longer than 100 years")
-    return round(seconds * 1000)
 
 
 def _without_password(url: str) -> str:

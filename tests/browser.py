@@ -46,7 +46,7 @@ def served(app: Any) -> Iterator[str]:
     """Serve *app* with uvicorn in a thread on a free port of 127.0.0.1; yield its base URL."""
     import uvicorn
 
-    from sqlqueue_orm.contrib.dashboard.commands import listen
+    from sqlqueue_orm.cli.dashboard import listen
 
     sock = listen("127.0.0.1", 0)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))

@@ -2,60 +2,72 @@
 
 The database URL comes from ``--url``, else ``SQLQUEUE_URL``, else ``sqlite:///sqlqueue.db``; it
 is resolved once into a :class:`~sqlqueue_orm.cli.context.CommandContext` (``args.context``) that
-every sub-command gets, with one Transport made on first use. Where things are:
+every command gets, with one Transport made on first use. One module per command group, each
+with a ``register(subparsers)`` function, in the order ``sqlqueue --help`` lists them:
 
-* ``arguments``: every argument type (numbers, TTBR, KEY=VALUE, files), validated one way;
-* ``errors``: the one error policy (bad input exits 2, an unreachable database 1, one line each,
-  a traceback only with ``--verbose``);
 * ``queues``: create-queue, send, receive, browse, peek, purge-expired, purge-all, list-queues;
 * ``ddl``: the DDL of queue tables for a DBA;
 * ``verify``: drifts of the tables from their layout, with their repairs;
-* feature areas add their own sub-commands with a ``register(subparsers)`` function
-  (``migrate``, ``outbox``, ``run``, ``errors``, ``subscriptions``, ``spark``, ``dashboard``)
-  and import only
-  ``sqlqueue_orm.cli.arguments``.
+* ``migrate``: Alembic upgrades of queue and shared tables;
+* ``outbox``: dispatch and clean up the transactional outbox;
+* ``run``: run an endpoint;
+* ``delayed``: the delayed messages waiting;
+* ``errors``: list, show, retry and delete the messages of an error queue;
+* ``subscriptions``: the subscription table;
+* ``spark`` and ``dashboard``: the optional extras, whose packages load only when their command
+  runs (the extra may be absent).
+
+Beside them: ``arguments`` (every argument type, validated one way), ``context`` (the URL and
+the Transport) and ``failures`` (the one error policy: bad input exits 2, an unreachable database
+1, one line each, a traceback only with ``--verbose``). The library never imports this package:
+the command line is an application on top of it.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 from collections.abc import Sequence
+from importlib import metadata
 
-from sqlqueue_orm.cli import arguments, context, ddl, errors, queues, verify
+import sqlqueue_orm
+from sqlqueue_orm.cli import (
+    arguments,
+    context,
+    dashboard,
+    ddl,
+    delayed,
+    errors,
+    failures,
+    migrate,
+    outbox,
+    queues,
+    run,
+    spark,
+    subscriptions,
+    verify,
+)
 from sqlqueue_orm.cli.arguments import key_value, positive_int, positive_seconds, resolve_url
 from sqlqueue_orm.cli.ddl import ddl_dialect
 
 log = logging.getLogger("sqlqueue_orm.cli")
 
-#: Modules that add sub-commands; each has ``register(subparsers)``.
-EXTENSIONS = (
-    "sqlqueue_orm.migration.commands",
-    "sqlqueue_orm.sending.commands",
-    "sqlqueue_orm.receiving.commands",
-    "sqlqueue_orm.receiving.delayed_commands",
-    "sqlqueue_orm.recoverability.commands",
-    "sqlqueue_orm.pubsub.commands",
-    "sqlqueue_orm.contrib.spark.commands",
-    "sqlqueue_orm.contrib.dashboard.commands",
+#: The command groups, in the order ``sqlqueue --help`` lists them.
+GROUPS = (
+    queues, ddl, verify, migrate, outbox, run, delayed, errors, subscriptions, spark, dashboard,
 )
 
 
 def _version() -> str:
-    from importlib import metadata
-
     try:
         return metadata.version("sqlqueue_orm")
     except metadata.PackageNotFoundError:  # run from a checkout without installing
-        import sqlqueue_orm
-
         return sqlqueue_orm.__version__
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``sqlqueue``, with every extension's sub-commands."""
-    parser = errors.ArgumentParser(prog="sqlqueue", description=(__doc__ or "").splitlines()[0])
+    """The argument parser of ``sqlqueue``, with every group's commands."""
+    parser = failures.ArgumentParser(prog="sqlqueue", description=(__doc__ or "").splitlines()[0])
     parser.add_argument(
         "--url", help="database URL (default: $SQLQUEUE_URL, else sqlite:///sqlqueue.db)"
     )
@@ -63,17 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="more logging, and the traceback of an error")
     parser.add_argument("--version", action="version", version=f"sqlqueue {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    queues.register(commands)
-    ddl.register(commands)
-    verify.register(commands)
-    for module_name in EXTENSIONS:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as error:
-            if error.name != module_name:
-                raise
-            continue
-        module.register(commands)
+    for group in GROUPS:
+        group.register(commands)
     return parser
 
 
@@ -85,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args.context = context.CommandContext.from_args(args)
     try:
-        return errors.run(args.func, args)
+        return failures.run(args.func, args)
     finally:
         args.context.close()
 

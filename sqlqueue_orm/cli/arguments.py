@@ -2,8 +2,8 @@
 
 Each type is a function from the text the user typed to a value, raising
 :class:`argparse.ArgumentTypeError` with a message that quotes that text; the parser turns it
-into one line on stderr and exit status 2. Sub-command modules (``migrate``, ``outbox``,
-``spark``) import this module, and nothing else of :mod:`sqlqueue_orm.cli`.
+into one line on stderr and exit status 2. Every command group's module takes its argument
+types from here.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import os
 from collections.abc import Callable
 
 from sqlqueue_orm import db
+from sqlqueue_orm.models.queue_table import SQL_SERVER_LAYOUTS
 
 #: Upper bound of a time to be received: the one :class:`~sqlqueue_orm.messages.OutgoingMessage`
 #: accepts (100 years of 366 days); longer is a mistake, leave the TTBR unset instead.
@@ -66,7 +67,7 @@ def bounded_int(low: int, high: int | None = None) -> Callable[[str], int]:
 
 #: A whole number of at least 1.
 positive_int = bounded_int(1)
-#: A batch size of a receive or browse: 1 to 10,000.
+#: A batch size of a receive or browse: 1 to :data:`MAX_BATCH`.
 batch_count = bounded_int(1, MAX_BATCH)
 
 
@@ -125,8 +126,6 @@ def input_file(text: str) -> str:
 
 def sql_server_layout(parser: argparse.ArgumentParser) -> None:
     """Add ``--sql-server-layout`` (how SQL Server queue tables are laid out) to *parser*."""
-    from sqlqueue_orm.models.queue_table import SQL_SERVER_LAYOUTS
-
     parser.add_argument(
         "--sql-server-layout",
         choices=SQL_SERVER_LAYOUTS,

@@ -43,7 +43,7 @@ def _cmd_ddl(args: argparse.Namespace) -> int:
 def register(commands: Any) -> None:
     """Add ``ddl`` to the ``sqlqueue`` parser."""
     sub = commands.add_parser("ddl", help="print the DDL of queue tables for a DBA")
-    sub.add_argument("--dialect", required=True, choices=("mssql", "postgresql", "sqlite"))
+    sub.add_argument("--dialect", required=True, choices=sorted(dialects.ALL))
     sub.add_argument(
         "--target-version",
         type=int,

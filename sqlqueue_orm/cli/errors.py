@@ -1,87 +1,179 @@
-"""The one error policy of the ``sqlqueue`` command line.
+"""``sqlqueue errors``: list, show, retry and delete the messages of an error queue.
 
-* Bad input (an argument, a queue name, a missing queue, a message that cannot be sent): one
-  line on stderr naming the bad value, exit status 2.
-* A database that cannot be reached or refuses the login, or that fails during the command: one
-  line naming the database (host, or SQLite file) and the cause, exit status 1.
-* Standard output closed early (``sqlqueue receive | head -1``): nothing taken off a queue is
-  lost (the command rolls back); one line, exit status 1.
-* Anything else is a bug: one line, exit status 1.
+::
 
-The traceback is printed only with ``--verbose``.
+    sqlqueue errors list [--json] [--queue ERRORQ] [--exception-type T] [--endpoint E]
+    sqlqueue errors show ID
+    sqlqueue errors retry ID... | --all [--failed-queue Q]
+    sqlqueue errors delete ID...
+
+``ID`` is the row id the list prints (the native ``Id``, a GUID). ``--queue`` names the error
+queue on every sub-command (default ``error``). ``retry`` sends each message back to its
+``NServiceBus.FailedQ`` with the failure headers removed, one transaction per message
+(:class:`~sqlqueue_orm.recoverability.error_queue.ErrorQueue`); ``--all --failed-queue Q``
+retries only the messages that failed in ``Q``. An id that is not a GUID, or not in the queue,
+is bad input: one line naming it, exit status 2, and nothing is changed.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
-import shlex
+import base64
+import json
 import sys
-import traceback
-from collections.abc import Callable
-from typing import NoReturn
+from typing import Any
 
-from sqlalchemy import exc
-
-from sqlqueue_orm import exceptions
-
-log = logging.getLogger(__name__)
-
-#: Exit status of bad input.
-BAD_INPUT = 2
-#: Exit status of a database (or output) failure.
-FAILED = 1
+from sqlqueue_orm import exceptions, headers
+from sqlqueue_orm.cli import arguments
+from sqlqueue_orm.recoverability.error_queue import ErrorQueue, FailedMessage, parse_id
 
 
-class OutputClosed(exceptions.SqlQueueError):
-    """Standard output was closed before everything was written; nothing was taken."""
+def _error_queue(args: argparse.Namespace) -> ErrorQueue:
+    return ErrorQueue(args.context.transport, args.queue)
 
 
-class ArgumentParser(argparse.ArgumentParser):
-    """An :class:`argparse.ArgumentParser` whose errors are one line (and exit status 2)."""
-
-    def error(self, message: str) -> NoReturn:
-        """Print ``PROG: error: MESSAGE (see PROG --help)`` and exit 2."""
-        self.exit(BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
-def _one_line(text: object) -> str:
-    return " ".join(str(text).split())
-
-
-def message_of(error: BaseException) -> tuple[int, str]:
-    """The exit status and the one-line message for *error*."""
-    if isinstance(error, exceptions.QueueNotFound):
-        return BAD_INPUT, (
-            f"queue {error.queue!r} does not exist; create it with: "
-            f"sqlqueue create-queue {shlex.quote(error.queue)}"
-        )
-    if isinstance(error, exceptions.ConfigurationError | exceptions.InvalidMessage):
-        return BAD_INPUT, _one_line(error)
-    if isinstance(error, exceptions.SqlQueueError):
-        return FAILED, _one_line(error)
-    if isinstance(error, exc.DBAPIError):
-        return FAILED, _one_line(f"database error: {type(error.orig).__name__}: {error.orig}")
-    if isinstance(error, exc.SQLAlchemyError):
-        return FAILED, _one_line(f"database error: {error}")
-    return FAILED, _one_line(f"unexpected {type(error).__name__}: {error} (a bug: run with "
-                             "--verbose and report the traceback)")
-
-
-def run(command: Callable[[argparse.Namespace], int | None], args: argparse.Namespace) -> int:
-    """Run *command* under the policy above; return the exit status."""
-    verbose = int(getattr(args, "verbose", 0) or 0)
+def _text(value: bytes) -> str | None:
     try:
-        return int(command(args) or 0)
-    except KeyboardInterrupt:
-        print("sqlqueue: interrupted", file=sys.stderr)
-        return 130
-    except Exception as error:
-        status, text = message_of(error)
-        if verbose:
-            traceback.print_exc()
-        try:
-            print(f"sqlqueue: error: {text}", file=sys.stderr)
-        except OSError:  # stderr is gone too: the status says it
-            pass
-        return status
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def record(failed: FailedMessage) -> dict[str, Any]:
+    """The JSON object of *failed*: every field; bodies and raw headers kept losslessly.
+
+    ``body`` when the body is UTF-8 text, else ``body_base64``; ``headers`` is null and
+    ``raw_headers`` (or ``raw_headers_base64`` when they are not text) holds what is stored
+    when the headers cannot be read.
+    """
+    result: dict[str, Any] = {
+        "id": failed.id,
+        "message_id": failed.message_id,
+        "failed_queue": failed.failed_queue,
+        "exception_type": failed.exception_type,
+        "exception_message": failed.exception_message,
+        "time_of_failure": (
+            None if failed.time_of_failure is None
+            else headers.format_time(failed.time_of_failure)
+        ),
+        "processing_endpoint": failed.processing_endpoint,
+        "headers": failed.headers or None,
+    }
+    if not failed.headers:
+        raw = failed.raw_headers
+        if isinstance(raw, bytes):
+            result["raw_headers_base64"] = base64.b64encode(raw).decode("ascii")
+        else:
+            result["raw_headers"] = raw
+    text = _text(failed.body)
+    if text is None:
+        result["body_base64"] = base64.b64encode(failed.body).decode("ascii")
+    else:
+        result["body"] = text
+    return result
+
+
+def _line(failed: FailedMessage) -> str:
+    when = "-" if failed.time_of_failure is None else headers.format_time(failed.time_of_failure)
+    reason = " ".join((failed.exception_message or "").split())[:120]
+    kind = failed.exception_type or ("(headers cannot be read)" if not failed.headers else "-")
+    line = f"{failed.id}  {when}  {failed.failed_queue or '-'}  {kind}"
+    return f"{line}: {reason}" if reason else line
+
+
+def list_command(args: argparse.Namespace) -> int:
+    """``errors list``: one line (or JSON object) per failed message, oldest first."""
+    errors = _error_queue(args)
+    found = errors.list(
+        limit=args.limit, exception_type=args.exception_type, endpoint=args.endpoint
+    )
+    for failed in found:
+        print(json.dumps(record(failed), ensure_ascii=False) if args.json else _line(failed))
+    return 0
+
+
+def _known(errors: ErrorQueue, ids: list[str]) -> None:
+    """Refuse (bad input) an id that is not a GUID or not in the queue, before any change."""
+    for each in ids:
+        parse_id(each)
+        if errors.get(each) is None:
+            raise exceptions.ConfigurationError(
+                f"no message {each!r} in error queue {errors.name!r} "
+                "(see: sqlqueue errors list)"
+            )
+
+
+def show_command(args: argparse.Namespace) -> int:
+    """``errors show ID``: the whole message as one indented JSON object."""
+    errors = _error_queue(args)
+    _known(errors, [args.id])
+    failed = errors.get(args.id)
+    assert failed is not None
+    print(json.dumps(record(failed), ensure_ascii=False, indent=2))
+    return 0
+
+
+def retry_command(args: argparse.Namespace) -> int:
+    """``errors retry``: send messages back to the queue they failed in."""
+    errors = _error_queue(args)
+    if args.all == bool(args.ids):
+        raise exceptions.ConfigurationError("give message ids or --all (not both)")
+    if args.failed_queue is not None and not args.all:
+        raise exceptions.ConfigurationError("--failed-queue goes with --all")
+    if args.all:
+        ids = errors.retryable_ids(args.failed_queue)
+    else:
+        _known(errors, args.ids)
+        ids = args.ids
+    count = errors.retry(ids)
+    print(f"{count} message(s) sent back from {errors.name}")
+    if count < len(ids):
+        print(f"sqlqueue: error: {len(ids) - count} message(s) were not sent back "
+              "(no FailedQ header, no such queue, or taken by someone else; see the log)",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def delete_command(args: argparse.Namespace) -> int:
+    """``errors delete ID...``: delete messages for good."""
+    errors = _error_queue(args)
+    _known(errors, args.ids)
+    count = errors.delete(args.ids)
+    print(f"{count} message(s) deleted from {errors.name}")
+    return 0 if count == len(args.ids) else 1
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``errors`` and its sub-commands."""
+    parser = subparsers.add_parser(
+        "errors", help="list, show, retry or delete the messages of an error queue"
+    )
+    commands = parser.add_subparsers(dest="errors_command", required=True, metavar="COMMAND")
+
+    def add(name: str, help_text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_text)
+        sub.add_argument("--queue", default="error", help="the error queue (default: error)")
+        return sub
+
+    sub = add("list", "failed messages, oldest first")
+    sub.add_argument("--json", action="store_true", help="one JSON object per line")
+    sub.add_argument("--exception-type", help="full type name, or its last part (ValueError)")
+    sub.add_argument("--endpoint", help="the endpoint that failed it (ProcessingEndpoint)")
+    sub.add_argument("--limit", type=arguments.positive_int, default=100,
+                     help="most messages shown (default 100)")
+    sub.set_defaults(func=list_command)
+
+    sub = add("show", "one failed message: headers, exception, body")
+    sub.add_argument("id", metavar="ID", help="the id printed by errors list")
+    sub.set_defaults(func=show_command)
+
+    sub = add("retry", "send messages back to the queue they failed in")
+    sub.add_argument("ids", nargs="*", metavar="ID", help="ids printed by errors list")
+    sub.add_argument("--all", action="store_true", help="every message of the error queue")
+    sub.add_argument("--failed-queue", help="with --all: only those that failed in this queue")
+    sub.set_defaults(func=retry_command)
+
+    sub = add("delete", "delete messages for good")
+    sub.add_argument("ids", nargs="+", metavar="ID", help="ids printed by errors list")
+    sub.set_defaults(func=delete_command)

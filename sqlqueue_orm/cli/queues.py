@@ -27,7 +27,7 @@ import sqlalchemy as sa
 
 from sqlqueue_orm import exceptions
 from sqlqueue_orm.addressing import QueueAddress
-from sqlqueue_orm.cli import arguments, errors
+from sqlqueue_orm.cli import arguments, failures
 from sqlqueue_orm.cli.context import CommandContext
 from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage
 from sqlqueue_orm.transport import Transport
@@ -93,7 +93,7 @@ def line_of(message: IncomingMessage, args: argparse.Namespace) -> str:
 class HandOver:
     """Writes lines to standard output and knows whether they were handed over.
 
-    A write that fails (``EPIPE``, a full disk) raises :class:`errors.OutputClosed`. On a pipe,
+    A write that fails (``EPIPE``, a full disk) raises :class:`failures.OutputClosed`. On a pipe,
     a line counts as handed over only once the reader has read it: before the next line and
     before the commit we wait until the pipe is empty, and a reader that went away first
     (``head -1``) is a closed output. Files and terminals are handed over once flushed.
@@ -119,7 +119,7 @@ class HandOver:
             self.stream.flush()
         except OSError as error:
             reason = error.strerror or error
-            raise errors.OutputClosed(f"standard output closed ({reason})") from error
+            raise failures.OutputClosed(f"standard output closed ({reason})") from error
         if self.pipe:
             self._wait_until_read()
 
@@ -132,7 +132,7 @@ class HandOver:
         while True:
             for _fd, event in poller.poll(0):
                 if event & (select.POLLERR | select.POLLHUP):
-                    raise errors.OutputClosed("standard output closed (the reader went away)")
+                    raise failures.OutputClosed("standard output closed (the reader went away)")
             unread = struct.unpack("i", fcntl.ioctl(self.fd, termios.FIONREAD, b"\0\0\0\0"))[0]
             if unread == 0:
                 return
@@ -205,11 +205,11 @@ def _cmd_receive(args: argparse.Namespace) -> int:
             taken = len(messages)
             for message in messages:
                 output.write(line_of(message, args))
-    except errors.OutputClosed as error:
+    except failures.OutputClosed as error:
         _silence_stdout()
         log.info("queue %s: output closed; %d message(s) rolled back, none lost",
                  args.queue, taken)
-        raise errors.OutputClosed(
+        raise failures.OutputClosed(
             f"{error}; the {taken} message(s) taken off queue {args.queue!r} were put back"
         ) from error
     return 0
@@ -221,7 +221,7 @@ def _cmd_browse(args: argparse.Namespace) -> int:
     try:
         for message in messages:
             output.write(line_of(message, args))
-    except errors.OutputClosed:
+    except failures.OutputClosed:
         _silence_stdout()  # browsing takes nothing: an early close loses nothing
     return 0
 
@@ -253,7 +253,7 @@ def _confirm(queue: str, assume_yes: bool, stdin: IO[str]) -> None:
 
 def _cmd_purge_all(args: argparse.Namespace) -> int:
     transport = _context(args).transport
-    transport.address(args.queue)  # a bad name fails before the question
+    QueueAddress.parse(args.queue, transport.engine.dialect.name)  # a bad name fails first
     _confirm(args.queue, args.yes, sys.stdin)
     print(transport.purge_all(args.queue))
     return 0

@@ -17,7 +17,7 @@
 * :mod:`~sqlqueue_orm.migration.tsql`, :mod:`~sqlqueue_orm.migration.plpgsql`,
   :mod:`~sqlqueue_orm.migration.sqlite`: each dialect's implementation (``MssqlImpl``,
   ``PostgresqlImpl``, ``SqliteImpl``).
-* :mod:`~sqlqueue_orm.migration.commands`: the ``sqlqueue migrate`` sub-command.
+* the ``sqlqueue migrate`` command is :mod:`sqlqueue_orm.cli.migrate`.
 
 See ``docs/migrations.md``.
 """

@@ -12,10 +12,10 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sqlqueue_orm import exceptions, headers
+from sqlqueue_orm import addressing, exceptions, headers
 from sqlqueue_orm.messages import OutgoingMessage
 from sqlqueue_orm.pubsub import topics as topic_names
 
@@ -61,3 +61,21 @@ def prepare(
     message_id = outgoing.message_id or stamped.get(headers.MESSAGE_ID) or str(uuid.uuid4())
     stamped[headers.MESSAGE_ID] = message_id
     return dataclasses.replace(outgoing, headers=stamped, message_id=message_id), chosen
+
+
+def one_per_table(
+    addresses: Iterable[addressing.QueueAddress], default_schema: str | None
+) -> list[addressing.QueueAddress]:
+    """*addresses* with each table once, as first spelled.
+
+    ``billing`` and ``billing@[dbo]`` / ``"public"."billing"`` (when that schema is the
+    connection's default, *default_schema*) are one queue, subscribed under two spellings: a
+    publish sends it one copy.
+    """
+    by_table: dict[addressing.QueueAddress, addressing.QueueAddress] = {}
+    for address in addresses:
+        same = address
+        if address.schema is None and default_schema is not None:
+            same = addressing.QueueAddress(address.table, default_schema, address.catalog)
+        by_table.setdefault(same, address)
+    return list(by_table.values())

@@ -243,7 +243,7 @@ class Endpoint:
 
     def subscribe(self, event_type: type[Any] | str, connection: Connection | None = None) -> None:
         """Subscribe this endpoint's queue to *event_type* (a model class, or a topic name)."""
-        self.transport.subscriptions.subscribe(
+        self.transport._subscriptions.subscribe(
             self.name, self._handling.topic(event_type), self.address_text, connection
         )
 
@@ -251,7 +251,7 @@ class Endpoint:
         self, event_type: type[Any] | str, connection: Connection | None = None
     ) -> None:
         """Remove this endpoint's subscription to *event_type*."""
-        self.transport.subscriptions.unsubscribe(
+        self.transport._subscriptions.unsubscribe(
             self.name, self._handling.topic(event_type), connection
         )
 
@@ -330,7 +330,7 @@ class Endpoint:
                 if self.settings.purge_expired_at_startup:
                     self.transport.purge_expired(queue)
                 if notify:
-                    wakeup.install_trigger(self.transport.engine, self.transport.address(queue))
+                    wakeup.install_trigger(self.transport.engine, self.transport._address(queue))
             self._pump = pump.MessagePump(self._handling, mode)
             self._instance_pump = None
             if instance is not None:

@@ -145,7 +145,7 @@ def forward(
     transport: Transport, queue: str, row: PreparedMessage, connection: Connection | None
 ) -> None:
     """Send *row* to *queue*: in *connection*'s transaction, else in one of its own."""
-    table_queue = transport.queue(queue)
+    table_queue = transport._table_queue(queue)
     if connection is not None:
         table_queue.send(connection, [row])
         return

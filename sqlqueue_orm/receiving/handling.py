@@ -147,7 +147,7 @@ class Handling:
         instance = self.settings.instance_name
         if instance is None:
             return None
-        shared = self.transport.address(self.name)
+        shared = self.transport._address(self.name)
         return addressing.QueueAddress(f"{shared.table}.{instance}", shared.schema, shared.catalog)
 
     def reply_to_instance(self, outgoing: OutgoingMessage) -> OutgoingMessage:
@@ -209,7 +209,7 @@ class Handling:
         """
         instrumentation = self._instrumentation or self.transport.instrumentation
         if instrumentation is not None:
-            queue = self.transport.queue(self.name).name
+            queue = self.transport._table_queue(self.name).name
             instrumentation.handle(queue, context.message, lambda: self._invoke(context))
             return
         self._invoke(context)
@@ -341,7 +341,7 @@ class HandlerContext:
             self.message.headers.get(headers.CORRELATION_ID) or self.message_id,
         )
         outgoing = dataclasses.replace(outgoing, headers=reply_headers)
-        destination = self._handling.transport.address(address_text)
+        destination = self._handling.transport._address(address_text)
         return self._sender(destination, self._stamp(outgoing, "Reply"))
 
     def defer(
@@ -402,8 +402,8 @@ class HandlerContext:
         outgoing, topics = publishing.prepare(outgoing, handling.type_names)
         assert outgoing.message_id is not None
         transport = handling.transport
-        subscribers = transport.subscriptions.subscribers(topics)
-        addresses = (transport.address(text) for text in subscribers)
+        subscribers = transport._subscriptions.subscribers(topics)
+        addresses = (transport._address(text) for text in subscribers)
         for destination in dict.fromkeys(addresses):  # one copy per distinct queue
             self._sender(destination, outgoing)
         return outgoing.message_id

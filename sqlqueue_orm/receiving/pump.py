@@ -285,7 +285,7 @@ class MessagePump:
         self._peek_counts_held_rows = dialects.for_dialect(
             transport.engine
         ).peek_counts_held_rows
-        self._address = transport.address(self.queue)
+        self._address = transport._address(self.queue)
         self._local_wakeups = wakeup.local_wakeups(transport)
         self._local_wakeups.register(self._address.table, self.wake)
         if notify:
@@ -524,7 +524,7 @@ class MessagePump:
                 self._condition.notify_all()
 
     def _rewind(self) -> None:
-        floor = self.handling.transport.queue(self.queue).floor
+        floor = self.handling.transport._table_queue(self.queue).floor
         if floor is not None:
             floor.reset()
 
@@ -535,7 +535,7 @@ class MessagePump:
                 setattr(self.stats, outcome, getattr(self.stats, outcome) + count)
         instrumentation = self.handling.instrumentation
         if instrumentation is not None:
-            queue = self.handling.transport.queue(self.queue).name
+            queue = self.handling.transport._table_queue(self.queue).name
             for _ in range(count):
                 instrumentation.outcome(queue, outcome)
 

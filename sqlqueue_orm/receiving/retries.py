@@ -132,7 +132,7 @@ def arrived(
     stripped = dataclasses.replace(message, headers=kept)
     target = message.headers[FORWARD_DESTINATION] or ""
     try:
-        destination = transport.address(target)
+        destination = transport._address(target)
     except exceptions.SqlQueueError:
         log.error(
             "queue %s: delayed message %s names destination %r, which is not an address; "
@@ -142,14 +142,14 @@ def arrived(
             target,
         )
         return stripped, None
-    if destination == transport.address(endpoint if queue is None else queue):
+    if destination == transport._address(endpoint if queue is None else queue):
         return stripped, None
     # Headers, body and native id exactly as they are (no TimeSent or MessageId added).
     row = PreparedMessage(
         stripped.id, stripped.message_id, headers.serialize(kept), stripped.body, None
     )
     with db.wrap_db_errors(str(destination)), connection.begin_nested():
-        transport.queue(destination).send(connection, [row])
+        transport._table_queue(destination).send(connection, [row])
     log.debug(
         "queue %s: delayed message %s forwarded to %s",
         endpoint,

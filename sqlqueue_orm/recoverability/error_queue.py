@@ -154,7 +154,7 @@ class ErrorQueue:
     def __init__(self, transport: Transport, name: str = "error") -> None:
         self.transport = transport
         self.name = name
-        self.address = transport.address(name)
+        self.address = transport._address(name)
 
     def __repr__(self) -> str:
         return f"ErrorQueue({self.name!r})"
@@ -262,7 +262,7 @@ class ErrorQueue:
         :raises ConfigurationError: an id is not a GUID (checked before anything is sent).
         """
         native_ids = [parse_id(each) for each in ids]
-        table_queue = self.transport.queue(self.name)
+        table_queue = self.transport._table_queue(self.name)
         sent = 0
         for native_id in native_ids:
             with db.wrap_db_errors(str(self.address)), self.transport.engine.connect() as conn:
@@ -328,7 +328,7 @@ class ErrorQueue:
 
         Every message that names the queue it failed in (*failed_queue*, if given).
         """
-        wanted = None if failed_queue is None else self.transport.address(failed_queue)
+        wanted = None if failed_queue is None else self.transport._address(failed_queue)
         ids = []
         for row in self._rows():
             found = row.headers.get(headers.FAILED_QUEUE)
@@ -336,7 +336,7 @@ class ErrorQueue:
                 continue
             if wanted is not None:
                 try:
-                    if self.transport.address(found) != wanted:
+                    if self.transport._address(found) != wanted:
                         continue
                 except exceptions.ConfigurationError:
                     continue
@@ -349,7 +349,7 @@ class ErrorQueue:
         :raises ConfigurationError: an id is not a GUID (checked before anything is deleted).
         """
         native_ids = [parse_id(each) for each in ids]
-        table_queue = self.transport.queue(self.name)
+        table_queue = self.transport._table_queue(self.name)
         deleted = 0
         for native_id in native_ids:
             with db.wrap_db_errors(str(self.address)), self.transport.engine.begin() as conn:

@@ -3,7 +3,7 @@
 * :mod:`~sqlqueue_orm.sending.outbox`: ``OutboxData`` records (store, claim, mark, clean up).
 * :mod:`~sqlqueue_orm.sending.dispatcher`: the process that delivers what the outbox holds.
 * :mod:`~sqlqueue_orm.sending.routing`: which database each destination queue lives in.
-* :mod:`~sqlqueue_orm.sending.commands`: ``sqlqueue outbox dispatch|cleanup``.
 
-The unit of work that stores outbox records is :class:`sqlqueue_orm.session.UnitOfWork`.
+The unit of work that stores outbox records is :class:`sqlqueue_orm.session.UnitOfWork`;
+``sqlqueue outbox dispatch|cleanup`` is :mod:`sqlqueue_orm.cli.outbox`.
 """

@@ -647,7 +647,7 @@ class Outbox:
         sent = _Sent()
         for destination, messages in local.items():
             try:
-                self.transport.queue(destination).send(connection, messages)
+                self.transport._table_queue(destination).send(connection, messages)
             except exceptions.SqlQueueError as error:
                 if isinstance(error, exceptions.DatabaseError) and error.transient:
                     raise
@@ -681,7 +681,7 @@ class Outbox:
         """
         transport = self.router.transport_for(destination)
         self._require_delivery_table(transport, destination)
-        key = outbox_delivery.delivery_key(str(transport.address(destination)))
+        key = outbox_delivery.delivery_key(str(transport._address(destination)))
         try:
             return self._deliver(transport, destination, key, items, look_first=False)
         except _AlreadyDelivered:
@@ -742,7 +742,7 @@ class Outbox:
                     if look_first:
                         raise  # inserted by someone else since the look: a DispatchError
                     raise _AlreadyDelivered from error
-                transport.queue(destination).send(remote_connection, messages)
+                transport._table_queue(destination).send(remote_connection, messages)
         return len(messages), len(items) - len(messages)
 
     def _require_delivery_table(self, transport: Transport, destination: str) -> None:

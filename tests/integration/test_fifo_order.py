@@ -5,10 +5,8 @@ Peek estimates what waits.
 
 from __future__ import annotations
 
-from sqlqueue_orm import (
-    OutgoingMessage,
-    queue_table,
-)
+from sqlqueue_orm import OutgoingMessage
+from sqlqueue_orm.models.queue_table import queue_table
 from tests.integration.support import bodies
 
 

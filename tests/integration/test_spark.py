@@ -220,7 +220,7 @@ def test_ingest_killed_midway_and_rerun_leaves_each_message_once(spark, database
 def test_one_ingester_per_queue(spark, database, tmp_path):
     transport = database.transport()
     transport.create_queue("audit")
-    address = transport.address("audit")
+    address = transport._address("audit")
     lock = locking.ingest_lock(database.engine, sa.make_url(database.url), address)
     with lock:
         with pytest.raises(ingesting.IngestInProgress, match="another ingestion"):
@@ -497,7 +497,7 @@ def test_package_imports_pyspark_lazily_and_says_what_to_install():
         """
         import sys
         import sqlqueue_orm.contrib.spark as spark
-        import sqlqueue_orm.contrib.spark.commands, sqlqueue_orm.contrib.spark.sample
+        import sqlqueue_orm.cli.spark, sqlqueue_orm.contrib.spark.sample
         from sqlqueue_orm import cli
         cli.build_parser()
         assert "pyspark" not in sys.modules, "pyspark imported eagerly"

@@ -7,10 +7,8 @@ import time
 
 import sqlalchemy as sa
 
-from sqlqueue_orm import (
-    OutgoingMessage,
-    queue_table,
-)
+from sqlqueue_orm import OutgoingMessage
+from sqlqueue_orm.models.queue_table import queue_table
 from tests.integration.support import bodies
 
 

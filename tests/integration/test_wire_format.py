@@ -15,8 +15,8 @@ from sqlqueue_orm import (
     OutgoingMessage,
     headers,
     queue_model,
-    queue_table,
 )
+from sqlqueue_orm.models.queue_table import queue_table
 from tests.conftest import only
 from tests.integration.support import bodies
 
@@ -79,7 +79,7 @@ def test_orm_model_reads_the_queue(database):
 def test_recoverable_column_dropped(database):
     transport = database.transport()
     transport.create_queue("norecover")
-    table = transport.queue("norecover").quoted_table
+    table = transport._table_queue("norecover").quoted_table
     with database.engine.begin() as connection:
         connection.exec_driver_sql(f'ALTER TABLE {table} DROP COLUMN "Recoverable"')
     fresh = database.transport()  # a new process would probe the columns again

@@ -1,5 +1,6 @@
 """Snapshot of the public surface (as NServiceBus's APIApprovals): changing it is a decision."""
 
+import importlib
 import inspect
 
 import sqlqueue_orm
@@ -12,37 +13,49 @@ EXPECTED_ALL = [
     "EndpointSettings",
     "HandlerContext",
     "IncomingMessage",
-    "Outbox",
-    "OutboxDispatcher",
     "OutgoingMessage",
     "QueueAddress",
     "QueueNotFound",
-    "Routing",
     "SqlQueueError",
     "TransactionMode",
     "Transport",
     "UnitOfWork",
     "__version__",
     "queue_model",
-    "queue_table",
-    "unit_of_work",
 ]
 
+#: Every public method of Transport, with its signature: the whole of its surface.
 TRANSPORT_METHODS = {
+    "close": "(self)",
+    "address_text": "(self, queue)",
     "create_queue": "(self, queue, *, body_string=False)",
+    "create_queues": "(self, queues)",
+    "create_delayed_table": "(self, endpoint)",
+    "create_subscription_table": "(self)",
     "send": (
         "(self, queue, message, connection=None, *, delay=None, deliver_at=None, endpoint=None)"
     ),
     "send_many": "(self, queue, messages, connection=None)",
+    "reply": "(self, to, message, connection=None)",
     "receive": "(self, queue, max_messages=1, connection=None)",
+    "browse": "(self, queue, max_messages=10, connection=None, *, after=None)",
+    "browse_delayed": "(self, endpoint=None, schemas=None, max_messages=1000)",
     "peek": "(self, queue, connection=None)",
     "purge_expired": "(self, queue, batch_size=10000)",
     "purge_all": "(self, queue)",
     "list_queues": "(self, schemas=None)",
-    "create_subscription_table": "(self)",
     "subscribe": "(self, endpoint, topic, queue=None, connection=None)",
     "unsubscribe": "(self, endpoint, topic, connection=None)",
     "publish": "(self, event, connection=None, *, type_names=None, topics=None)",
+}
+
+#: What left the top level, and the module it is imported from now.
+MOVED_FROM_TOP = {
+    "Outbox": "sqlqueue_orm.sending.outbox",
+    "OutboxDispatcher": "sqlqueue_orm.sending.dispatcher",
+    "Routing": "sqlqueue_orm.sending.routing",
+    "queue_table": "sqlqueue_orm.models.queue_table",
+    "unit_of_work": "sqlqueue_orm.session",
 }
 
 ENDPOINT_METHODS = {
@@ -98,6 +111,18 @@ def test_all_is_sorted_and_as_approved():
 def test_transport_signatures():
     for name, expected in TRANSPORT_METHODS.items():
         assert _plain(inspect.signature(getattr(sqlqueue_orm.Transport, name))) == expected, name
+
+
+def test_transport_has_no_other_public_member():
+    public = {name for name in vars(sqlqueue_orm.Transport) if not name.startswith("_")}
+    assert public == set(TRANSPORT_METHODS)
+
+
+def test_what_left_the_top_level_is_imported_from_its_module():
+    for name, module_name in MOVED_FROM_TOP.items():
+        assert not hasattr(sqlqueue_orm, name), name
+        module = importlib.import_module(module_name)
+        assert inspect.getdoc(getattr(module, name)), name
 
 
 def test_endpoint_signatures():

@@ -8,8 +8,8 @@ says what to install.
 The modules, by concern: ``app`` (the ASGI application and its pages), ``security`` (the CSRF
 token and the Origin check of every changing request), ``sampling`` (queue depths sampled in the
 dashboard's process, for the last hour's chart and rate), ``rendering`` (the SVG chart, the hex
-view of bodies), ``sources`` (what the pages read, each through the library's API) and
-``commands`` (``sqlqueue dashboard``). See ``docs/dashboard.md``.
+view of bodies) and ``sources`` (what the pages read, each through the library's API). The
+``sqlqueue dashboard`` command is :mod:`sqlqueue_orm.cli.dashboard`. See ``docs/dashboard.md``.
 """
 
 from __future__ import annotations

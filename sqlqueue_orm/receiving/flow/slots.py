@@ -142,7 +142,7 @@ def claiming_receive(
     messages and each claim column as a list, one value per message
     (:meth:`~sqlqueue_orm.queuing.table_queue.TableQueue.receive_claiming`).
     """
-    table_queue = transport.queue(queue)
+    table_queue = transport._table_queue(queue)
     transport._first_use(connection, table_queue)
     instrumentation = transport.instrumentation
     if instrumentation is None:
@@ -179,6 +179,6 @@ def put_back(
             f"queue {queue}: rolling back a receive whose slot was refused failed: {error}",
             transient=True,
         ) from error
-    floor = transport.queue(queue).floor
+    floor = transport._table_queue(queue).floor
     if floor is not None and messages:
         floor.returned(min(message.row_version for message in messages))

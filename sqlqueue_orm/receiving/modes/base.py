@@ -97,7 +97,7 @@ class Receiver:
     def __init__(self, transport: Transport, queue: str | addressing.QueueAddress) -> None:
         self.transport = transport
         self.queue = queue
-        self._table_queue = transport.queue(queue)
+        self._table_queue = transport._table_queue(queue)
 
     def prepare(self) -> None:
         """Create what the receiver needs at start-up (nothing here)."""
@@ -280,7 +280,7 @@ class ReceiveMode:
 
     def _returned(self, message: IncomingMessage) -> None:
         """*message*'s receive rolled back: the queue's receive floor must not pass it."""
-        floor = self.transport.queue(self.queue).floor
+        floor = self.transport._table_queue(self.queue).floor
         if floor is not None:
             floor.returned(message.row_version)
 
@@ -298,7 +298,7 @@ class ReceiveMode:
         hooks = self.transport.sent_hooks
         if hooks:
             for destination in set(sent):
-                address = self.transport.address(destination)
+                address = self.transport._address(destination)
                 for hook in hooks:
                     hook(address)
 

@@ -63,6 +63,7 @@ def register(subparsers: Any) -> None:
 
 
 def _cmd_migrate(args: argparse.Namespace) -> int:
+    # Loaded only to migrate: the migration package registers its operations with Alembic.
     from sqlqueue_orm.migration import environment, runner
 
     for name in ("sqlqueue_orm.migration", "alembic.runtime.migration"):

@@ -2,28 +2,32 @@
 
 ``dispatch`` runs the :class:`~sqlqueue_orm.sending.dispatcher.OutboxDispatcher` until SIGTERM or
 SIGINT (exit code 0), or with ``--once`` until nothing is due. ``cleanup`` deletes dispatched
-records older than ``--older-than`` (default ``7d``) in batches of 4,000, and ``OutboxDelivery``
-rows as old, in this database and in every database of ``--routes``.
+records older than ``--older-than`` (default ``7d``) in batches of ``--batch`` rows (default
+:data:`~sqlqueue_orm.config.CLEANUP_BATCH_SIZE`), and ``OutboxDelivery`` rows as old, in this
+database and in every database of ``--routes``.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlqueue_orm.cli import arguments
-
-if TYPE_CHECKING:
-    from sqlqueue_orm.sending.outbox import DispatchReport
-
-log = logging.getLogger(__name__)
+from sqlqueue_orm.config import (
+    CLEANUP_BATCH_SIZE,
+    CleanupSettings,
+    DispatcherSettings,
+    parse_duration,
+)
+from sqlqueue_orm.sending.dispatcher import OutboxDispatcher
+from sqlqueue_orm.sending.outbox import DispatchReport, Outbox
+from sqlqueue_orm.sending.routing import Routing
 
 
 def register(subparsers: Any) -> None:
     """Add ``outbox dispatch`` and ``outbox cleanup`` to the ``sqlqueue`` command line."""
-    from sqlqueue_orm.config import CLEANUP_BATCH_SIZE, DispatcherSettings
-
     defaults = DispatcherSettings()
     outbox = subparsers.add_parser("outbox", help="dispatch and clean up the transactional outbox")
     commands = outbox.add_subparsers(dest="outbox_command", required=True, metavar="COMMAND")
@@ -89,11 +93,6 @@ def register(subparsers: Any) -> None:
 
 
 def _cmd_dispatch(args: argparse.Namespace) -> int:
-    from sqlqueue_orm.config import DispatcherSettings
-    from sqlqueue_orm.sending.dispatcher import OutboxDispatcher
-    from sqlqueue_orm.sending.outbox import Outbox
-    from sqlqueue_orm.sending.routing import Routing
-
     settings = DispatcherSettings(
         batch_size=args.batch,
         interval=args.interval,
@@ -118,8 +117,6 @@ def _cmd_dispatch(args: argparse.Namespace) -> int:
 
 def _once_summary(report: DispatchReport) -> str:
     """What ``dispatch --once`` did, always with the number of records it deferred."""
-    import dataclasses
-
     text = dataclasses.replace(report, deferred=0).describe()
     text += f"; deferred {report.deferred} record(s)"
     if report.deferred:
@@ -128,10 +125,6 @@ def _once_summary(report: DispatchReport) -> str:
 
 
 def _cmd_cleanup(args: argparse.Namespace) -> int:
-    from sqlqueue_orm.config import CleanupSettings, parse_duration
-    from sqlqueue_orm.sending.outbox import Outbox
-    from sqlqueue_orm.sending.routing import Routing
-
     settings = CleanupSettings(older_than=parse_duration(args.older_than), batch_size=args.batch)
     routing = Routing.load(args.routes) if args.routes else None
     with Outbox(args.context.transport, routing) as outbox:

@@ -16,7 +16,8 @@ from typing import Any
 
 from sqlqueue_orm.cli import arguments
 
-log = logging.getLogger(__name__)
+# The name these lines are logged under (log settings naming it keep applying).
+log = logging.getLogger("sqlqueue_orm.receiving.delayed_commands")
 
 
 def register(subparsers: Any) -> None:

@@ -17,12 +17,8 @@ from sqlqueue_orm.pubsub.subscriptions import SubscriptionSettings, Subscription
 
 
 def _cmd_subscriptions(args: argparse.Namespace) -> int:
-    transport = args.context.transport
-    if args.table == subscription.TABLE_NAME and args.schema is None:
-        store = transport.subscriptions
-    else:
-        settings = SubscriptionSettings(table=args.table, schema=args.schema)
-        store = SubscriptionStore(transport.engine, settings)
+    settings = SubscriptionSettings(table=args.table, schema=args.schema)
+    store = SubscriptionStore(args.context.transport.engine, settings)
     for row in store.read_all():
         if args.json:
             print(json.dumps(

@@ -16,15 +16,16 @@ import logging
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from sqlqueue_orm import exceptions
 from sqlqueue_orm.cli import arguments
+from sqlqueue_orm.receiving.endpoint import Endpoint
+from sqlqueue_orm.receiving.pump import PumpStats
 
-if TYPE_CHECKING:
-    from sqlqueue_orm.receiving.endpoint import Endpoint
-    from sqlqueue_orm.receiving.pump import PumpStats
-
-log = logging.getLogger(__name__)
+# Under ``sqlqueue_orm.receiving``, whose level the command raises to INFO: the status lines
+# show by default, and log settings naming this logger keep applying.
+log = logging.getLogger("sqlqueue_orm.receiving.commands")
 
 #: Seconds between status log lines when standard error is not a terminal.
 STATUS_EVERY = 10.0
@@ -79,9 +80,6 @@ def register(subparsers: Any) -> None:
 
 
 def _resolve(reference: Reference, args: argparse.Namespace) -> Endpoint:
-    from sqlqueue_orm import exceptions
-    from sqlqueue_orm.receiving.endpoint import Endpoint
-
     endpoint = reference.target
     if not isinstance(endpoint, Endpoint | type) and callable(endpoint):
         endpoint = endpoint(args.context.transport)
@@ -94,8 +92,6 @@ def _resolve(reference: Reference, args: argparse.Namespace) -> Endpoint:
 
 def _totals(endpoint: Endpoint) -> PumpStats:
     """The counters of the input queue and the instance-specific queue, added up."""
-    from sqlqueue_orm.receiving.pump import PumpStats
-
     parts = (endpoint.stats, endpoint.instance_stats)
     fields = (
         "handled", "failed", "retried", "delayed", "expired", "poison", "in_flight",

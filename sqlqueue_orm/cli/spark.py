@@ -1,10 +1,13 @@
 """``sqlqueue spark send|ingest|report|sample``: the Spark pipelines from the command line.
 
 PySpark is imported only when a Spark command runs (``sample`` needs none), so ``sqlqueue``
-works without the ``spark`` extra. Each command checks its inputs before it starts Spark (the
-queue exists, the input or dataset is there and readable, numbers in range, the database can be
-reached): a mistake exits 2 with one line naming the value, an unreachable database exits 1
-with one line naming the host and the cause, both in well under a JVM's start-up time.
+works without the ``spark`` extra: each command imports the :mod:`sqlqueue_orm.contrib.spark`
+module it runs when it runs; only ``checks``, which needs no Spark, is imported with this one.
+
+Each command checks its inputs before it starts Spark (the queue exists, the input or dataset
+is there and readable, numbers in range, the database can be reached): a mistake exits 2 with
+one line naming the value, an unreachable database exits 1 with one line naming the host and
+the cause, both before a JVM would have started.
 """
 
 from __future__ import annotations
@@ -23,11 +26,14 @@ from typing import TYPE_CHECKING, Any
 from sqlqueue_orm import exceptions
 from sqlqueue_orm.cli import arguments
 from sqlqueue_orm.contrib.spark import checks
+from sqlqueue_orm.transport import Transport
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-log = logging.getLogger(__name__)
+# Under ``sqlqueue_orm.contrib.spark``, whose level a Spark command raises to INFO: the line
+# saying a stream stops on a signal shows by default, as the progress lines do.
+log = logging.getLogger("sqlqueue_orm.contrib.spark.commands")
 
 _FORMATS = ("csv", "json", "parquet")
 _NUMBER = re.compile(r"^(-|-?\d+(\.\d+)?)$")
@@ -278,7 +284,6 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 def _cmd_sample(args: argparse.Namespace) -> int:
     from sqlqueue_orm.contrib.spark import sample
-    from sqlqueue_orm.transport import Transport
 
     url = _url(args)
     checks.check_database(url)

@@ -2,7 +2,9 @@
 
 Binds to 127.0.0.1:8800 by default, read-only unless ``--allow-changes``. The port is bound
 before the server starts, so a port in use is one line naming it (exit 2), and an unreachable
-database one line naming host and cause (exit 1), as everywhere in the CLI.
+database one line naming host and cause (exit 1), as everywhere in the CLI. The
+:mod:`sqlqueue_orm.contrib.dashboard` package is imported when the command runs: the extra may be
+absent.
 """
 
 from __future__ import annotations

@@ -1,0 +1,143 @@
+"""Reads that take nothing: a queue's messages oldest first, delayed messages earliest due first.
+
+``Transport.browse`` and ``Transport.browse_delayed`` run these on a connection;
+``sqlqueue browse``, ``sqlqueue delayed list`` and the dashboard show what they return. Nothing
+is locked, deleted or moved, and nothing here commits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from sqlqueue_orm import addressing, db, exceptions, headers
+from sqlqueue_orm.messages import IncomingMessage
+from sqlqueue_orm.models import delayed_table as delayed_model
+from sqlqueue_orm.models.queue_table import queue_table
+from sqlqueue_orm.queuing import sql
+from sqlqueue_orm.queuing.delayed_table import FORWARD_DESTINATION
+
+
+def read_queue(
+    connection: Connection,
+    address: addressing.QueueAddress,
+    max_messages: int,
+    after: int | None = None,
+) -> list[IncomingMessage]:
+    """Up to *max_messages* messages of the queue at *address*, oldest first.
+
+    Every row, expired ones (flagged ``expired=True``) and rows another receiver holds included.
+    *after*: only rows whose RowVersion is above it.
+    """
+    dialect = connection.dialect
+    table = queue_table(address.table, db.schema_argument(address), dialect)
+    text = sql.for_dialect(dialect)
+    # Read as the receive reads them, so headers no driver can decode come back raw.
+    quoted = dialect.identifier_preparer.quote(table.c.Headers.name)
+    raw_headers: sa.ColumnElement[Any] = sa.literal_column(
+        text.headers_read.format(headers=quoted)
+    )
+    statement = sa.select(
+        table.c.Id, table.c.RowVersion, table.c.Expires, raw_headers, table.c.Body
+    )
+    if after is not None:
+        statement = statement.where(table.c.RowVersion > after)
+    statement = statement.order_by(table.c.RowVersion).limit(max_messages)
+    with db.wrap_db_errors(str(address)):
+        rows = connection.execute(statement).all()
+    now = dt.datetime.now(dt.UTC).replace(tzinfo=None)  # Expires is naive UTC
+    return [
+        IncomingMessage.from_row(
+            row.Id if isinstance(row.Id, uuid.UUID) else uuid.UUID(str(row.Id)),
+            int(row.RowVersion),
+            row[3],
+            None if row.Body is None else bytes(row.Body),
+            row.Expires is not None and row.Expires <= now,
+            str(address),
+            text.headers_encoding,
+        )
+        for row in rows
+    ]
+
+
+@dataclasses.dataclass(frozen=True)
+class DelayedMessage:
+    """A message waiting in a delayed table (see ``Transport.browse_delayed``)."""
+
+    #: The delayed table's address.
+    table: str
+    #: When it is due (UTC).
+    due: dt.datetime
+    #: Where it goes then (``NServiceBus.SqlServer.ForwardDestination``).
+    destination: str | None
+    headers: dict[str, str | None]
+    body: bytes | None
+
+    @property
+    def message_id(self) -> str | None:
+        """``NServiceBus.MessageId``, if it has one."""
+        return self.headers.get(headers.MESSAGE_ID)
+
+    @classmethod
+    def from_row(cls, table: str, due: object, text: object, body: object) -> DelayedMessage:
+        """From a row as the driver returns it (Due as a datetime, or SQLite's UTC text)."""
+        moment = due if isinstance(due, dt.datetime) else dt.datetime.fromisoformat(str(due))
+        moment = moment.replace(tzinfo=dt.UTC) if moment.tzinfo is None else moment
+        parsed, _, _ = headers.decode(text, "utf-8")
+        return cls(
+            table,
+            moment.astimezone(dt.UTC),
+            parsed.get(FORWARD_DESTINATION),
+            parsed,
+            None if body is None else bytes(body),  # type: ignore[call-overload]
+        )
+
+
+def require_delayed_table(
+    connection: Connection, endpoint: str, address: addressing.QueueAddress
+) -> None:
+    """Raise :class:`ConfigurationError` when *endpoint* has no delayed table at *address*."""
+    if not sa.inspect(connection).has_table(address.table, db.schema_argument(address)):
+        raise exceptions.ConfigurationError(
+            f"endpoint {endpoint!r} has no delayed table {str(address)!r} (an "
+            "endpoint creates it when it starts)"
+        )
+
+
+def read_delayed(
+    connection: Connection,
+    addresses: Iterable[addressing.QueueAddress],
+    max_messages: int,
+) -> list[DelayedMessage]:
+    """Up to *max_messages* messages of the delayed tables at *addresses*, earliest due first.
+
+    Reads only: nothing is locked, taken or moved.
+    """
+    found: list[DelayedMessage] = []
+    for address in addresses:
+        table = delayed_model.delayed_table(
+            address.table, db.schema_argument(address), connection.dialect
+        )
+        statement = (
+            sa.select(
+                sa.type_coerce(table.c.Due, sa.String()).label("due"),
+                table.c.Headers,
+                table.c.Body,
+            )
+            .order_by(table.c.Due)
+            .limit(max_messages)
+        )
+        with db.wrap_db_errors(str(address)):
+            rows = connection.execute(statement).all()
+        found.extend(
+            DelayedMessage.from_row(str(address), row.due, row.Headers, row.Body)
+            for row in rows
+        )
+    found.sort(key=lambda message: message.due)
+    return found[:max_messages]
