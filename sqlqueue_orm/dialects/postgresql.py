@@ -49,8 +49,9 @@ _PG_SEND = (
 
 # The floor (queuing/floor.py): the index scan on seq starts at :floor instead of the first
 # entry. Behind a long-held snapshot every received row leaves a dead index entry that vacuum
-# may not remove, and an unbounded scan walks all of them before the first live row (268 ms a
-# receive at 1,000,000). A bound parameter, not a literal: one prepared statement, one plan.
+# may not remove, and an unbounded scan walks all of them before the first live row, a cost that
+# grows with the backlog received behind the snapshot. A bound parameter, not a literal: one
+# prepared statement, one plan.
 _PG_FLOOR = "seq >= CAST(:floor AS bigint)"
 
 #: The hot path (NServiceBus's PostgreSqlConstants: send, receive, peek, purge).

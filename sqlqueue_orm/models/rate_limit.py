@@ -1,4 +1,4 @@
-"""RateLimitSchedule: the shared schedule of each queue's rate limit (issue 17, flow control).
+"""RateLimitSchedule: the shared schedule of each queue's rate limit (flow control).
 
 ======== ========================= ===================== ==================
 column   SQL Server                PostgreSQL            SQLite

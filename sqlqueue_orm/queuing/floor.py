@@ -4,8 +4,9 @@ PostgreSQL keeps a deleted row, and its entry in the ``seq`` index, until vacuum
 and vacuum may not remove what an open snapshot can still see (a ``REPEATABLE READ`` report,
 a forgotten ``BEGIN``). Behind such a snapshot every received message leaves a dead entry at
 the head of the index, and the receive (``ORDER BY seq LIMIT n``) walks all of them before the
-first live row: 268 ms a receive with 1,000,000 of them. So each queue keeps, per process, a
-**floor**: the receive and the peek scan from ``seq >= floor`` and skip that dead prefix.
+first live row, so each receive costs more the longer the snapshot stays open. So each queue
+keeps, per process, a **floor**: the receive and the peek scan from ``seq >= floor`` and skip
+that dead prefix.
 
 The floor trails the head by :attr:`ReceiveFloor.margin` rows: it moves up to (lowest row
 version a receive returned) - margin, never down by itself. Rows can appear below it: a send
