@@ -45,7 +45,9 @@ from sqlalchemy.orm import Session
 
 from sqlqueue_orm import addressing, db, exceptions
 from sqlqueue_orm.messages import OutgoingMessage
-from sqlqueue_orm.sending.outbox import Outbox, OutboxOperation, outbox_errors
+from sqlqueue_orm.sending.outbox import Outbox
+from sqlqueue_orm.sending.outbox_records import OutboxOperation
+from sqlqueue_orm.sending.outbox_statements import outbox_errors
 from sqlqueue_orm.transport import Transport
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,8 @@ from sqlqueue_orm.config import (
     parse_duration,
 )
 from sqlqueue_orm.sending.dispatcher import OutboxDispatcher
-from sqlqueue_orm.sending.outbox import DispatchReport, Outbox
+from sqlqueue_orm.sending.outbox import Outbox
+from sqlqueue_orm.sending.outbox_records import DispatchReport
 from sqlqueue_orm.sending.routing import Routing
 
 

@@ -21,7 +21,7 @@ never reads it before, so its endpoints work on this table unchanged; records it
 ``DispatchedAt``) are never claimed by our dispatcher, only re-dispatched by NServiceBus itself.
 
 ``Operations`` is a JSON array in NServiceBus's ``SerializableOperation`` shape, documented in
-:mod:`sqlqueue_orm.sending.outbox`.
+:mod:`sqlqueue_orm.sending.outbox_records`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
 """Sending beyond one transaction: the outbox, its dispatcher process and routing.
 
-* :mod:`~sqlqueue_orm.sending.outbox`: ``OutboxData`` records (store, claim, mark, clean up).
+* :mod:`~sqlqueue_orm.sending.outbox`: ``OutboxData`` records (store, read, clean up).
+* :mod:`~sqlqueue_orm.sending.outbox_dispatch`: the outbox's dispatching half (claim, send, mark).
+* :mod:`~sqlqueue_orm.sending.outbox_records`: what a record holds, and dispatch reports.
+* :mod:`~sqlqueue_orm.sending.outbox_statements`: the statements on ``OutboxData``.
 * :mod:`~sqlqueue_orm.sending.dispatcher`: the process that delivers what the outbox holds.
 * :mod:`~sqlqueue_orm.sending.routing`: which database each destination queue lives in.
 

@@ -20,7 +20,8 @@ from sqlalchemy import exc
 from sqlqueue_orm import db, exceptions
 from sqlqueue_orm.config import DispatcherSettings
 from sqlqueue_orm.models.outbox import TABLE_NAME
-from sqlqueue_orm.sending.outbox import DispatchReport, Outbox
+from sqlqueue_orm.sending.outbox import Outbox
+from sqlqueue_orm.sending.outbox_records import DispatchReport
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,8 @@ import sqlalchemy as sa
 from sqlqueue_orm import OutgoingMessage
 from sqlqueue_orm.config import DispatcherSettings
 from sqlqueue_orm.sending.dispatcher import OutboxDispatcher
-from sqlqueue_orm.sending.outbox import Outbox, OutboxOperation, utc_now
+from sqlqueue_orm.sending.outbox import Outbox
+from sqlqueue_orm.sending.outbox_records import OutboxOperation, utc_now
 from sqlqueue_orm.session import UnitOfWork
 from tests.conftest import only
 from tests.outbox_app import (

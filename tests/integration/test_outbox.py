@@ -20,9 +20,9 @@ from sqlqueue_orm.config import CleanupSettings, DispatcherSettings, parse_durat
 from sqlqueue_orm.models import OutboxData
 from sqlqueue_orm.models.base import Base
 from sqlqueue_orm.models.outbox import outbox_table
-from sqlqueue_orm.sending import outbox as outbox_module
-from sqlqueue_orm.sending.outbox import (
-    Outbox,
+from sqlqueue_orm.sending import outbox_statements
+from sqlqueue_orm.sending.outbox import Outbox
+from sqlqueue_orm.sending.outbox_records import (
     OutboxOperation,
     deserialize_operations,
     parse_timespan,
@@ -469,7 +469,7 @@ def test_bad_routes_files_are_named(tmp_path, content, suffix, complaint):
 
 
 def test_claim_sql_skips_locked_rows_on_postgresql():
-    text = str(outbox_module.claim_statement(limit=5).compile(dialect=postgresql.dialect()))
+    text = str(outbox_statements.claim_statement(limit=5).compile(dialect=postgresql.dialect()))
     assert text.endswith("FOR UPDATE SKIP LOCKED")
     assert '"Dispatched" = false' in text and "ORDER BY" in text
 

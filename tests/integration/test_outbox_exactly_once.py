@@ -28,8 +28,9 @@ from sqlqueue_orm import OutgoingMessage, Transport
 from sqlqueue_orm.models import OutboxDelivery
 from sqlqueue_orm.models.base import Base
 from sqlqueue_orm.models.outbox_delivery import delivery_key, outbox_delivery_table
-from sqlqueue_orm.sending import outbox as outbox_module
-from sqlqueue_orm.sending.outbox import Outbox, OutboxOperation, utc_now
+from sqlqueue_orm.sending import outbox_statements
+from sqlqueue_orm.sending.outbox import Outbox
+from sqlqueue_orm.sending.outbox_records import OutboxOperation, utc_now
 from sqlqueue_orm.sending.routing import Routing
 from tests.conftest import drop_postgres_database, new_postgres_database, only
 from tests.outbox_app import REPO, install, outbox_rows, queue_message_ids, sqlqueue_command
@@ -340,12 +341,12 @@ def test_cleanup_command_with_routes(database, app, remote, tmp_path):
 
 
 def test_delivery_cleanup_statements():
-    assert str(outbox_module.delivery_cleanup_statement(mssql.dialect())) == (
+    assert str(outbox_statements.delivery_cleanup_statement(mssql.dialect())) == (
         "DELETE TOP (:batch_size) FROM [OutboxDelivery] WITH (ROWLOCK, READPAST) "
         "WHERE [DeliveredAt] < :cutoff OPTION (MAXDOP 1)"
     )
     dialect = postgresql.dialect()
-    text = str(outbox_module.delivery_cleanup_statement(dialect).compile(dialect=dialect))
+    text = str(outbox_statements.delivery_cleanup_statement(dialect).compile(dialect=dialect))
     assert text.startswith('DELETE FROM "OutboxDelivery" WHERE ("OutboxDelivery"."Destination", ')
     assert text.endswith("FOR UPDATE SKIP LOCKED)")
 

@@ -8,7 +8,8 @@ import pytest
 import sqlalchemy as sa
 
 from sqlqueue_orm import OutgoingMessage, exceptions
-from sqlqueue_orm.sending.outbox import Outbox, deserialize_operations
+from sqlqueue_orm.sending.outbox import Outbox
+from sqlqueue_orm.sending.outbox_records import deserialize_operations
 from sqlqueue_orm.sending.routing import Routing
 from sqlqueue_orm.session import Outcome, UnitOfWork, unit_of_work
 from tests.outbox_app import Order, count, install, outbox_rows, queue_message_ids

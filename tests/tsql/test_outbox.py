@@ -6,7 +6,7 @@ import importlib
 
 from sqlalchemy.dialects import mssql, postgresql
 
-from sqlqueue_orm.sending import outbox as outbox_module
+from sqlqueue_orm.sending import outbox_statements
 
 
 def test_the_revision_tsql():
@@ -48,14 +48,14 @@ def test_the_revision_tsql():
 
 
 def test_claim_tsql_skips_rows_other_dispatchers_hold():
-    assert _tsql(outbox_module.claim_statement(limit=100)) == (
+    assert _tsql(outbox_statements.claim_statement(limit=100)) == (
         # SQLAlchemy renders the TOP value as a literal when the statement runs.
         "SELECT TOP __[POSTCOMPILE_param_1] [OutboxData].[MessageId], [OutboxData].[Operations] \n"
         "FROM [OutboxData] WITH (UPDLOCK, READPAST, ROWLOCK) \n"
         "WHERE [OutboxData].[Dispatched] = 0 AND [OutboxData].[DispatchedAt] < :cutoff "
         "ORDER BY [OutboxData].[DispatchedAt]"
     )
-    assert _tsql(outbox_module.claim_statement(by_id=True)) == (
+    assert _tsql(outbox_statements.claim_statement(by_id=True)) == (
         "SELECT [OutboxData].[MessageId], [OutboxData].[Operations] \n"
         "FROM [OutboxData] WITH (UPDLOCK, READPAST, ROWLOCK) \n"
         "WHERE [OutboxData].[Dispatched] = 0 AND [OutboxData].[MessageId] = :message_id"
@@ -63,23 +63,23 @@ def test_claim_tsql_skips_rows_other_dispatchers_hold():
 
 
 def test_mark_and_defer_tsql():
-    assert _tsql(outbox_module.mark_dispatched_statement()) == (
+    assert _tsql(outbox_statements.mark_dispatched_statement()) == (
         "UPDATE [OutboxData] SET [Dispatched]=1, [DispatchedAt]=:now, [Operations]=:Operations "
         "WHERE [OutboxData].[MessageId] = :message_id"
     )
-    assert _tsql(outbox_module.defer_statement()) == (
+    assert _tsql(outbox_statements.defer_statement()) == (
         "UPDATE [OutboxData] SET [DispatchedAt]=:until "
         "WHERE [OutboxData].[MessageId] = :message_id AND [OutboxData].[Dispatched] = 0"
     )
 
 
 def test_cleanup_tsql_is_nservicebus_batched_delete():
-    assert _tsql(outbox_module.cleanup_statement(mssql.dialect())) == (
+    assert _tsql(outbox_statements.cleanup_statement(mssql.dialect())) == (
         "DELETE TOP (:batch_size) FROM [OutboxData] WITH (ROWLOCK, READPAST) "
         "WHERE [Dispatched] = 1 AND [DispatchedAt] < :cutoff OPTION (MAXDOP 1)"
     )
     text = str(
-        outbox_module.cleanup_statement(postgresql.dialect()).compile(dialect=postgresql.dialect())
+        outbox_statements.cleanup_statement(postgresql.dialect()).compile(dialect=postgresql.dialect())
     )
     assert "FOR UPDATE SKIP LOCKED" in text and text.startswith('DELETE FROM "OutboxData"')
 

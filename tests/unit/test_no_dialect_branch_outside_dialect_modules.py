@@ -37,8 +37,8 @@ DIALECT_NAMES = frozenset({"mssql", "postgresql", "postgres", "sqlite"})
 #: per-dialect migration modules (with the registry that picks one of them).
 HOMES = (
     "dialects/",
-    "migration/tsql.py",
-    "migration/plpgsql.py",
+    "migration/tsql/",
+    "migration/plpgsql/",
     "migration/sqlite.py",
     "migration/impl.py",
 )

@@ -10,7 +10,8 @@
 from __future__ import annotations
 
 from sqlqueue_orm.recoverability.error_queue import ErrorQueue, FailedMessage
-from sqlqueue_orm.sending.outbox import Outbox, OutboxBacklog
+from sqlqueue_orm.sending.outbox import Outbox
+from sqlqueue_orm.sending.outbox_records import OutboxBacklog
 from sqlqueue_orm.transport import Transport
 
 __all__ = ["ErrorQueue", "FailedMessage", "error_queue", "outbox_backlog"]
