@@ -67,8 +67,8 @@ class EndpointSettings:
         never exceeded; default max(CPU count, 2).
     :param transaction_mode: see :class:`TransactionMode`.
     :param peek_delay: seconds between peeks while the queue is empty (0.1 to 10 recommended).
-    :param peek_batch_size: most receive tasks started per peek (``None``: no limit but the
-        free slots).
+    :param peek_batch_size: most receive tasks started per peek (``None``: one per message the
+        peek counted); each task waits for a free worker.
     :param immediate_retries: times a failed message is retried at once before it is moved to
         the error queue (NServiceBus: 5). Mode NONE never retries: the message is gone.
     :param delayed_retries: times a message that failed its immediate retries is sent back
