@@ -2,7 +2,7 @@
 
 Run ``python -m sqlqueue_orm.demo [--url URL] [--dir DIR]``. It creates queues, sends inside a
 business transaction (and shows a rolled-back one leaving nothing), lets three competing
-consumers drain a queue with each message handled exactly once, shows TTBR expiry and the
+consumers share a queue's messages with each handled exactly once, shows TTBR expiry and the
 estimated peek, and prints the DDL a DBA would review. Extensions (outbox, Spark audit queue)
 add their own steps when installed.
 """
@@ -26,6 +26,14 @@ from sqlqueue_orm.cli import ddl_dialect
 from sqlqueue_orm.schema import QueueInstaller
 
 log = logging.getLogger("sqlqueue_orm.demo")
+
+
+#: The competing consumers of the demo's queue.
+CONSUMERS = 3
+#: Messages one consumer takes per transaction.
+CONSUMER_BATCH = 5
+#: The time a consumer spends on one message it took (its handler's work).
+HANDLING_SECONDS = 0.001
 
 
 def _step(title: str) -> None:
@@ -78,18 +86,24 @@ def run(url: str, messages: int = 300, audit_messages: int = 20_000) -> dict[str
         handled: Counter[str] = Counter()
         by_consumer: Counter[str] = Counter()
         lock = threading.Lock()
+        start_together = threading.Barrier(CONSUMERS)
 
         def consume(name: str) -> None:
+            # Started together, each takes a few messages per transaction and handles them
+            # after its commit, as an endpoint does; meanwhile the others take the next ones.
+            start_together.wait()
             while True:
                 with transport.engine.begin() as connection:
-                    batch = transport.receive("shipping", 10, connection=connection)
+                    batch = transport.receive("shipping", CONSUMER_BATCH, connection=connection)
                 if not batch:
                     return
+                time.sleep(HANDLING_SECONDS * len(batch))
                 with lock:
                     handled.update(message.message_id for message in batch)
                     by_consumer[name] += len(batch)
 
-        threads = [threading.Thread(target=consume, args=(f"consumer-{n}",)) for n in range(3)]
+        names = [f"consumer-{n}" for n in range(CONSUMERS)]
+        threads = [threading.Thread(target=consume, args=(name,)) for name in names]
         started = time.perf_counter()
         for thread in threads:
             thread.start()
@@ -98,8 +112,10 @@ def run(url: str, messages: int = 300, audit_messages: int = 20_000) -> dict[str
         elapsed = time.perf_counter() - started
         figures["handled"] = len(handled)
         figures["duplicates"] = sum(count - 1 for count in handled.values())
+        shares = {name: by_consumer[name] for name in names}
+        figures["idle_consumers"] = sum(1 for count in shares.values() if not count)
         print(f"  handled {len(handled)} distinct messages, {figures['duplicates']} duplicates, "
-              f"in {elapsed:.2f}s; per consumer: {dict(sorted(by_consumer.items()))}")
+              f"in {elapsed:.2f}s; per consumer: {shares}")
 
         _step("time to be received: expired messages are never handed out as live")
         transport.send("billing", OutgoingMessage(b"stale quote", time_to_be_received=0.2))

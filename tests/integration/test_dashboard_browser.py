@@ -17,6 +17,7 @@ import pytest
 
 from sqlqueue_orm import OutgoingMessage, Transport
 from sqlqueue_orm.receiving import Endpoint, EndpointSettings, HandlerContext
+from sqlqueue_orm.recoverability.error_queue import ErrorQueue
 from sqlqueue_orm.sending.outbox import Outbox, OutboxOperation
 from tests import browser
 from tests.integration.test_endpoint_transaction_modes import run_until
@@ -285,3 +286,89 @@ def test_a_post_without_the_csrf_token_is_refused(database, driver):
                             headers={"Origin": base})
         assert answer.status_code == 303
     assert error_ids(transport) == set()
+
+
+# -- a visit from another site's link ----------------------------------------------------------
+def link_page(target: str) -> Any:
+    """Another site: one page with a link to *target*."""
+    from starlette.applications import Starlette
+    from starlette.responses import HTMLResponse
+    from starlette.routing import Route
+
+    async def page(request: Any) -> HTMLResponse:
+        return HTMLResponse(f'<a id="to-dashboard" href="{target}">the queues</a>')
+
+    return Starlette(routes=[Route("/", page)])
+
+
+def test_a_visit_from_another_site_keeps_the_browsers_cookie(database):
+    transport = database.transport()
+    fail(transport, "billing", [b"delete me"])
+    row_id = ErrorQueue(transport, "error").list()[0].id
+    app = create_app(transport, allow_changes=True)
+    with browser.served(app) as base:
+        page = httpx.get(base + f"/errors/confirm?action=delete&id={row_id}")
+        assert "samesite=lax" in page.headers["set-cookie"].lower()  # sent with a link's visit
+        cookies = dict(page.cookies)
+        token = page.text.split('name="csrf_token" value="')[1].split('"')[0]
+        # The dashboard opened from another site's link, with the cookie: it is kept.
+        visit = httpx.get(base + "/", cookies=cookies, headers={
+            "Referer": "http://elsewhere.example/", "Sec-Fetch-Site": "cross-site",
+            "Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "document"})
+        assert visit.status_code == 200 and "set-cookie" not in visit.headers
+        # Another site's form (the browser sends it without the Lax cookie) is refused, and
+        # its answer sets no cookie that would replace the browser's.
+        refused = httpx.post(base + "/errors/delete", data={"id": row_id, "confirmed": "yes"},
+                             headers={"Origin": "http://elsewhere.example",
+                                      "Sec-Fetch-Site": "cross-site"})
+        assert refused.status_code == 403 and "set-cookie" not in refused.headers
+        # The confirmation's form, sent after both, still passes.
+        answer = httpx.post(base + "/errors/delete", cookies=cookies, headers={"Origin": base},
+                            data={"id": row_id, "confirmed": "yes", "csrf_token": token})
+        assert answer.status_code == 303
+    assert error_ids(transport) == set()
+
+
+def test_a_confirmation_stays_valid_after_opening_the_dashboard_from_another_site(
+    database, driver
+):
+    transport = database.transport()
+    keep, delete = fail(transport, "billing", [b"keep me", b"delete me"])
+    app = create_app(transport, allow_changes=True)
+    requests: list[dict[str, str]] = []
+
+    async def recorded(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            requests.append({"path": scope["path"], **{
+                name.decode("latin-1"): value.decode("latin-1")
+                for name, value in scope["headers"]}})
+        await app(scope, receive, send)
+
+    with browser.served(recorded) as base:
+        # Another site: another host name (localhost is not 127.0.0.1 to the browser).
+        with browser.served(link_page(base + "/")) as elsewhere:
+            elsewhere = elsewhere.replace("127.0.0.1", "localhost")
+            driver.get(base + "/errors")
+            rows(driver)[delete].find_element(By.CSS_SELECTOR, "input[type=checkbox]").click()
+            click(driver, driver.find_element(By.ID, "delete-chosen"))
+            assert delete in driver.find_element(By.ID, "chosen-list").text
+            confirmation = driver.current_window_handle
+
+            # In another tab, the dashboard opened from a link of the other site.
+            driver.switch_to.new_window("tab")
+            try:
+                driver.get(elsewhere + "/")
+                click(driver, driver.find_element(By.ID, "to-dashboard"))
+                assert driver.find_element(By.ID, "mode").text == "retry and delete allowed"
+                visit = [r for r in requests if r["path"] == "/"][-1]
+                assert visit["sec-fetch-site"] == "cross-site", visit
+                assert visit["referer"].startswith(elsewhere), visit
+            finally:
+                driver.close()
+                driver.switch_to.window(confirmation)
+
+            click(driver, driver.find_element(By.ID, "confirm"))
+            refused = driver.find_elements(By.ID, "problem")
+            assert not refused, refused[0].text
+            assert driver.find_element(By.ID, "notice").text == "deleted 1 message(s)"
+    assert error_ids(transport) == {keep}

@@ -232,6 +232,40 @@ def test_one_ingester_per_queue(spark, database, tmp_path):
         ingesting.ingest(spark, database.url, "audit", str(tmp_path / "d"), batch_size=0)
 
 
+def lock_files(directory):
+    return sorted(path.name for path in directory.iterdir() if ".ingest-" in path.name)
+
+
+@only("sqlite")
+def test_the_sqlite_ingest_lock_is_a_file_only_while_it_is_held(database, tmp_path):
+    transport = database.transport()
+    transport.create_queue("audit")
+    address = transport._address("audit")
+    url = sa.make_url(database.url)
+    first = locking.ingest_lock(database.engine, url, address)
+    second = locking.ingest_lock(database.engine, url, address)
+    assert isinstance(first, locking.FileLock)
+    with first:
+        held = lock_files(tmp_path)
+        assert len(held) == 1 and held[0].startswith("queue.db.ingest-"), held
+        assert not second.acquire()  # held: refused, and the holder's file stays
+        assert lock_files(tmp_path) == held
+    assert lock_files(tmp_path) == []
+    with second:  # free again
+        pass
+    assert lock_files(tmp_path) == []
+
+
+@only("sqlite")
+def test_an_ingest_on_sqlite_leaves_no_lock_file(spark, database, tmp_path):
+    transport = database.transport()
+    sample.fill_sample_queues(transport, count=50, failure_rate=0.0, seed=5)
+    result = ingesting.ingest(spark, database.url, "audit", str(tmp_path / "dataset"))
+    assert result.messages == 50
+    assert queue_count(database.engine, "audit") == 0
+    assert lock_files(tmp_path) == []
+
+
 # -- report ------------------------------------------------------------------------------------
 def linear_percentile(values, p):
     ordered = sorted(values)

@@ -379,3 +379,32 @@ def test_ingest_follow_streams_until_sigterm(spark, database, tmp_path):
     ids = [row["message_id"] for row in dataset.read_dataset(spark, path).collect()]
     assert sorted(ids) == sorted(message(i).message_id for i in range(80))
     assert queue_count(database.engine, "audit") == 0
+
+
+# -- trigger(availableNow=True) ----------------------------------------------------------------
+def test_available_now_reads_in_batches_and_leaves_nothing_it_read_in_the_queue(
+    spark, database, tmp_path
+):
+    transport = database.transport()
+    transport.create_queue("audit")
+    transport.send_many("audit", [message(i) for i in range(25)])
+    output, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
+
+    def run_available_now():
+        query = (
+            spark.readStream.format("sqlqueue").option("url", database.url)
+            .option("queue", "audit").option("maxRowsPerBatch", "10").load()
+            .writeStream.format("parquet").option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True).start(output)
+        )
+        assert query.awaitTermination(300), "the availableNow query did not end"
+        assert query.exception() is None
+
+    run_available_now()
+    assert len(batch_files(checkpoint, "commits")) == 3  # maxRowsPerBatch holds: 10, 10, 5
+    assert queue_count(database.engine, "audit") == 0  # the last batch too
+    transport.send_many("audit", [message(i) for i in range(25, 30)])
+    run_available_now()  # the next run reads only what came since
+    assert queue_count(database.engine, "audit") == 0
+    got = [row["message_id"] for row in spark.read.parquet(output).select("message_id").collect()]
+    assert sorted(got) == sorted(message(i).message_id for i in range(30))  # each once

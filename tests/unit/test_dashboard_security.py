@@ -22,6 +22,23 @@ def test_a_post_passes_only_with_the_token_of_its_cookie_from_its_own_origin():
     assert security.CsrfGuard().token("cookie") != token  # another secret, another token
 
 
+def test_only_pages_the_browser_navigates_to_or_loads_itself_issue_a_cookie():
+    def fetch(site, mode="navigate", dest="document"):
+        return {"sec-fetch-site": site, "sec-fetch-mode": mode, "sec-fetch-dest": dest}
+
+    assert security.issues_cookie("GET", {})  # a client that sends no Sec-Fetch headers
+    assert security.issues_cookie("GET", fetch("none"))  # typed in the address bar
+    assert security.issues_cookie("GET", fetch("same-origin"))
+    assert security.issues_cookie("GET", fetch("cross-site"))  # another site's link
+    assert security.issues_cookie("HEAD", fetch("cross-site"))
+    # Requests another site makes come without the Lax cookie: a new one would replace it.
+    assert not security.issues_cookie("POST", fetch("cross-site"))  # its form
+    assert not security.issues_cookie("POST", fetch("same-origin"))  # a refused POST's page
+    assert not security.issues_cookie("GET", fetch("cross-site", dest="iframe"))
+    assert not security.issues_cookie("GET", fetch("cross-site", "no-cors", "image"))
+    assert not security.issues_cookie("GET", fetch("cross-site", "cors", "empty"))
+
+
 def test_host_names_without_ports():
     assert security.host_name("127.0.0.1:8800") == "127.0.0.1"
     assert security.host_name("LocalHost") == "localhost"

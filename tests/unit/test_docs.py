@@ -27,14 +27,21 @@ def _anchors(text: str) -> set[str]:
     return anchors
 
 
-def test_the_readme_is_short_and_starts_with_the_two_commands():
+def test_the_readme_starts_with_its_title_one_sentence_and_the_two_commands():
     text = README.read_text()
     assert len(text.splitlines()) < 300
-    first_block = text.split("```sh\n", 1)[1].split("```", 1)[0]
-    assert first_block == (
+    title, sentence, commands = text.split("\n\n", 3)[:3]
+    assert title == "# sqlqueue_orm"
+    assert sentence.startswith("sqlqueue_orm ") and sentence.endswith(".")
+    assert ". " not in sentence.replace("\n", " "), "one sentence"
+    marker, block = commands.split("\n", 1)
+    assert marker.startswith("<!-- not run: ") and marker.endswith("-->")
+    assert block == (
+        "```sh\n"
         "python3 -m venv .venv && .venv/bin/pip install -q -e . && "
         ".venv/bin/python -m sqlqueue_orm.demo\n"
         "bash scripts/test.sh\n"
+        "```"
     )
 
 

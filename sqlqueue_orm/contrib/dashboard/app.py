@@ -220,7 +220,9 @@ class _Pages:
     ) -> HTMLResponse:
         """Render *template* with the links, the CSRF token and the read-only flag."""
         self.dashboard.ensure_started()
-        cookie = request.cookies.get(security.COOKIE)
+        # A browser's cookie is kept whatever the request's Origin, Referer or Sec-Fetch-Site:
+        # replacing it would void the forms of its other open pages.
+        cookie = request.cookies.get(security.COOKIE) or None
         new_cookie = cookie is None
         if cookie is None:
             cookie = self.dashboard.guard.new_cookie()
@@ -246,9 +248,9 @@ class _Pages:
         response = HTMLResponse(body, status_code=status)
         response.headers["X-Frame-Options"] = "DENY"  # no clickjacking of the confirm buttons
         response.headers["Content-Security-Policy"] = "frame-ancestors 'none'"
-        if new_cookie:
+        if new_cookie and security.issues_cookie(request.method, request.headers):
             response.set_cookie(
-                security.COOKIE, cookie, httponly=True, samesite="strict", path=prefix or "/"
+                security.COOKIE, cookie, httponly=True, samesite="lax", path=prefix or "/"
             )
         return response
 

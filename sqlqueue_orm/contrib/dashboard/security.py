@@ -3,9 +3,13 @@
 Every request that changes data is a POST (the routes accept no other method) and must pass two
 checks, either of which alone stops a form or script on another site:
 
-* **CSRF token.** Each browser gets a random cookie (``SameSite=Strict``, ``HttpOnly``); every
+* **CSRF token.** Each browser gets a random cookie (``SameSite=Lax``, ``HttpOnly``); every
   form carries ``HMAC-SHA256(secret, cookie)`` with the dashboard's secret (random per process
-  unless given). Another site can neither read the cookie nor compute the token.
+  unless given). Another site can neither read the cookie nor compute the token. The cookie is
+  kept for the browser's whole visit: ``Lax`` lets it come with a link followed from another
+  site (``Strict`` would not, and a fresh cookie would then void the forms of pages already
+  open), and a new one is issued only by a page the browser navigates to or loads itself
+  (:func:`issues_cookie`), never by a refused POST or a request another site embeds.
 * **Origin.** The ``Origin`` header (else the origin of ``Referer``) must be the dashboard's
   own: scheme, host and port of the request. A request that carries neither is refused.
 
@@ -23,7 +27,7 @@ import hmac
 import logging
 import secrets
 import urllib.parse
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from typing import Any
 
 log = logging.getLogger("sqlqueue_orm.contrib.dashboard")
@@ -76,6 +80,25 @@ class CsrfGuard:
         if not token or not hmac.compare_digest(token, self.token(cookie)):
             return "the CSRF token is missing or wrong (reload the page)"
         return None
+
+
+def issues_cookie(method: str, headers: Mapping[str, str]) -> bool:
+    """Whether the answer to a request that came without the cookie may set a new one.
+
+    Only pages read with GET (or HEAD) do, and of those coming from another site
+    (``Sec-Fetch-Site: cross-site``) only top-level navigations (``Sec-Fetch-Mode: navigate``,
+    ``Sec-Fetch-Dest: document``): a frame, an image or a fetch of another site comes without
+    the browser's ``Lax`` cookie, and a new one would replace it.
+
+    :param method: the request's method.
+    :param headers: the request's headers, by lower-case name.
+    """
+    if method.upper() not in ("GET", "HEAD"):
+        return False
+    if headers.get("sec-fetch-site", "").lower() != "cross-site":
+        return True
+    return (headers.get("sec-fetch-mode", "navigate").lower() == "navigate"
+            and headers.get("sec-fetch-dest", "document").lower() == "document")
 
 
 def _origin_of(url: str) -> str | None:

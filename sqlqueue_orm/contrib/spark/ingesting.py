@@ -362,6 +362,7 @@ def ingest(
             _watch(query, address, batch_size, max_batches, follow, stop)
         finally:
             query.stop()
+            locking.remove_lock_file(engine, parsed_url, address)
         last = _last_committed(query)
         if last is not None:
             _kill_point("deleted", committer.batches)

@@ -2,14 +2,16 @@
 
 PostgreSQL takes a session advisory lock, SQL Server a session applock (each dialect's
 ``DialectSupport.session_lock``); an embedded database (SQLite) takes an ``flock`` on a file
-beside it. The server or the kernel frees the lock if the process dies. :func:`ingest_lock`
-picks the kind from what the engine's dialect supports (``dialects.for_dialect(engine)``).
+beside it, removed when the lock is released. The server or the kernel frees the lock if the
+process dies. :func:`ingest_lock` picks the kind from what the engine's dialect supports
+(``dialects.for_dialect(engine)``).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 from typing import Any
 
 import sqlalchemy as sa
@@ -18,6 +20,9 @@ from sqlqueue_orm import addressing, db, dialects, exceptions
 from sqlqueue_orm.contrib.spark import checks
 
 log = logging.getLogger(__name__)
+
+#: Seconds :func:`remove_lock_file` waits for a stopped stream's process to free the lock.
+FILE_LOCK_WAIT_SECONDS = 10.0
 
 
 class IngestError(exceptions.SqlQueueError):
@@ -62,29 +67,51 @@ class IngestLock:
 
 
 class FileLock(IngestLock):
-    """An embedded database (SQLite): an ``flock`` on a file beside it; the kernel frees it."""
+    """An embedded database (SQLite): an ``flock`` on a file beside it; the kernel frees it.
+
+    The file exists only while the lock is held: the holder removes it as it releases the lock
+    (a killed holder leaves it, unlocked, for the next one to take and remove).
+    """
 
     _fd: int | None = None
 
+    @property
+    def path(self) -> str:
+        """``<database>.ingest-<digest>.lock``."""
+        return f"{self.url.database}.ingest-{checks.digest(str(self.address))}.lock"
+
     def acquire(self) -> bool:
-        """Lock ``<database>.ingest-<digest>.lock`` without waiting."""
+        """Lock the file without waiting (creating it if need be)."""
         import fcntl
 
-        path = f"{self.url.database}.ingest-{checks.digest(str(self.address))}.lock"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                return False
+            # A holder removes the file before it lets go: a lock got on a removed file locks
+            # nothing another process could see, so open the path again.
+            try:
+                same = os.path.samestat(os.fstat(fd), os.stat(self.path))
+            except FileNotFoundError:
+                same = False
+            if same:
+                self._fd = fd
+                return True
             os.close(fd)
-            return False
-        self._fd = fd
-        return True
 
     def release(self) -> None:
-        """Close the descriptor, which releases the flock."""
+        """Remove the file, then close the descriptor, which releases the flock."""
         if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+            finally:
+                os.close(self._fd)
+                self._fd = None
 
 
 class SessionLock(IngestLock):
@@ -157,6 +184,26 @@ def ingest_lock(
     if support.embedded:
         return FileLock(engine, url, address)
     raise _unsupported(engine.dialect.name)
+
+
+def remove_lock_file(engine: sa.Engine, url: sa.URL, address: addressing.QueueAddress) -> None:
+    """Take and give back a freed file lock, which removes its file (other kinds: nothing).
+
+    Spark ends a stream's source process without asking it to release the lock: the kernel
+    frees the ``flock``, the file stays. Waits at most :data:`FILE_LOCK_WAIT_SECONDS` for that
+    process to end; leaves the file to a later ingestion if the lock is still taken then.
+    """
+    lock = ingest_lock(engine, url, address)
+    if not isinstance(lock, FileLock) or not os.path.exists(lock.path):
+        return
+    deadline = time.monotonic() + FILE_LOCK_WAIT_SECONDS
+    while not lock.acquire():
+        if time.monotonic() > deadline:
+            log.info("queue %s: %s is still locked; left for the next ingestion",
+                     address, lock.path)
+            return
+        time.sleep(0.05)
+    lock.release()
 
 
 def lock_statement(dialect_name: str) -> sa.TextClause:

@@ -55,7 +55,7 @@ from pyspark.sql.datasource import (
     InputPartition,
     WriterCommitMessage,
 )
-from pyspark.sql.streaming.datasource import ReadMaxRows
+from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailableNow
 
 from sqlqueue_orm import addressing, db, exceptions
 from sqlqueue_orm import headers as nsb_headers
@@ -77,7 +77,8 @@ FORMAT = "sqlqueue"
 DEFAULT_PARTITIONS = 4
 #: Rows fetched per query while a partition is read (keyset pages keep transactions short).
 PAGE_SIZE = 2_000
-#: Seconds the source waits for the queue's ingest lock (a killed predecessor's may linger).
+#: Seconds the source waits for the queue's ingest lock (a killed predecessor's may linger), and
+#: for the fence to reach the last row of a ``trigger(availableNow=True)`` query.
 LOCK_WAIT_SECONDS = 30.0
 
 
@@ -234,7 +235,7 @@ class QueueBatchReader(DataSourceReader):
         return read_range(self.options, partition.low, partition.high)
 
 
-class QueueStreamReader(DataSourceStreamReader):
+class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """``spark.readStream.format("sqlqueue")``: RowVersion ranges, deleted once committed."""
 
     def __init__(self, options: SourceOptions) -> None:
@@ -243,6 +244,7 @@ class QueueStreamReader(DataSourceStreamReader):
         self._lock: locking.IngestLock | None = None
         self._fence: fences.OffsetFence | None = None
         self._deleted_through = 0  # RowVersion and seq start at 1
+        self._target: int | None = None  # the last row of a trigger(availableNow=True) query
 
     def __getstate__(self) -> dict[str, Any]:
         # Executors need only the options; the engine, lock and fence stay on the driver.
@@ -271,6 +273,22 @@ class QueueStreamReader(DataSourceStreamReader):
             self._fence = fences.fence_for(engine, table)
             log.info("queue %s: streaming from it (one stream per queue)", self.options.queue)
         return self._engine, self._fence
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """``trigger(availableNow=True)``: batches up to the highest row committed now.
+
+        Spark then asks once more for a batch, which deletes the last one's rows, and ends.
+        Transactions in flight may hold the fence below that row for a moment (PostgreSQL): it
+        is waited for, or a first batch found empty would end the query at once.
+        """
+        engine, fence = self._start()
+        deadline = time.monotonic() + LOCK_WAIT_SECONDS
+        with db.wrap_db_errors(self.options.queue), engine.connect() as connection:
+            top = connection.execute(sa.select(sa.func.max(fence.table.c.RowVersion))).scalar()
+            target = 0 if top is None else int(top)
+            while fence.bound(connection, 0) < target and time.monotonic() < deadline:
+                time.sleep(0.1)
+        self._target = target
 
     def initialOffset(self) -> dict[str, int]:
         """A new query starts before every row."""
@@ -304,6 +322,8 @@ class QueueStreamReader(DataSourceStreamReader):
         order = fence.table.c.RowVersion
         with db.wrap_db_errors(self.options.queue), engine.connect() as connection:
             end = fence.bound(connection, begin)
+            if self._target is not None:
+                end = max(begin, min(end, self._target))
             if end > begin and isinstance(limit, ReadMaxRows):
                 window = (
                     sa.select(order).where(order > begin, order <= end)
