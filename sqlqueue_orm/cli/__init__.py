@@ -17,10 +17,11 @@ with a ``register(subparsers)`` function, in the order ``sqlqueue --help`` lists
 * ``spark`` and ``dashboard``: the optional extras, whose packages load only when their command
   runs (the extra may be absent).
 
-Beside them: ``arguments`` (every argument type, validated one way), ``context`` (the URL and
-the Transport) and ``failures`` (the one error policy: bad input exits 2, an unreachable database
-1, one line each, a traceback only with ``--verbose``). The library never imports this package:
-the command line is an application on top of it.
+Beside them: ``arguments`` (every argument type, validated one way), ``context`` (the URL and the
+Transport), ``listings`` (how every listing prints, ``--json`` or not, empty or not) and
+``failures`` (the one error policy: bad input exits 2, an unreachable database 1, one line each, a
+traceback only with ``--verbose``). ``--url`` is accepted before the command and after it. The
+library never imports this package: the command line is an application on top of it.
 """
 
 from __future__ import annotations
@@ -65,19 +66,34 @@ def _version() -> str:
         return sqlqueue_orm.__version__
 
 
+#: What ``sqlqueue --help`` says first (plain text: a terminal shows no markup).
+DESCRIPTION = (
+    "sqlqueue: create, inspect and migrate SQL queue tables, send and take messages, and run "
+    "endpoints and the outbox dispatcher."
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``sqlqueue``, with every group's commands."""
-    parser = failures.ArgumentParser(prog="sqlqueue", description=(__doc__ or "").splitlines()[0])
-    parser.add_argument(
-        "--url", help="database URL (default: $SQLQUEUE_URL, else sqlite:///sqlqueue.db)"
-    )
+    parser = failures.ArgumentParser(prog="sqlqueue", description=DESCRIPTION)
+    arguments.url_option(parser)
     parser.add_argument("-v", "--verbose", action="count", default=0,
                         help="more logging, and the traceback of an error")
     parser.add_argument("--version", action="version", version=f"sqlqueue {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for group in GROUPS:
         group.register(commands)
+    _url_after_commands(parser)
     return parser
+
+
+def _url_after_commands(parser: argparse.ArgumentParser) -> None:
+    """Accept ``--url`` after every command too (``sqlqueue list-queues --url ...``)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in dict.fromkeys(action.choices.values()):  # aliases share a parser
+                arguments.url_option(command, default=argparse.SUPPRESS)
+                _url_after_commands(command)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -87,9 +103,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args.context = context.CommandContext.from_args(args)
+    hints = failures.HintsOnThisDatabase(args.context)
+    handlers = list(logging.getLogger().handlers)
+    for handler in handlers:  # log lines suggesting a command name this run's database too
+        handler.addFilter(hints)
     try:
         return failures.run(args.func, args)
     finally:
+        for handler in handlers:
+            handler.removeFilter(hints)
         args.context.close()
 
 

@@ -23,9 +23,31 @@ MAX_TTBR_SECONDS = 100 * 366 * 86_400
 MAX_BATCH = 10_000
 
 
+#: The environment variable of the database URL.
+URL_VARIABLE = "SQLQUEUE_URL"
+#: The help of ``--url``, before the command and after it alike.
+URL_HELP = f"database URL (default: ${URL_VARIABLE}, else {db.DEFAULT_URL})"
+
+
 def resolve_url(args: argparse.Namespace) -> str:
     """``--url``, else ``SQLQUEUE_URL``, else the embedded SQLite default."""
-    return str(getattr(args, "url", None) or os.environ.get("SQLQUEUE_URL") or db.DEFAULT_URL)
+    return str(getattr(args, "url", None) or os.environ.get(URL_VARIABLE) or db.DEFAULT_URL)
+
+
+def url_source(args: argparse.Namespace) -> str:
+    """Where :func:`resolve_url` takes the URL from: ``option``, ``environment`` or ``default``."""
+    if getattr(args, "url", None):
+        return "option"
+    return "environment" if os.environ.get(URL_VARIABLE) else "default"
+
+
+def url_option(parser: argparse.ArgumentParser, *, default: object = None) -> None:
+    """Add ``--url`` to *parser*.
+
+    :param default: ``argparse.SUPPRESS`` on a command's parser: leaving it out there keeps a
+        ``--url`` given before the command.
+    """
+    parser.add_argument("--url", default=default, metavar="URL", help=URL_HELP)
 
 
 def key_value(text: str) -> tuple[str, str]:

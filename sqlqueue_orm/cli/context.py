@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
+import shlex
 
 import sqlalchemy as sa
 
@@ -30,17 +32,62 @@ class CommandContext:
 
     :param url: the database URL.
     :param verbose: how many ``-v`` were given.
+    :param source: where *url* came from: ``"option"`` (``--url``), ``"environment"``
+        (``$SQLQUEUE_URL``) or ``"default"``; the commands a hint suggests name it the same way.
     """
 
-    def __init__(self, url: str, verbose: int = 0) -> None:
+    def __init__(self, url: str, verbose: int = 0, source: str = "option") -> None:
         self.url = url
         self.verbose = verbose
+        self.source = source
         self._transport: Transport | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> CommandContext:
         """The context of parsed arguments (``--url``, ``$SQLQUEUE_URL`` or the default)."""
-        return cls(arguments.resolve_url(args), int(getattr(args, "verbose", 0) or 0))
+        return cls(
+            arguments.resolve_url(args),
+            int(getattr(args, "verbose", 0) or 0),
+            arguments.url_source(args),
+        )
+
+    @property
+    def url_option(self) -> str:
+        """``--url ...`` as a suggested command must repeat it ("" for the default database).
+
+        The password is masked; a URL taken from the environment is named by its variable, so
+        the hint stays true without showing it.
+        """
+        if self.source == "default":
+            return ""
+        if self.source == "environment":
+            return f'--url "${arguments.URL_VARIABLE}"'
+        try:
+            shown = sa.make_url(self.url).render_as_string(hide_password=True)
+        except Exception:  # not a URL at all: its scheme only, the rest may hold a password
+            shown = self.url.partition(":")[0] + ":..."
+        return f"--url {shlex.quote(shown)}"
+
+    def command(self, text: str) -> str:
+        """``sqlqueue TEXT`` as a hint shows it: on this run's database (see :attr:`url_option`)."""
+        option = self.url_option
+        return f"sqlqueue {text} {option}" if option else f"sqlqueue {text}"
+
+    def with_url(self, message: str) -> str:
+        """*message* with each suggested `` `sqlqueue ...` `` command made one on this database.
+
+        Commands that name a ``--url`` already (another database's) are left as they are.
+        """
+        if not self.url_option:
+            return message
+
+        def repeat(match: re.Match[str]) -> str:
+            text = match.group(1)
+            if re.search(r"(^|\s)--url\b", text):
+                return match.group(0)
+            return f"`{self.command(text)}`"
+
+        return _SUGGESTED.sub(repeat, message)
 
     @property
     def where(self) -> str:
@@ -71,6 +118,10 @@ class CommandContext:
         if self._transport is not None:
             self._transport.close()
             self._transport = None
+
+
+#: A command a message suggests, in backquotes: `` `sqlqueue migrate` ``.
+_SUGGESTED = re.compile(r"`sqlqueue ([^`]+)`")
 
 
 def describe_url(url: str, *, full: bool = False) -> str:

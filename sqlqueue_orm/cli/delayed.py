@@ -1,20 +1,20 @@
 """``sqlqueue delayed list [--json] [--endpoint E]``: the delayed messages waiting, earliest first.
 
 One line per message: ``DUE  DESTINATION  MESSAGE_ID  TABLE`` (due in UTC, ISO 8601), or with
-``--json`` one object per line with the headers and the body (``body`` when it is UTF-8 text,
-else ``body_base64``). Without ``--endpoint`` every delayed table (``*.Delayed`` with the
-delayed columns) of the default schema, or of the ``--schema`` given, is read.
+``--json`` one object per line with the headers and the body (``body`` when it is UTF-8 text, else
+``body_base64``); none waiting is ``no delayed messages``, or ``[]`` with ``--json``. Without
+``--endpoint`` every delayed table (``*.Delayed`` with the delayed columns) of the default schema,
+or of the ``--schema`` given, is read.
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
-import json
 import logging
 from typing import Any
 
-from sqlqueue_orm.cli import arguments
+from sqlqueue_orm.cli import arguments, listings
 
 # The name these lines are logged under (log settings naming it keep applying).
 log = logging.getLogger("sqlqueue_orm.receiving.delayed_commands")
@@ -29,7 +29,7 @@ def register(subparsers: Any) -> None:
                      help="only the delayed table of endpoint E")
     sub.add_argument("--schema", action="append", type=arguments.utf8_text,
                      help="schema to look in (repeatable; default: the default schema)")
-    sub.add_argument("--json", action="store_true", help="one JSON object per line")
+    sub.add_argument("--json", action="store_true", help="one JSON object per line; [] for none")
     sub.add_argument("--count", type=arguments.bounded_int(1, 1_000_000), default=1_000,
                      metavar="N", help="show at most N messages (default 1000)")
     sub.set_defaults(func=_cmd_list)
@@ -54,13 +54,15 @@ def _record(message: Any) -> dict[str, Any]:
 def _cmd_list(args: argparse.Namespace) -> int:
     transport = args.context.transport
     messages = transport.browse_delayed(args.endpoint, args.schema, args.count)
-    for message in messages:
-        if args.json:
-            print(json.dumps(_record(message), ensure_ascii=False))
-        else:
-            print(
-                f"{message.due.isoformat()}\t{message.destination}\t{message.message_id}\t"
-                f"{message.table}"
-            )
+    listings.show(
+        messages,
+        as_json=args.json,
+        record=_record,
+        line=lambda message: (
+            f"{message.due.isoformat()}\t{message.destination}\t{message.message_id}\t"
+            f"{message.table}"
+        ),
+        none="no delayed messages",
+    )
     log.info("%d delayed message(s)", len(messages))
     return 0

@@ -20,12 +20,16 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import shlex
 import sys
 from typing import Any
 
 from sqlqueue_orm import exceptions, headers
-from sqlqueue_orm.cli import arguments
+from sqlqueue_orm.cli import arguments, listings
 from sqlqueue_orm.recoverability.error_queue import ErrorQueue, FailedMessage, parse_id
+
+#: The error queue of every sub-command unless ``--queue`` names another.
+DEFAULT_QUEUE = "error"
 
 
 def _error_queue(args: argparse.Namespace) -> ErrorQueue:
@@ -87,26 +91,34 @@ def list_command(args: argparse.Namespace) -> int:
     found = errors.list(
         limit=args.limit, exception_type=args.exception_type, endpoint=args.endpoint
     )
-    for failed in found:
-        print(json.dumps(record(failed), ensure_ascii=False) if args.json else _line(failed))
+    listings.show(
+        found,
+        as_json=args.json,
+        record=record,
+        line=_line,
+        none=f"no failed messages found in error queue {errors.name!r}",
+    )
     return 0
 
 
-def _known(errors: ErrorQueue, ids: list[str]) -> None:
+def _known(args: argparse.Namespace, errors: ErrorQueue, ids: list[str]) -> None:
     """Refuse (bad input) an id that is not a GUID or not in the queue, before any change."""
+    listing = "errors list"
+    if args.queue != DEFAULT_QUEUE:
+        listing += f" --queue {shlex.quote(args.queue)}"
     for each in ids:
         parse_id(each)
         if errors.get(each) is None:
             raise exceptions.ConfigurationError(
                 f"no message {each!r} in error queue {errors.name!r} "
-                "(see: sqlqueue errors list)"
+                f"(see: {args.context.command(listing)})"
             )
 
 
 def show_command(args: argparse.Namespace) -> int:
     """``errors show ID``: the whole message as one indented JSON object."""
     errors = _error_queue(args)
-    _known(errors, [args.id])
+    _known(args, errors, [args.id])
     failed = errors.get(args.id)
     assert failed is not None
     print(json.dumps(record(failed), ensure_ascii=False, indent=2))
@@ -123,7 +135,7 @@ def retry_command(args: argparse.Namespace) -> int:
     if args.all:
         ids = errors.retryable_ids(args.failed_queue)
     else:
-        _known(errors, args.ids)
+        _known(args, errors, args.ids)
         ids = args.ids
     count = errors.retry(ids)
     print(f"{count} message(s) sent back from {errors.name}")
@@ -138,7 +150,7 @@ def retry_command(args: argparse.Namespace) -> int:
 def delete_command(args: argparse.Namespace) -> int:
     """``errors delete ID...``: delete messages for good."""
     errors = _error_queue(args)
-    _known(errors, args.ids)
+    _known(args, errors, args.ids)
     count = errors.delete(args.ids)
     print(f"{count} message(s) deleted from {errors.name}")
     return 0 if count == len(args.ids) else 1
@@ -153,11 +165,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     def add(name: str, help_text: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text)
-        sub.add_argument("--queue", default="error", help="the error queue (default: error)")
+        sub.add_argument("--queue", default=DEFAULT_QUEUE,
+                         help=f"the error queue (default: {DEFAULT_QUEUE})")
         return sub
 
     sub = add("list", "failed messages, oldest first")
-    sub.add_argument("--json", action="store_true", help="one JSON object per line")
+    sub.add_argument("--json", action="store_true", help="one JSON object per line; [] for none")
     sub.add_argument("--exception-type", help="full type name, or its last part (ValueError)")
     sub.add_argument("--endpoint", help="the endpoint that failed it (ProcessingEndpoint)")
     sub.add_argument("--limit", type=arguments.positive_int, default=100,

@@ -8,22 +8,29 @@
   lost (the command rolls back); one line, exit status 1.
 * Anything else is a bug: one line, exit status 1.
 
-The traceback is printed only with ``--verbose``.
+The traceback is printed only with ``--verbose``. A command a message or a log line suggests
+(``sqlqueue create-queue orders``, `` `sqlqueue migrate` ``) names the database of the run as the
+user gave it: ``--url`` with the password masked, or ``"$SQLQUEUE_URL"``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import re
 import shlex
 import sys
 import traceback
-from collections.abc import Callable
-from typing import NoReturn
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, NoReturn
 
 from sqlalchemy import exc
 
 from sqlqueue_orm import exceptions
+
+if TYPE_CHECKING:
+    from sqlqueue_orm.cli.context import CommandContext
 
 log = logging.getLogger(__name__)
 
@@ -49,17 +56,25 @@ def _one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
-def message_of(error: BaseException) -> tuple[int, str]:
-    """The exit status and the one-line message for *error*."""
+def message_of(error: BaseException, context: CommandContext | None = None) -> tuple[int, str]:
+    """The exit status and the one-line message for *error*.
+
+    :param context: the run's database, which the commands a message suggests name.
+    """
+
+    def on_database(text: str) -> str:
+        return text if context is None else context.with_url(text)
+
     if isinstance(error, exceptions.QueueNotFound):
+        create = f"create-queue {shlex.quote(error.queue)}"
         return BAD_INPUT, (
             f"queue {error.queue!r} does not exist; create it with: "
-            f"sqlqueue create-queue {shlex.quote(error.queue)}"
+            + (context.command(create) if context is not None else f"sqlqueue {create}")
         )
     if isinstance(error, exceptions.ConfigurationError | exceptions.InvalidMessage):
-        return BAD_INPUT, _one_line(error)
+        return BAD_INPUT, on_database(_one_line(error))
     if isinstance(error, exceptions.SqlQueueError):
-        return FAILED, _one_line(error)
+        return FAILED, on_database(_one_line(error))
     if isinstance(error, exc.DBAPIError):
         return FAILED, _one_line(f"database error: {type(error.orig).__name__}: {error.orig}")
     if isinstance(error, exc.SQLAlchemyError):
@@ -77,7 +92,7 @@ def run(command: Callable[[argparse.Namespace], int | None], args: argparse.Name
         print("sqlqueue: interrupted", file=sys.stderr)
         return 130
     except Exception as error:
-        status, text = message_of(error)
+        status, text = message_of(error, getattr(args, "context", None))
         if verbose:
             traceback.print_exc()
         try:
@@ -85,3 +100,53 @@ def run(command: Callable[[argparse.Namespace], int | None], args: argparse.Name
         except OSError:  # stderr is gone too: the status says it
             pass
         return status
+
+
+class HintsOnThisDatabase(logging.Filter):
+    """A log filter: the `` `sqlqueue ...` `` commands a line suggests name the run's database.
+
+    :param context: the run's database.
+    """
+
+    def __init__(self, context: CommandContext) -> None:
+        super().__init__()
+        self.context = context
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Rewrite *record*'s message if it suggests a command; keep every record."""
+        if not self.context.url_option:
+            return True
+        text = record.getMessage()
+        if "`sqlqueue " in text:
+            record.msg, record.args = self.context.with_url(text), None
+        return True
+
+
+@contextlib.contextmanager
+def named_as_options(options: Mapping[str, str], *loggers: str) -> Iterator[None]:
+    """Within the block, errors and warnings about settings name the options the user typed.
+
+    The library names its parameters (``batch_size 5000 ...``); the command line's user typed
+    ``--batch 5000``. Errors raised in the block and lines logged by *loggers* are reworded.
+
+    :param options: parameter name to option, ``{"batch_size": "--batch"}``.
+    """
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, options)) + r")\b")
+
+    def reword(text: str) -> str:
+        return pattern.sub(lambda match: options[match.group(1)], text)
+
+    def filter_record(record: logging.LogRecord) -> bool:
+        record.msg, record.args = reword(record.getMessage()), None
+        return True
+
+    targets = [logging.getLogger(name) for name in loggers]
+    for logger in targets:
+        logger.addFilter(filter_record)
+    try:
+        yield
+    except exceptions.ConfigurationError as error:
+        raise exceptions.ConfigurationError(reword(str(error))) from error
+    finally:
+        for logger in targets:
+            logger.removeFilter(filter_record)

@@ -1,7 +1,8 @@
 """``sqlqueue outbox dispatch`` and ``sqlqueue outbox cleanup``.
 
 ``dispatch`` runs the :class:`~sqlqueue_orm.sending.dispatcher.OutboxDispatcher` until SIGTERM or
-SIGINT (exit code 0), or with ``--once`` until nothing is due. ``cleanup`` deletes dispatched
+SIGINT (exit code 0), or with ``--once`` until nothing is due (exit status 1 when records wait for
+a retry after a failed dispatch, those of earlier passes included). ``cleanup`` deletes dispatched
 records older than ``--older-than`` (default ``7d``) in batches of ``--batch`` rows (default
 :data:`~sqlqueue_orm.config.CLEANUP_BATCH_SIZE`), and ``OutboxDelivery`` rows as old, in this
 database and in every database of ``--routes``.
@@ -12,9 +13,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import sys
 from typing import Any
 
-from sqlqueue_orm.cli import arguments
+from sqlqueue_orm import exceptions
+from sqlqueue_orm.cli import arguments, failures
 from sqlqueue_orm.config import (
     CLEANUP_BATCH_SIZE,
     CleanupSettings,
@@ -74,6 +77,7 @@ def register(subparsers: Any) -> None:
     sub = commands.add_parser("cleanup", help="delete dispatched outbox records, in batches")
     sub.add_argument(
         "--older-than",
+        type=_age,
         default="7d",
         metavar="AGE",
         help="delete records dispatched longer ago than this: 45s, 30m, 12h, 7d (default 7d)",
@@ -93,13 +97,26 @@ def register(subparsers: Any) -> None:
     sub.set_defaults(func=_cmd_cleanup)
 
 
+#: The settings' parameters and the options of ``outbox dispatch`` and ``outbox cleanup``.
+_OPTIONS = {
+    "batch_size": "--batch",
+    "interval": "--interval",
+    "grace_period": "--grace-period",
+    "retry_delay": "--retry-delay",
+    "older_than": "--older-than",
+}
+#: Where the settings warn about odd values.
+_SETTINGS_LOGGER = "sqlqueue_orm.config"
+
+
 def _cmd_dispatch(args: argparse.Namespace) -> int:
-    settings = DispatcherSettings(
-        batch_size=args.batch,
-        interval=args.interval,
-        grace_period=args.grace_period,
-        retry_delay=args.retry_delay,
-    )
+    with failures.named_as_options(_OPTIONS, _SETTINGS_LOGGER):
+        settings = DispatcherSettings(
+            batch_size=args.batch,
+            interval=args.interval,
+            grace_period=args.grace_period,
+            retry_delay=args.retry_delay,
+        )
     routing = Routing.load(args.routes) if args.routes else None
     if not args.verbose:
         # A service says what it did: one line per batch, even at the CLI's default level.
@@ -110,23 +127,49 @@ def _cmd_dispatch(args: argparse.Namespace) -> int:
         dispatcher.install_signal_handlers()
         if args.once:
             report = dispatcher.dispatch_pending()
-            print(_once_summary(report))
+            waiting = outbox.waiting_for_retry()
+            print(_once_summary(report, waiting))
+            if waiting or report.deferred:
+                print(
+                    f"sqlqueue: error: {max(waiting, report.deferred)} outbox record(s) not "
+                    "dispatched: they wait for a retry",
+                    file=sys.stderr,
+                )
+                return failures.FAILED
             return 0
         dispatcher.run()
     return 0
 
 
-def _once_summary(report: DispatchReport) -> str:
-    """What ``dispatch --once`` did, always with the number of records it deferred."""
+def _once_summary(report: DispatchReport, waiting: int = 0) -> str:
+    """What ``dispatch --once`` did, always with the number of records it deferred.
+
+    :param waiting: records waiting for a retry now, these deferred included.
+    """
     text = dataclasses.replace(report, deferred=0).describe()
     text += f"; deferred {report.deferred} record(s)"
     if report.deferred:
         text += " (they failed and wait for a retry: see the log above)"
+    earlier = waiting - report.deferred
+    if earlier > 0:
+        text += f"; {earlier} record(s) deferred by an earlier pass still wait for a retry"
+    return text
+
+
+def _age(text: str) -> str:
+    """Argument type of ``--older-than``: ``45s``, ``30m``, ``12h``, ``7d`` or ``2w``, as typed."""
+    try:
+        parse_duration(text)
+    except exceptions.ConfigurationError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
     return text
 
 
 def _cmd_cleanup(args: argparse.Namespace) -> int:
-    settings = CleanupSettings(older_than=parse_duration(args.older_than), batch_size=args.batch)
+    with failures.named_as_options(_OPTIONS, _SETTINGS_LOGGER):
+        settings = CleanupSettings(
+            older_than=parse_duration(args.older_than), batch_size=args.batch
+        )
     routing = Routing.load(args.routes) if args.routes else None
     with Outbox(args.context.transport, routing) as outbox:
         deleted = outbox.cleanup(

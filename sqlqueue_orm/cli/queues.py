@@ -27,7 +27,7 @@ import sqlalchemy as sa
 
 from sqlqueue_orm import exceptions
 from sqlqueue_orm.addressing import QueueAddress
-from sqlqueue_orm.cli import arguments, failures
+from sqlqueue_orm.cli import arguments, failures, listings
 from sqlqueue_orm.cli.context import CommandContext
 from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage
 from sqlqueue_orm.transport import Transport
@@ -217,10 +217,13 @@ def _cmd_receive(args: argparse.Namespace) -> int:
 
 def _cmd_browse(args: argparse.Namespace) -> int:
     messages = _context(args).transport.browse(args.queue, max_messages=args.count)
-    output = HandOver(sys.stdout, args.queue)
+    handover = HandOver(sys.stdout, args.queue)
     try:
+        if not messages:
+            empty = f"no messages in queue {args.queue!r}"
+            handover.write(listings.EMPTY_JSON if args.json else empty)
         for message in messages:
-            output.write(line_of(message, args))
+            handover.write(line_of(message, args))
     except failures.OutputClosed:
         _silence_stdout()  # browsing takes nothing: an early close loses nothing
     return 0
@@ -279,8 +282,13 @@ def user_schemas(engine: sa.Engine) -> list[str | None]:
 def _cmd_list_queues(args: argparse.Namespace) -> int:
     transport = _context(args).transport
     schemas: Iterable[str | None] = args.schema or user_schemas(transport.engine)
-    for name, count in transport.list_queues(schemas):
-        print(f"{name}\t{count}")
+    listings.show(
+        list(transport.list_queues(schemas)),
+        as_json=args.json,
+        record=lambda queue: {"queue": queue[0], "count": queue[1]},
+        line=lambda queue: f"{queue[0]}\t{queue[1]}",
+        none="no queues",
+    )
     return 0
 
 
@@ -348,5 +356,7 @@ def register(commands: Any) -> None:
     sub.add_argument("--schema", action="append",
                      help="schema to look in (repeatable; default: every schema but the "
                      "database's own)")
+    sub.add_argument("--json", action="store_true",
+                     help="one JSON object a line: queue, count (an estimate); [] for none")
     sub.set_defaults(func=_cmd_list_queues)
 

@@ -4,7 +4,8 @@
 an :class:`~sqlqueue_orm.receiving.endpoint.Endpoint` or a function that takes the
 :class:`~sqlqueue_orm.transport.Transport` of ``--url`` and returns one. On a terminal a one-line
 status is kept up to date (received, failed, in flight, rate); otherwise a plain log line is
-written every ``STATUS_EVERY`` seconds. At the end one line gives the totals and the rate.
+written every ``STATUS_EVERY`` seconds. At the end one line gives the totals and the rate, in
+messages (a message retried at once counts once), with how many wait for a delayed retry.
 """
 
 from __future__ import annotations
@@ -63,12 +64,25 @@ def endpoint_reference(text: str) -> Reference:
     return Reference(text, target)
 
 
+#: What ``MODULE:ENDPOINT`` is, in ``sqlqueue run --help``.
+ENDPOINT_HELP = (
+    "MODULE is an importable module path (billing, or shop.billing; the working directory is "
+    "on the path) and ENDPOINT the name of an Endpoint object in it, or of a function that "
+    "takes a Transport and returns one"
+)
+
+
 def register(subparsers: Any) -> None:
     """Add ``run`` to the ``sqlqueue`` command line."""
     sub = subparsers.add_parser(
-        "run", help="run an endpoint: MODULE:ENDPOINT (an Endpoint, or a function of a Transport)"
+        "run",
+        help="run an endpoint: MODULE:ENDPOINT, a module path and the name of an Endpoint in it",
+        description=f"Run an endpoint until SIGTERM or SIGINT (--once: until its queue is "
+        f"drained). {ENDPOINT_HELP}.",
     )
-    sub.add_argument("endpoint", type=endpoint_reference, metavar="MODULE:ENDPOINT")
+    sub.add_argument(
+        "endpoint", type=endpoint_reference, metavar="MODULE:ENDPOINT", help=ENDPOINT_HELP
+    )
     sub.add_argument(
         "--concurrency",
         type=arguments.bounded_int(1, 1_000),
@@ -138,12 +152,22 @@ def _cmd_run(args: argparse.Namespace) -> int:
         reporter.join(1)
         if terminal:
             sys.stderr.write("\n")
-    stats = _totals(endpoint)
-    elapsed = time.monotonic() - began
-    rate = stats.received / elapsed if elapsed > 0 else 0.0
-    print(
-        f"queue {endpoint.name}: received {stats.received} message(s) in {elapsed:.1f} s "
-        f"({rate:.0f} msg/s): handled {stats.handled}, failed {stats.failed}, "
-        f"expired {stats.expired}, poison {stats.poison}"
-    )
+    print(summary(endpoint.name, _totals(endpoint), time.monotonic() - began))
     return 0
+
+
+def summary(queue: str, stats: PumpStats, elapsed: float) -> str:
+    """The last line of ``run``: messages (not attempts), what became of them, the rate.
+
+    A message retried at once is received again, so it is one message and several receives;
+    one that failed its immediate retries waits for a delayed retry (in the delayed table).
+    """
+    messages = stats.received - stats.retried
+    rate = messages / elapsed if elapsed > 0 else 0.0
+    return (
+        f"queue {queue}: {messages} message(s) in {elapsed:.1f} s ({rate:.0f} msg/s): "
+        f"handled {stats.handled}, failed {stats.failed}, "
+        f"waiting for a delayed retry {stats.delayed}, expired {stats.expired}, "
+        f"poison {stats.poison} ({stats.received} receive(s), {stats.retried} of them "
+        "immediate retries)"
+    )

@@ -336,7 +336,8 @@ def register(subparsers: Any) -> None:
     sub = commands.add_parser("ingest", help="drain a queue into a Parquet dataset, exactly once")
     sub.add_argument("--queue", required=True, help="queue to drain (audit, error)")
     sub.add_argument("--path", required=True, help="dataset directory (any Hadoop path)")
-    sub.add_argument("--batch", type=arguments.positive_int, default=10_000, metavar="N",
+    sub.add_argument("--batch", type=arguments.bounded_int(1, checks.MAX_INGEST_BATCH_SIZE),
+                     default=10_000, metavar="N",
                      help="messages per batch (default 10000)")
     sub.add_argument("--partitions", type=arguments.positive_int, metavar="N",
                      help="Spark tasks per batch (default: default parallelism)")

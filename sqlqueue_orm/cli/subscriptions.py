@@ -1,17 +1,17 @@
 """``sqlqueue subscriptions [--json]``: who receives which event (the subscription table).
 
 One line per subscription, by topic then endpoint: ``TOPIC<TAB>ENDPOINT<TAB>QUEUE_ADDRESS``, or
-with ``--json`` one object a line (``topic``, ``endpoint``, ``queue_address``). A table that does
-not exist is an error naming it (exit status 1).
+with ``--json`` one object a line (``topic``, ``endpoint``, ``queue_address``); none is ``no
+subscriptions``, or ``[]`` with ``--json``. A table that does not exist is an error naming it (exit
+status 1).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
-from sqlqueue_orm.cli import arguments
+from sqlqueue_orm.cli import arguments, listings
 from sqlqueue_orm.models import subscription
 from sqlqueue_orm.pubsub.subscriptions import SubscriptionSettings, SubscriptionStore
 
@@ -19,14 +19,15 @@ from sqlqueue_orm.pubsub.subscriptions import SubscriptionSettings, Subscription
 def _cmd_subscriptions(args: argparse.Namespace) -> int:
     settings = SubscriptionSettings(table=args.table, schema=args.schema)
     store = SubscriptionStore(args.context.transport.engine, settings)
-    for row in store.read_all():
-        if args.json:
-            print(json.dumps(
-                {"topic": row.topic, "endpoint": row.endpoint, "queue_address": row.queue_address},
-                ensure_ascii=False,
-            ))
-        else:
-            print(f"{row.topic}\t{row.endpoint}\t{row.queue_address}")
+    listings.show(
+        list(store.read_all()),
+        as_json=args.json,
+        record=lambda row: {
+            "topic": row.topic, "endpoint": row.endpoint, "queue_address": row.queue_address
+        },
+        line=lambda row: f"{row.topic}\t{row.endpoint}\t{row.queue_address}",
+        none="no subscriptions",
+    )
     return 0
 
 
@@ -36,7 +37,7 @@ def register(commands: Any) -> None:
         "subscriptions", help="list the subscription table: topic, endpoint, queue address"
     )
     sub.add_argument("--json", action="store_true",
-                     help="one JSON object a line: topic, endpoint, queue_address")
+                     help="one JSON object a line: topic, endpoint, queue_address; [] for none")
     sub.add_argument("--table", type=arguments.utf8_text, default=subscription.TABLE_NAME,
                      help=f"the subscription table (default {subscription.TABLE_NAME})")
     sub.add_argument("--schema", type=arguments.utf8_text, default=None,

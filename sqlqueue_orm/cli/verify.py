@@ -1,19 +1,18 @@
 """``sqlqueue verify``: compare this package's tables with their dialect's layout.
 
-Prints each drift and the statements that repair it (``--json``: one JSON object a line), then
-exits 1 if anything drifted and 0 if nothing did; a schema that does not exist is bad input
-(exit 2). The comparison is :func:`sqlqueue_orm.verify.verify`.
+Prints each drift and the statements that repair it (``--json``: one JSON object a line, ``[]``
+when nothing drifted), then exits 1 if anything drifted and 0 if nothing did; a schema that does
+not exist is bad input (exit 2). The comparison is :func:`sqlqueue_orm.verify.verify`.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from sqlqueue_orm import dialects
 from sqlqueue_orm import verify as verification
-from sqlqueue_orm.cli import arguments
+from sqlqueue_orm.cli import arguments, listings
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
@@ -28,8 +27,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         )
         separator = dialects.for_dialect(connection).script_separator
     if args.json:
-        for drift in drifts:
-            print(json.dumps(drift.as_dict(), ensure_ascii=False))
+        listings.show(
+            drifts, as_json=True, record=lambda drift: drift.as_dict(), line=str, none=""
+        )
     else:
         for drift in drifts:
             print(f"-- {drift.describe()}")
@@ -44,7 +44,7 @@ def register(commands: Any) -> None:
     sub = commands.add_parser(
         "verify", help="compare queue, delayed, subscription and outbox tables with the layout"
     )
-    sub.add_argument("--json", action="store_true", help="one JSON object a drift")
+    sub.add_argument("--json", action="store_true", help="one JSON object a drift; [] for none")
     sub.add_argument("--schema", action="append", type=arguments.utf8_text, default=[],
                      metavar="S", help="schema to look in (repeatable; default: the default one)")
     sub.add_argument("--wakeup", action="append", type=arguments.utf8_text, metavar="QUEUE",

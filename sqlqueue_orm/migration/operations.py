@@ -227,7 +227,7 @@ def _offline(
     if not dialect.offline:
         raise exceptions.ConfigurationError(
             f"offline scripts (--sql) are written for SQL Server and PostgreSQL, not "
-            f"{dialect.name}; migrate SQLite online (sqlqueue migrate, or alembic upgrade head "
+            f"{dialect.name}; migrate SQLite online (`sqlqueue migrate`, or alembic upgrade head "
             "without --sql)"
         )
     if target.queues:

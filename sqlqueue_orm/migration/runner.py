@@ -166,7 +166,7 @@ def _run_offline(config: Config, x_arguments: dict[str, str], options: dict[str,
     if not impl.impl_for(name).offline:
         raise OfflineRefused(
             f"offline scripts (--sql) are written for SQL Server and PostgreSQL, not {name}; "
-            "migrate SQLite online (sqlqueue migrate, or alembic upgrade head without --sql)"
+            "migrate SQLite online (`sqlqueue migrate`, or alembic upgrade head without --sql)"
         )
     script = io.StringIO()
     settings: dict[str, Any] = {

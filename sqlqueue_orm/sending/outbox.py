@@ -162,6 +162,28 @@ class Outbox(OutboxDispatch):
             return OutboxBacklog(total, None, None)
         return OutboxBacklog(total, str(row[0]), row[1])
 
+    def waiting_for_retry(
+        self, connection: Connection | None = None, *, now: dt.datetime | None = None
+    ) -> int:
+        """How many undispatched records wait for a retry after a failed dispatch (reads only).
+
+        A failed dispatch moves a record's ``DispatchedAt`` to when it may be tried again: the
+        records waiting are those whose ``DispatchedAt`` is still to come.
+        """
+        table = outbox_table()
+        count = (
+            sa.select(sa.func.count())
+            .select_from(table)
+            .where(
+                table.c.Dispatched == sa.false(),
+                table.c.DispatchedAt > sa.bindparam("now", type_=sa.DateTime()),
+            )
+        )
+        with outbox_errors(), contextlib.ExitStack() as stack:
+            if connection is None:
+                connection = stack.enter_context(self.transport.engine.connect())
+            return int(connection.scalar(count, {"now": now or utc_now()}) or 0)
+
     # -- cleanup ---------------------------------------------------------------------------
     def cleanup(
         self,

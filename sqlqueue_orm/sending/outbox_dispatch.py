@@ -17,6 +17,7 @@ import collections
 import dataclasses
 import datetime as dt
 import logging
+import shlex
 from collections.abc import Sequence
 from typing import Any
 
@@ -213,6 +214,14 @@ class OutboxDispatch:
         for destination, messages in local.items():
             try:
                 self.transport._table_queue(destination).send(connection, messages)
+            except exceptions.QueueNotFound as error:
+                # Not "create it": a queue of another database created here would take its
+                # messages for good. Which database it lives in is the routes' to say.
+                raise exceptions.DispatchError(
+                    f"outbox {what}: queue {destination} is not routed to another database "
+                    "(no route names it: a Routing, or --routes FILE of sqlqueue outbox "
+                    "dispatch) and does not exist in this one"
+                ) from error
             except exceptions.SqlQueueError as error:
                 if isinstance(error, exceptions.DatabaseError) and error.transient:
                     raise
@@ -325,7 +334,7 @@ class OutboxDispatch:
             if not exists:
                 raise exceptions.DispatchError(
                     f"table {outbox_delivery.TABLE_NAME} cannot be created in {url}: {error}; "
-                    "run `sqlqueue migrate` on that database"
+                    f"run `sqlqueue migrate --url {shlex.quote(url)}` on that database"
                 ) from error
         self._delivery_tables.add(url)
 

@@ -116,6 +116,7 @@ def outbox_errors() -> contextlib.AbstractContextManager[None]:
         label="outbox",
         missing_table=(
             TABLE_NAME,
-            "the table does not exist; run `sqlqueue migrate` or Outbox.create_table()",
+            # SchemaOutdated adds "; run `sqlqueue migrate`": the other way, said once
+            "it does not exist (Outbox.create_table() creates it too)",
         ),
     )

@@ -65,8 +65,8 @@ def test_a_missing_outbox_table_is_schema_outdated_word_for_word(database):
     with pytest.raises(exceptions.SchemaOutdated) as raised:
         outbox.dispatch_due()
     assert str(raised.value) == (
-        "table 'OutboxData' is outdated: the table does not exist; run `sqlqueue migrate` or "
-        "Outbox.create_table(); run `sqlqueue migrate`"
+        "table 'OutboxData' is outdated: it does not exist (Outbox.create_table() creates it "
+        "too); run `sqlqueue migrate`"
     )
     assert isinstance(raised.value.__cause__, sa.exc.DBAPIError)
 

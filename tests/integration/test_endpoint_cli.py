@@ -31,7 +31,7 @@ def test_run_once_drains_the_queue_and_prints_the_rate(database):
     )
     assert result.returncode == 0, result.stderr
     [line] = result.stdout.splitlines()
-    assert line.startswith("queue jobs: received 500 message(s) in ")
+    assert line.startswith("queue jobs: 500 message(s) in ")
     assert "msg/s): handled 500, failed 0" in line
     assert transport.peek("jobs") == 0
 

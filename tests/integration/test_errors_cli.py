@@ -100,7 +100,9 @@ def test_errors_list_show_retry_delete(database, sqlqueue):
     assert "1 message(s) sent back" in sqlqueue(
         url, "errors", "retry", "--all", "--failed-queue", "other").stdout
     assert [m.message_id for m in transport.receive("other", 10)] == ["c"]
-    assert sqlqueue(url, "errors", "list").stdout == ""
+    assert sqlqueue(url, "errors", "list").stdout == (
+        "no failed messages found in error queue 'error'\n"
+    )
 
 
 def test_errors_commands_on_another_error_queue(database, sqlqueue):

@@ -1,0 +1,58 @@
+"""``sqlqueue outbox dispatch --once``: a queue no route names is said to be not routed (not
+"create it", which would deliver into the wrong database), ``--once`` exits 1 while records wait
+for a retry, and a database without ``OutboxData`` is told to migrate once."""
+
+from __future__ import annotations
+
+from sqlqueue_orm import OutgoingMessage
+from sqlqueue_orm.sending.outbox import OutboxOperation
+from tests.conftest import only
+from tests.integration.cli_process import one_line, sqlqueue
+from tests.outbox_app import install
+
+
+@only("sqlite", "postgresql")
+def test_a_queue_no_route_names_is_not_routed_and_once_exits_1(database, tmp_path):
+    transport = database.transport()
+    outbox = install(transport, "billing")
+    with database.engine.begin() as connection:
+        for record_id, queue in (("good", "billing"), ("elsewhere", "ledger")):
+            operation = OutboxOperation.from_prepared(
+                queue, OutgoingMessage(b"x", message_id=record_id).prepare()
+            )
+            outbox.store(connection, record_id, [operation])
+    once = ("--url", database.url, "outbox", "dispatch", "--once", "--grace-period", "0")
+    result = sqlqueue(*once, cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert "dispatched 1 record(s), 1 message(s) (billing: 1); deferred 1 record(s)" in (
+        result.stdout
+    )
+    assert "queue ledger is not routed to another database" in result.stderr
+    assert "--routes FILE" in result.stderr
+    assert "create_queue()" not in result.stderr and "create-queue" not in result.stderr
+    assert "1 outbox record(s) not dispatched" in result.stderr
+    # Run again at once: the record is not due yet, and still waits; --once still says so.
+    again = sqlqueue(*once, cwd=tmp_path)
+    assert again.returncode == 1, again.stderr
+    assert (
+        "deferred 0 record(s); 1 record(s) deferred by an earlier pass still wait for a retry"
+    ) in again.stdout
+    assert "ledger" not in dict(transport.list_queues())
+
+
+@only("sqlite", "postgresql")
+def test_once_exits_0_when_nothing_waits(database, tmp_path):
+    install(database.transport(), "billing")
+    result = sqlqueue("--url", database.url, "outbox", "dispatch", "--once", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "dispatched 0 record(s), 0 message(s); deferred 0 record(s)"
+
+
+@only("sqlite", "postgresql")
+def test_a_database_without_outbox_data_is_told_to_migrate_once(database, tmp_path):
+    result = sqlqueue("--url", database.url, "outbox", "dispatch", "--once", cwd=tmp_path)
+    assert result.returncode == 1
+    line = one_line(result.stderr)
+    assert line.startswith("sqlqueue: error: table 'OutboxData' is outdated: it does not exist")
+    assert line.count("sqlqueue migrate") == 1, line
+    assert line.count("Outbox.create_table()") == 1, line
