@@ -75,3 +75,11 @@ def test_a_missing_driver_names_the_extra_to_install(url):
 def test_an_unknown_scheme_still_says_what_it_is():
     with pytest.raises(ConfigurationError, match="nosuchdb"):
         Transport("nosuchdb://app@db.invalid/shop")
+
+
+def test_an_offline_migration_script_accepts_the_url_as_pasted():
+    """``migrate --sql`` with a range needs no connection, only the dialect the URL names."""
+    done = sqlqueue("postgres://app@db.invalid/shop", "migrate", "--sql", "--revision",
+                    "base:head", check=False)
+    assert done.returncode == 0, done.stderr
+    assert "CREATE TABLE" in done.stdout and "sqlqueue_alembic_version" in done.stdout
