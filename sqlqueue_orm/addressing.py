@@ -13,17 +13,20 @@ part double-quoted with ``""`` for ``"``, or bare (then taken as written, not ca
 
 :meth:`QueueAddress.parse` and :meth:`QueueAddress.format` take the dialect name and pick the
 form its ``DialectSupport.address_form`` names: the PostgreSQL one on PostgreSQL, the SQL Server
-one anywhere else. On PostgreSQL a text is read in the PostgreSQL form when it holds a double
-quote (as every address .NET writes does: it always quotes both parts) and no ``@`` outside
-double quotes; any other text keeps the ``table@[schema]`` form this library has always read, so
-``Samples.Sales`` stays one table name (NServiceBus would read a bare ``Samples.Sales`` as schema
-``Samples``; it never writes one). Names are never spliced into SQL: they reach the database
+one anywhere else. :meth:`QueueAddress.qualified` gives a PostgreSQL address without a schema
+the connection's current one, as the .NET transport writes every address (``"public"."sales"``).
+On PostgreSQL a text is read in the PostgreSQL form when it holds a double quote (as every
+address .NET writes does: it always quotes both parts) and no ``@`` outside double quotes; any
+other text keeps the ``table@[schema]`` form this library has always read, so ``Samples.Sales``
+stays one table name (NServiceBus would read a bare ``Samples.Sales`` as schema ``Samples``; it
+never writes one). Names are never spliced into SQL: they reach the database
 only through SQLAlchemy's identifier quoting.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from sqlqueue_orm import dialects, exceptions
 
@@ -204,6 +207,23 @@ class QueueAddress:
     def coerce(cls, queue: str | QueueAddress, dialect: str | None = None) -> QueueAddress:
         """Return *queue* as an address, parsing strings in *dialect*'s form."""
         return queue if isinstance(queue, QueueAddress) else cls.parse(queue, dialect)
+
+    def qualified(
+        self, dialect: str | None, current_schema: Callable[[], str | None]
+    ) -> QueueAddress:
+        """The address as *dialect*'s .NET transport names it: with a schema, on PostgreSQL.
+
+        The PostgreSQL transport always writes ``"schema"."table"``, and .NET's subscriber
+        look-up and ServiceControl compare those texts: an address without a schema gets the
+        connection's, ``current_schema()`` (asked only then). Anywhere else, and when
+        *current_schema* gives none, the address is returned as it is.
+        """
+        if self.schema is not None or (
+            dialects.for_dialect(dialect).address_form is not dialects.AddressForm.SCHEMA_QUALIFIED
+        ):
+            return self
+        schema = current_schema()
+        return self if schema is None else QueueAddress(self.table, schema, self.catalog)
 
     def format(self, dialect: str | None = None) -> str:
         """The address as *dialect*'s .NET transport writes it (``str()``: the SQL Server form).

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -49,13 +50,50 @@ def create_engine(
             f"sqlite_synchronous {sqlite_synchronous!r} must be one of "
             f"{', '.join(_SQLITE_SYNCHRONOUS)}"
         )
-    parsed = sa.make_url(url)
+    parsed = engine_url(url)
+    support = dialects.for_url(parsed.get_backend_name())
     # Every code path here ends its transactions (Connection.close() rolls back an open one),
     # so the pool's reset-on-return ROLLBACK is a second, paid-for safety net per checkout.
     kwargs.setdefault("pool_reset_on_return", None)
-    return dialects.for_dialect(parsed.get_backend_name()).create_engine(
-        parsed, sqlite_synchronous=sqlite_synchronous.upper(), **kwargs
-    )
+    try:
+        return support.create_engine(
+            parsed, sqlite_synchronous=sqlite_synchronous.upper(), **kwargs
+        )
+    except ImportError as error:  # SQLAlchemy imports the driver when it makes the engine
+        raise exceptions.ConfigurationError(support.missing_driver(parsed, error)) from error
+
+
+def engine_url(url: str | sa.URL) -> sa.URL:
+    """*url* as :func:`create_engine` connects with it.
+
+    ``postgres://`` and ``postgresql://`` (no driver named) are ``postgresql+psycopg://``, the
+    driver the ``postgres`` extra installs.
+
+    :raises sqlalchemy.exc.ArgumentError: *url* is not a URL.
+    """
+    parsed = sa.make_url(url)
+    return dialects.for_url(parsed.get_backend_name()).engine_url(parsed)
+
+
+#: Engines whose current schema was asked for, even if the answer was none.
+_SCHEMA_ASKED: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+def current_schema(engine: Engine) -> str | None:
+    """The schema names without one resolve to on *engine* (``current_schema()``), or None.
+
+    SQLAlchemy's dialect asks once, on the engine's first connection; before that, one
+    connection is opened to ask.
+
+    :raises DatabaseError: the database cannot be reached.
+    """
+    name = engine.dialect.default_schema_name
+    if name is None and engine not in _SCHEMA_ASKED:
+        with wrap_db_errors(label="current schema"), engine.connect():
+            pass
+        _SCHEMA_ASKED.add(engine)
+        name = engine.dialect.default_schema_name
+    return name
 
 
 # -- error translation ----------------------------------------------------------------------

@@ -159,13 +159,20 @@ class Transport:
             address = addressing.QueueAddress(address.table, self.default_schema, address.catalog)
         return address
 
+    def _qualified(self, queue: QueueRef) -> addressing.QueueAddress:
+        """*queue*'s address as written and compared (``QueueAddress.qualified``)."""
+        return self._address(queue).qualified(
+            self.engine.dialect.name, lambda: db.current_schema(self.engine)
+        )
+
     def address_text(self, queue: QueueRef) -> str:
         """*queue* written as this database's .NET transport writes addresses.
 
         Put it in ``NServiceBus.ReplyToAddress`` so .NET endpoints can reply:
-        ``orders@[dbo]`` on SQL Server, ``"public"."orders"`` on PostgreSQL.
+        ``orders@[dbo]`` on SQL Server, ``"public"."orders"`` on PostgreSQL (where a queue
+        named without a schema is in the connection's current one).
         """
-        return self._address(queue).format(self.engine.dialect.name)
+        return self._qualified(queue).format(self.engine.dialect.name)
 
     def _table_queue(self, queue: QueueRef) -> TableQueue:
         """The :class:`TableQueue` of *queue* (cached, also by the text it was named with)."""
@@ -252,7 +259,7 @@ class Transport:
         """Store *messages* in the delayed table of *endpoint* (default: of *queue*)."""
         destination = self._address(queue)
         table = self._delayed_table(destination if endpoint is None else endpoint)
-        forward = destination.format(self.engine.dialect.name)
+        forward = self.address_text(destination)
         prepared = delayed.prepare(messages, forward, due_ms)
         with db.wrap_db_errors(table.name), self._connection(connection) as conn:
             for item in prepared:
@@ -534,18 +541,20 @@ class Transport:
         included; nothing is locked or deleted. *after*: only rows whose RowVersion is above it
         (page on with the last ``row_version`` seen).
         """
-        address = self._address(queue)
+        table_queue = self._table_queue(queue)
         if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
             raise exceptions.ConfigurationError(
                 f"max_messages {max_messages!r} must be a whole number of at least 1"
             )
         with self._connection(connection) as conn:
-            return browsing.read_queue(conn, address, max_messages, after)
+            table_queue.check_layout(conn)  # once: an outdated layout says so (SchemaOutdated)
+            return browsing.read_queue(conn, table_queue.address, max_messages, after)
 
     def peek(self, queue: QueueRef, connection: Connection | None = None) -> int:
         """Estimated message count (max - min RowVersion): cheap at any queue size."""
         table_queue = self._table_queue(queue)
-        if connection is not None or self._connections.observed():
+        # The first peek on a Connection: it looks the layout up (an outdated one is refused).
+        if connection is not None or self._connections.observed() or not table_queue.layout_known:
             with self._connection(connection) as conn:
                 count = table_queue.peek(conn)
         else:

@@ -35,11 +35,20 @@ __all__ = [
     "FenceKind",
     "QueueLayout",
     "for_dialect",
+    "for_url",
 ]
 
 #: Every dialect this package supports, by SQLAlchemy's ``dialect.name``.
 ALL: dict[str, DialectSupport] = {
     support.name: support for support in (mssql.SUPPORT, postgresql.SUPPORT, sqlite.SUPPORT)
+}
+
+
+#: The same, also by the other names users write in URLs (``postgres``).
+_BY_URL_NAME: dict[str, DialectSupport] = {
+    name: support
+    for support in ALL.values()
+    for name in (support.name, *support.url_schemes)
 }
 
 
@@ -72,3 +81,11 @@ def for_dialect(dialect: str | Dialect | Engine | Connection | None) -> DialectS
     else:
         name = dialect.name
     return ALL.get(name, GENERIC)
+
+
+def for_url(backend: str) -> DialectSupport:
+    """The :class:`DialectSupport` of a URL's database name (``postgresql``, ``postgres``).
+
+    A name this package does not know gets the generic rules, as in :func:`for_dialect`.
+    """
+    return _BY_URL_NAME.get(backend, GENERIC)

@@ -328,6 +328,16 @@ class DialectSupport:
     #: Flow control's statements (:class:`FlowStatements`); ``None``: limits hold per process.
     flow: FlowStatements | None = None
 
+    # -- URLs and the driver (sqlqueue_orm.db.create_engine) --------------------------------
+    #: Other names of the database in URLs as users paste them (``postgres://``).
+    url_schemes: tuple[str, ...] = ()
+    #: The driver of a URL that names none (the one :attr:`driver_extra` installs);
+    #: ``None``: SQLAlchemy's default.
+    driver: str | None = None
+    #: The ``sqlqueue_orm`` extra that installs the driver (``pip install
+    #: "sqlqueue_orm[<extra>]"``); ``None``: the driver comes with Python.
+    driver_extra: str | None = None
+
     @property
     def listen_notify(self) -> bool:
         """Whether idle receivers can be woken by ``LISTEN``/``NOTIFY`` (:attr:`notify_wakeup`)."""
@@ -356,6 +366,26 @@ class DialectSupport:
     def identifier_size(self, value: str) -> int:
         """The size of identifier *value* in :attr:`identifier_unit`."""
         return len(value.encode("utf-8")) if self.identifier_unit == "bytes" else len(value)
+
+    def engine_url(self, url: sa.URL) -> sa.URL:
+        """*url* with this dialect's name and, when it names none, its :attr:`driver`.
+
+        ``postgres://`` and ``postgresql://`` become ``postgresql+psycopg://``; a driver the
+        URL names is kept.
+        """
+        if not self.name:  # a database this package does not know: SQLAlchemy decides
+            return url
+        driver = url.get_driver_name() if "+" in url.drivername else self.driver
+        drivername = self.name if driver is None else f"{self.name}+{driver}"
+        return url if drivername == url.drivername else url.set(drivername=drivername)
+
+    def missing_driver(self, url: sa.URL, error: ImportError) -> str:
+        """What to say when the driver of *url* cannot be imported: what is missing, the fix."""
+        found = f"the {url.get_backend_name()} driver {url.get_driver_name()} is not installed"
+        if self.driver_extra is None:
+            return f"{found} ({error})"
+        extra = f"sqlqueue_orm[{self.driver_extra}]"
+        return f'{found} ({error}); install it with: pip install "{extra}"'
 
     def create_engine(
         self, url: sa.URL, *, sqlite_synchronous: str = "NORMAL", **kwargs: Any

@@ -322,4 +322,5 @@ SUPPORT = MssqlSupport(
     transient_markers=(*base.GENERIC_TRANSIENT, "1205"),  # 1205: deadlock victim
     subscribe=SUBSCRIBE_MERGE,
     flow=FLOW,
+    driver_extra="mssql",
 )

@@ -401,4 +401,7 @@ SUPPORT = PostgresqlSupport(
     # NServiceBus's CreateSubscriptionTableText writes them unquoted: lower case.
     subscription_columns=("queueaddress", "endpoint", "topic"),
     flow=FLOW,
+    url_schemes=("postgres",),
+    driver="psycopg",
+    driver_extra="postgres",
 )

@@ -161,7 +161,10 @@ def run_migrations() -> None:
 def _run_offline(config: Config, x_arguments: dict[str, str], options: dict[str, Any]) -> None:
     from alembic import context
 
-    url = configuration.database_url(config, x_arguments)
+    # postgres:// and postgresql:// as psycopg's, as db.create_engine reads them online.
+    url = db.engine_url(configuration.database_url(config, x_arguments)).render_as_string(
+        hide_password=False
+    )
     name = sa.engine.make_url(url).get_backend_name()
     if not impl.impl_for(name).offline:
         raise OfflineRefused(

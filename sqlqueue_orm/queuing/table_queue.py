@@ -192,7 +192,11 @@ class TableQueue:
 
         On PostgreSQL it counts from the receive floor; when nothing is there, it counts the
         whole queue (rows below the floor are not missed).
+
+        :raises SchemaOutdated: the table is in a layout the statements cannot read (looked up
+            on the first peek, as the first send or receive does).
         """
+        self.check_layout(connection)
         return self._peek_from(self._on, connection)
 
     def purge_expired(self, connection: Connection, batch_size: int = PURGE_BATCH_SIZE) -> int:
@@ -283,32 +287,46 @@ class TableQueue:
         """Whether the one-time schema probes have run (needed by the cursor methods)."""
         return self._has_recoverable is not None and self._may_lock_rows is not None
 
+    @property
+    def layout_known(self) -> bool:
+        """Whether :meth:`check_layout` found the table current (it is not looked up again)."""
+        return self._has_recoverable is not None
+
     def probe(self, connection: Connection, columns: Collection[str] | None = None) -> None:
         """Run the one-time, cached schema probes: Recoverable column, row-lock privilege.
 
         :param columns: the table's column names if the caller already looked them up (empty:
             no such table), so the table is not looked up a second time.
         """
-        if self._has_recoverable is None:
-            if columns is None:
-                with db.wrap_db_errors(self.name):
-                    columns = db.column_names(connection, self.address)
-            missing = [name for name in self._text.required_columns if name not in columns]
-            if columns and missing:
-                # PostgreSQL before revision 0008: the statements would fail on every call.
-                raise exceptions.SchemaOutdated(
-                    self.name,
-                    f"no column {', '.join(missing)} (NServiceBus's PostgreSQL layout)",
-                )
-            if columns and self._send is self._send_plain:
-                self._has_recoverable = False  # the layout has no such column (PostgreSQL)
-            elif columns:  # no table yet: do not cache; the statement will say QueueNotFound
-                self._has_recoverable = "Recoverable" in columns
-                if not self._has_recoverable:
-                    log.info("queue %s: no Recoverable column; sending without it", self.name)
+        self.check_layout(connection, columns)
         if self._may_lock_rows is None:
             self._may_lock_rows = self._check_update_privilege(connection)
         self._probe_ran = True
+
+    def check_layout(self, connection: Connection, columns: Collection[str] | None = None) -> None:
+        """Look the table's columns up once: the Recoverable column, and whether it is current.
+
+        :param columns: the table's column names, if the caller already looked them up.
+        :raises SchemaOutdated: a column the statements need is missing (a PostgreSQL table
+            from before revision 0008): every statement would fail until it is migrated.
+        """
+        if self._has_recoverable is not None:
+            return
+        if columns is None:
+            with db.wrap_db_errors(self.name):
+                columns = db.column_names(connection, self.address)
+        missing = [name for name in self._text.required_columns if name not in columns]
+        if columns and missing:
+            raise exceptions.SchemaOutdated(
+                self.name,
+                f"no column {', '.join(missing)} (NServiceBus's PostgreSQL layout)",
+            )
+        if columns and self._send is self._send_plain:
+            self._has_recoverable = False  # the layout has no such column (PostgreSQL)
+        elif columns:  # no table yet: do not cache; the statement will say QueueNotFound
+            self._has_recoverable = "Recoverable" in columns
+            if not self._has_recoverable:
+                log.info("queue %s: no Recoverable column; sending without it", self.name)
 
     # -- internals -------------------------------------------------------------------------
     def _send_args(self, messages: Sequence[PreparedMessage]) -> tuple[sql.Statement, Any, bool]:

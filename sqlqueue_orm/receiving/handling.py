@@ -404,7 +404,9 @@ class HandlerContext:
         transport = handling.transport
         subscribers = transport._subscriptions.subscribers(topics)
         addresses = (transport._address(text) for text in subscribers)
-        for destination in dict.fromkeys(addresses):  # one copy per distinct queue
+        # One copy per distinct queue, however each subscription spells it.
+        schema = transport.engine.dialect.default_schema_name
+        for destination in publishing.one_per_table(addresses, schema):
             self._sender(destination, outgoing)
         return outgoing.message_id
 

@@ -142,7 +142,10 @@ def arrived(
             target,
         )
         return stripped, None
-    if destination == transport._address(endpoint if queue is None else queue):
+    # Compared as written (with the schema on PostgreSQL): "sales" and "public"."sales" are one.
+    if transport._qualified(destination) == transport._qualified(
+        endpoint if queue is None else queue
+    ):
         return stripped, None
     # Headers, body and native id exactly as they are (no TimeSent or MessageId added).
     row = PreparedMessage(

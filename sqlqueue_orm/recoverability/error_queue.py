@@ -328,7 +328,8 @@ class ErrorQueue:
 
         Every message that names the queue it failed in (*failed_queue*, if given).
         """
-        wanted = None if failed_queue is None else self.transport._address(failed_queue)
+        # Compared as written (with the schema on PostgreSQL): "sales" and "public"."sales" match.
+        wanted = None if failed_queue is None else self.transport._qualified(failed_queue)
         ids = []
         for row in self._rows():
             found = row.headers.get(headers.FAILED_QUEUE)
@@ -336,7 +337,7 @@ class ErrorQueue:
                 continue
             if wanted is not None:
                 try:
-                    if self.transport._address(found) != wanted:
+                    if self.transport._qualified(found) != wanted:
                         continue
                 except exceptions.ConfigurationError:
                     continue

@@ -46,7 +46,7 @@ def test_reply_to_our_own_address_text(database):
     transport.create_queue("client")
     transport.create_queue("server")
     own = transport.address_text("client")
-    expected = '"client"' if database.dialect == "postgresql" else "client"
+    expected = '"public"."client"' if database.dialect == "postgresql" else "client"
     assert own == expected
     transport.send("server", OutgoingMessage(b"ping", headers={headers.REPLY_TO_ADDRESS: own}))
     [request] = transport.receive("server")

@@ -122,6 +122,26 @@ def test_postgresql_form_writes_as_dotnet_does(address, text):
     assert address.format("postgresql") == text
 
 
+def test_only_postgresql_addresses_take_the_current_schema():
+    """The .NET PostgreSQL transport always writes "schema"."table"; the others as given."""
+    asked: list[str] = []
+
+    def current() -> str:
+        asked.append("current_schema()")
+        return "public"
+
+    assert QueueAddress("orders").qualified("postgresql", current).format("postgresql") == (
+        '"public"."orders"'
+    )
+    assert QueueAddress("orders", "s").qualified("postgresql", current) == QueueAddress(
+        "orders", "s"
+    )
+    for other in ("mssql", "sqlite", None):
+        assert QueueAddress("orders").qualified(other, current) == QueueAddress("orders")
+    assert asked == ["current_schema()"]  # asked only when an address needs it
+    assert QueueAddress("orders").qualified("postgresql", lambda: None) == QueueAddress("orders")
+
+
 def test_postgresql_form_has_no_catalog():
     with pytest.raises(ConfigurationError, match="cat"):
         QueueAddress("q", "s", "cat").format("postgresql")

@@ -268,7 +268,7 @@ class _Pages:
         try:
             depths = await self.call(self.dashboard.read_depths)
         except exceptions.SqlQueueError as error:
-            return self.problem(request, 503, str(error))
+            return self.problem(request, _status(error), str(error))
         sampler = self.dashboard.sampler
         sampler.record(depths)
         now = time.time()
@@ -290,7 +290,7 @@ class _Pages:
         try:
             messages = await self.call(self.dashboard.transport.browse, name, PAGE_SIZE)
         except exceptions.SqlQueueError as error:
-            return self.problem(request, 404 if _missing(error) else 503, str(error))
+            return self.problem(request, _status(error), str(error))
         return self.render(request, "queue.html", name=name, messages=messages)
 
     async def queue_message(self, request: Request) -> Response:
@@ -305,7 +305,7 @@ class _Pages:
                 self.dashboard.transport.browse, name, 1, after=row_version - 1
             )
         except exceptions.SqlQueueError as error:
-            return self.problem(request, 404 if _missing(error) else 503, str(error))
+            return self.problem(request, _status(error), str(error))
         if not found or found[0].row_version != row_version:
             return self.problem(request, 404, f"queue {name!r} has no message {row_version}")
         message = found[0]
@@ -347,7 +347,7 @@ class _Pages:
         try:
             total, listed, types, endpoints = await self.call(read)
         except exceptions.SqlQueueError as error:
-            return self.problem(request, 404 if _missing(error) else 503, str(error))
+            return self.problem(request, _status(error), str(error))
         return self.render(
             request, "errors.html", total=total, messages=listed, types=types,
             endpoints=endpoints, limit=limit, filters={
@@ -521,6 +521,13 @@ _READ_ONLY = ("the dashboard is read-only: start it with --allow-changes "
 
 def _missing(error: exceptions.SqlQueueError) -> bool:
     return isinstance(error, exceptions.QueueNotFound)
+
+
+def _status(error: exceptions.SqlQueueError) -> int:
+    """404: no such queue; 500: a table to migrate (waiting will not help); 503: anything else."""
+    if _missing(error):
+        return 404
+    return 500 if isinstance(error, exceptions.SchemaOutdated) else 503
 
 
 def _client(request: Request) -> str:
