@@ -11,7 +11,7 @@ import argparse
 import json
 from typing import Any
 
-from sqlqueue_orm import dialects
+from sqlqueue_orm import db, dialects
 from sqlqueue_orm import verify as verification
 from sqlqueue_orm.cli import arguments
 
@@ -19,7 +19,7 @@ from sqlqueue_orm.cli import arguments
 def _cmd_verify(args: argparse.Namespace) -> int:
     transport = args.context.transport
     schemas = tuple(args.schema) or (None,)
-    with transport.engine.connect() as connection:
+    with db.reading(transport.engine) as connection:  # no write lock: writers go on
         drifts = verification.verify(
             connection,
             schemas,
