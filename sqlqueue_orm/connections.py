@@ -61,11 +61,20 @@ class ThreadConnections:
     :param engine: the engine whose pool the connections come from.
     :param begin_statement: a statement that opens each transaction (``BEGIN IMMEDIATE`` on
         SQLite, see :func:`sqlqueue_orm.db.create_engine`), or ``""`` to begin implicitly.
+    :param translate: the exception to raise for a driver error of *begin_statement* (a
+        SQLite write lock held past the busy timeout), else the driver's own is raised.
     """
 
-    def __init__(self, engine: Engine, begin_statement: str = "", autocommit: str = "") -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        begin_statement: str = "",
+        autocommit: str = "",
+        translate: Callable[[BaseException], BaseException] | None = None,
+    ) -> None:
         self.engine = engine
         self.begin_statement = begin_statement
+        self.translate = translate
         if autocommit not in ("", "driver", "implicit"):
             raise ValueError(f"autocommit {autocommit!r} must be '', 'driver' or 'implicit'")
         self.autocommit = autocommit
@@ -164,6 +173,10 @@ class ThreadConnections:
                 cursor.execute(self.begin_statement)
             except BaseException as error:
                 self.end(fairy, cursor, kept, error)
+                if self.translate is not None and isinstance(
+                    error, self.engine.dialect.loaded_dbapi.Error
+                ):
+                    raise self.translate(error) from error
                 raise
 
     def end(

@@ -2,7 +2,10 @@
 
 :func:`create_engine` sets up each database the way a queue needs it: SQLite in WAL mode with
 ``BEGIN IMMEDIATE`` transactions (writers queue up on the busy timeout instead of failing with
-"database is locked" when a reader upgrades) and pyodbc with ``fast_executemany``.
+"database is locked" when a reader upgrades; reads on a connection of :func:`reading` take no
+lock) and pyodbc with ``fast_executemany``. A write lock another process holds past SQLite's
+busy timeout (``?timeout=SECONDS`` in the URL, 30 s by default) is
+:class:`~sqlqueue_orm.exceptions.DatabaseLocked`, naming the file.
 
 SQLite durability: ``synchronous=NORMAL`` by default (in WAL mode a commit is not synced to disk
 until the next checkpoint), so a power failure or OS crash can lose the last commits; a process
@@ -141,6 +144,10 @@ def translate_error(
         return exceptions.QueueNotFound(queue)
     if missing_table is not None and missing and missing_table[0].lower() in text:
         return exceptions.SchemaOutdated(*missing_table)
+    if any(marker in text for marker in dialects.LOCKED_MARKERS):
+        return exceptions.DatabaseLocked(
+            getattr(original, "file", None), getattr(original, "waited", None), where
+        )
     if on_missing_column is not None and any(
         marker in text for marker in dialects.MISSING_COLUMN_MARKERS
     ):
@@ -178,6 +185,20 @@ def wrap_db_errors(
         raise translate_error(
             error, queue, on_missing_column, label=label, missing_table=missing_table
         ) from error
+
+
+@contextlib.contextmanager
+def reading(engine: Engine) -> Iterator[Connection]:
+    """A connection of *engine* whose transactions only read, for a ``with`` block.
+
+    On SQLite they begin without the write lock (``BEGIN``, not ``BEGIN IMMEDIATE``), so a
+    peek, a browse or an inspection runs while another process writes; elsewhere it is a plain
+    connection. A write on it may fail at once with "database is locked" instead of waiting:
+    write on a connection of ``engine.begin()``.
+    """
+    with engine.connect() as connection:
+        connection.execution_options(**{dialects.READS_ONLY: True})
+        yield connection
 
 
 def driver_cause(error: BaseException) -> str:

@@ -68,6 +68,26 @@ class DatabaseError(SqlQueueError):
         super().__init__(message)
 
 
+class DatabaseLocked(DatabaseError):
+    """Another connection held the database's write lock for longer than the busy timeout."""
+
+    def __init__(
+        self, file: str | None = None, waited: float | None = None, where: str = ""
+    ) -> None:
+        #: The database file, when known.
+        self.file = file
+        #: Seconds waited for the lock, when known.
+        self.waited = waited
+        what = f"database file {file}" if file else "the database"
+        after = f" (waited {waited:g} s)" if waited is not None else ""
+        super().__init__(
+            f"{where}{what} is locked: another process (or another connection of this one) "
+            f"holds its write lock{after}; try again once it has committed, or stop it "
+            "(?timeout=SECONDS in the URL waits longer)",
+            transient=True,
+        )
+
+
 class UnknownMessageType(SqlQueueError):
     """No handler of the endpoint accepts this message."""
 

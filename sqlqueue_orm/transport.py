@@ -117,7 +117,8 @@ class Transport:
         # SQLite: take the write lock up front (see db.create_engine); others begin implicitly.
         begin = dialects.for_dialect(self.engine).begin
         self._connections = connections.ThreadConnections(
-            self.engine, begin, sql.for_dialect(self.engine.dialect).autocommit
+            self.engine, begin, sql.for_dialect(self.engine.dialect).autocommit,
+            db.translate_error,
         )
         #: Called with the queue's address after each send this transport committed itself
         #: (endpoints of this process register here to wake up at once).
@@ -197,6 +198,15 @@ class Transport:
         with self.engine.begin() as own:
             yield own
 
+    @contextmanager
+    def _reading(self, connection: Connection | None) -> Iterator[Connection]:
+        """*connection*, else one of ours that only reads (SQLite: no write lock taken)."""
+        if connection is not None:
+            yield connection
+            return
+        with db.reading(self.engine) as own:
+            yield own
+
     def _first_use(self, connection: Connection, table_queue: TableQueue) -> None:
         """One look-up of the queue table for both one-time checks, on *connection*.
 
@@ -221,7 +231,7 @@ class Transport:
             table_queue in self._verified_queues or not self.verify_schema
         ):
             return
-        with self.engine.connect() as connection:
+        with db.reading(self.engine) as connection:  # looks, writes nothing
             self._first_use(connection, table_queue)
 
     # -- delayed delivery ------------------------------------------------------------------
@@ -281,7 +291,7 @@ class Transport:
         :param endpoint: only that endpoint's delayed table; default every delayed table
             (``*.<suffix>`` with the delayed columns) in *schemas* (default: the default one).
         """
-        with db.wrap_db_errors(), self.engine.connect() as connection:
+        with db.wrap_db_errors(), db.reading(self.engine) as connection:
             if endpoint is not None:
                 addresses = [self._delayed_address(endpoint)]
                 browsing.require_delayed_table(connection, str(endpoint), addresses[0])
@@ -546,7 +556,7 @@ class Transport:
             raise exceptions.ConfigurationError(
                 f"max_messages {max_messages!r} must be a whole number of at least 1"
             )
-        with self._connection(connection) as conn:
+        with self._reading(connection) as conn:
             table_queue.check_layout(conn)  # once: an outdated layout says so (SchemaOutdated)
             return browsing.read_queue(conn, table_queue.address, max_messages, after)
 
@@ -555,7 +565,7 @@ class Transport:
         table_queue = self._table_queue(queue)
         # The first peek on a Connection: it looks the layout up (an outdated one is refused).
         if connection is not None or self._connections.observed() or not table_queue.layout_known:
-            with self._connection(connection) as conn:
+            with self._reading(connection) as conn:
                 count = table_queue.peek(conn)
         else:
             # One SELECT: in autocommit on the thread's connection, one round trip (the pump
@@ -597,7 +607,7 @@ class Transport:
     def list_queues(self, schemas: Iterable[str | None] | None = None) -> list[tuple[str, int]]:
         """Queue tables found in *schemas* (default: the default schema), with estimated counts."""
         chosen = list(schemas) if schemas is not None else [self.default_schema]
-        with db.wrap_db_errors(), self.engine.begin() as connection:
+        with db.wrap_db_errors(), db.reading(self.engine) as connection:
             found = self._inspector.find_queue_tables(connection, chosen)
             return [
                 (str(info.address), self._table_queue(info.address).peek(connection))

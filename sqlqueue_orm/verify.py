@@ -5,7 +5,10 @@ missing column so that a dropped column is reported rather than hiding the table
 tables, the subscription table and the outbox tables, and compares each with the table this
 version would create for the dialect:
 
-* columns: present, type (both compiled by the dialect's type compiler), nullability;
+* columns: present, type (both compiled by the dialect's type compiler), nullability; where the
+  database enforces no text length (SQLite) two declared lengths are one type, and SQLite's
+  ``INTEGER PRIMARY KEY`` (the rowid) is never NULL whatever it declares: what the migration
+  leaves as it is, verify accepts;
 * primary key and unique constraints (PostgreSQL, SQL Server);
 * indexes: present, key columns, ``INCLUDE`` columns, clustered or not (SQL Server), and the
   partial-index predicate, read from the catalog (``pg_index.indpred`` through ``pg_get_expr``,
@@ -110,6 +113,26 @@ def _type_text(type_: Any, dialect: Dialect) -> str:
     return " ".join(str(type_.compile(dialect=dialect)).upper().split())
 
 
+#: A character type with a declared length: ``CHAR(32)``, ``VARCHAR(255)``, ``NVARCHAR(10)``.
+_SIZED_TEXT = re.compile(r"^(?:N?VAR)?N?CHAR(?:ACTER)?(?: VARYING)?\(\d+\)$")
+
+
+def _same_type(found: str, expected: str, support: dialects.DialectSupport) -> bool:
+    """Whether the declared types *found* and *expected* are the same on the server.
+
+    Where the length of a text column is not enforced (SQLite), ``VARCHAR(36)`` and
+    ``CHAR(32)`` hold the same values: the migration leaves a declared length as it is, and
+    verify does not report it.
+    """
+    if found == expected:
+        return True
+    return (
+        not support.enforces_text_length
+        and bool(_SIZED_TEXT.match(found))
+        and bool(_SIZED_TEXT.match(expected))
+    )
+
+
 def add_column_statement(table: sa.Table, column: sa.Column[Any], dialect: Dialect) -> str:
     """``ALTER TABLE ... ADD`` of *column* of *table*, as *dialect* writes it."""
     copy = column._copy()
@@ -212,14 +235,16 @@ class _Checker:
                 self.drift("column", column.name, "missing", expected_type, *repair)
                 continue
             found_type = _type_text(there["type"], self.dialect)
-            if found_type != expected_type:
+            if not _same_type(found_type, expected_type, self.support):
                 repair = (
                     self.rebuild()
                     if rebuilds
                     else alter_column_statements(self.expected, column, self.dialect, "type")
                 )
                 self.drift("type", column.name, found_type, expected_type, *repair)
-            if bool(there["nullable"]) != bool(column.nullable):
+            if bool(there["nullable"]) != bool(column.nullable) and not (
+                there["nullable"] and self._never_null(column.name, found_type)
+            ):
                 repair = (
                     self.rebuild()
                     if rebuilds
@@ -234,6 +259,13 @@ class _Checker:
                     "NULL" if column.nullable else "NOT NULL",
                     *repair,
                 )
+
+    def _never_null(self, name: str, found_type: str) -> bool:
+        """Whether column *name* cannot hold NULL whatever it declares (SQLite's rowid)."""
+        if not self.support.integer_key_never_null or found_type != "INTEGER":
+            return False
+        key = self.inspector.get_pk_constraint(self.expected.name, schema=self.schema)
+        return list(key.get("constrained_columns") or ()) == [name]
 
     def check_constraints(self) -> None:
         if self.support.alter_column == "rebuild":

@@ -4,6 +4,12 @@
 parsed arguments as ``args.context``; a command reads ``args.context.url`` or
 ``args.context.transport``. The transport is made (and its database reached) on first use, so
 commands that need no database (``ddl``, ``migrate --sql``) never connect.
+
+A SQLite file that does not exist is created only by the commands that create things
+(``create-queue``, ``run`` whose endpoint creates its queues, ``migrate``; each sets
+``creates_database`` on its arguments): any other says the file does not exist and creates
+nothing, so a mistyped path is not a new empty database. A send to a missing file is refused too:
+its queue cannot exist there.
 """
 
 from __future__ import annotations
@@ -34,12 +40,16 @@ class CommandContext:
     :param verbose: how many ``-v`` were given.
     :param source: where *url* came from: ``"option"`` (``--url``), ``"environment"``
         (``$SQLQUEUE_URL``) or ``"default"``; the commands a hint suggests name it the same way.
+    :param creates: whether the command creates things (then a missing SQLite file is made).
     """
 
-    def __init__(self, url: str, verbose: int = 0, source: str = "option") -> None:
+    def __init__(
+        self, url: str, verbose: int = 0, source: str = "option", creates: bool = False
+    ) -> None:
         self.url = url
         self.verbose = verbose
         self.source = source
+        self.creates = creates
         self._transport: Transport | None = None
 
     @classmethod
@@ -49,6 +59,7 @@ class CommandContext:
             arguments.resolve_url(args),
             int(getattr(args, "verbose", 0) or 0),
             arguments.url_source(args),
+            bool(getattr(args, "creates_database", False)),
         )
 
     @property
@@ -98,6 +109,8 @@ class CommandContext:
     def transport(self) -> Transport:
         """The run's transport, made on first use after one connection proved the database."""
         if self._transport is None:
+            if not self.creates:
+                require_file(self.url)
             try:
                 transport = Transport(self.url)
             except exceptions.ConfigurationError as error:
@@ -140,6 +153,24 @@ def describe_url(url: str, *, full: bool = False) -> str:
     host = parsed.host or "localhost"
     port = f":{parsed.port}" if parsed.port else ""
     return f"{parsed.get_backend_name()} server {host}{port}, database {parsed.database!r}"
+
+
+def require_file(url: str) -> None:
+    """Raise :class:`DatabaseUnreachable` if *url* is an embedded database's missing file."""
+    try:
+        parsed = sa.make_url(url)
+    except Exception:  # not a URL: Transport says so, naming it
+        return
+    if not dialects.for_dialect(parsed.get_backend_name()).embedded:
+        return
+    path = parsed.database
+    if not path or path == ":memory:" or path.startswith("file:") or parsed.query.get("uri"):
+        return  # in memory, or a URI whose mode= says what to do
+    if not os.path.exists(path):
+        raise DatabaseUnreachable(
+            f"the {describe_url(url)} does not exist (nothing was created); check --url, or "
+            "create it with `sqlqueue create-queue NAME` or `sqlqueue migrate`"
+        )
 
 
 def check_reachable(engine: sa.Engine, url: str) -> None:

@@ -3,7 +3,8 @@
 * Bad input (an argument, a queue name, a missing queue, a message that cannot be sent): one
   line on stderr naming the bad value, exit status 2.
 * A database that cannot be reached or refuses the login, or that fails during the command: one
-  line naming the database (host, or SQLite file) and the cause, exit status 1.
+  line naming the database (host, or SQLite file) and the cause, exit status 1 (a SQLite file
+  another process keeps locked: the file, and what to do, after a warning that it waits).
 * Standard output closed early (``sqlqueue receive | head -1``): nothing taken off a queue is
   lost (the command rolls back); one line, exit status 1.
 * Anything else is a bug: one line, exit status 1.
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from sqlalchemy import exc
 
-from sqlqueue_orm import exceptions
+from sqlqueue_orm import db, exceptions
 
 if TYPE_CHECKING:
     from sqlqueue_orm.cli.context import CommandContext
@@ -76,6 +77,9 @@ def message_of(error: BaseException, context: CommandContext | None = None) -> t
     if isinstance(error, exceptions.SqlQueueError):
         return FAILED, on_database(_one_line(error))
     if isinstance(error, exc.DBAPIError):
+        translated = db.translate_error(error)
+        if isinstance(translated, exceptions.DatabaseLocked):  # the file and what to do
+            return FAILED, _one_line(translated)
         return FAILED, _one_line(f"database error: {type(error.orig).__name__}: {error.orig}")
     if isinstance(error, exc.SQLAlchemyError):
         return FAILED, _one_line(f"database error: {error}")

@@ -25,7 +25,7 @@ from typing import IO, Any
 
 import sqlalchemy as sa
 
-from sqlqueue_orm import exceptions
+from sqlqueue_orm import db, exceptions
 from sqlqueue_orm.addressing import QueueAddress
 from sqlqueue_orm.cli import arguments, failures, listings
 from sqlqueue_orm.cli.context import CommandContext
@@ -264,7 +264,7 @@ def _cmd_purge_all(args: argparse.Namespace) -> int:
 
 def user_schemas(engine: sa.Engine) -> list[str | None]:
     """The default schema (as None) and every other schema that is not the database's own."""
-    with engine.connect() as connection:
+    with db.reading(engine) as connection:
         inspector = sa.inspect(connection)
         default = inspector.default_schema_name
         names = inspector.get_schema_names()
@@ -306,6 +306,7 @@ def register(commands: Any) -> None:
     sub = commands.add_parser("create-queue", help="create queue tables (idempotent)")
     sub.add_argument("names", nargs="+", metavar="NAME", type=_queue_name)
     sub.add_argument("--body-string", action="store_true", help="add the BodyString column")
+    sub.set_defaults(creates_database=True)
     arguments.sql_server_layout(sub)
     sub.set_defaults(func=_cmd_create_queue)
 

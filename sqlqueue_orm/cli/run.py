@@ -90,7 +90,8 @@ def register(subparsers: Any) -> None:
         help="messages handled at once (default: the endpoint's setting)",
     )
     sub.add_argument("--once", action="store_true", help="stop when the queue is drained")
-    sub.set_defaults(func=_cmd_run)
+    # its endpoint creates its queues at start-up: a new SQLite file is made for them
+    sub.set_defaults(func=_cmd_run, creates_database=True)
 
 
 def _resolve(reference: Reference, args: argparse.Namespace) -> Endpoint:

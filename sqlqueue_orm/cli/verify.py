@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from sqlqueue_orm import dialects
+from sqlqueue_orm import db, dialects
 from sqlqueue_orm import verify as verification
 from sqlqueue_orm.cli import arguments, listings
 
@@ -18,7 +18,7 @@ from sqlqueue_orm.cli import arguments, listings
 def _cmd_verify(args: argparse.Namespace) -> int:
     transport = args.context.transport
     schemas = tuple(args.schema) or (None,)
-    with transport.engine.connect() as connection:
+    with db.reading(transport.engine) as connection:  # no write lock: writers go on
         drifts = verification.verify(
             connection,
             schemas,

@@ -17,6 +17,7 @@ from sqlalchemy.engine import Connection, Dialect, Engine
 from sqlqueue_orm.dialects import mssql, postgresql, sqlite
 from sqlqueue_orm.dialects.base import (
     GENERIC,
+    READS_ONLY,
     SQLSERVER_SIGNATURE,
     AddressForm,
     DialectSupport,
@@ -26,8 +27,10 @@ from sqlqueue_orm.dialects.base import (
 
 __all__ = [
     "ALL",
+    "LOCKED_MARKERS",
     "MISSING_COLUMN_MARKERS",
     "MISSING_TABLE_MARKERS",
+    "READS_ONLY",
     "SQLSERVER_SIGNATURE",
     "TRANSIENT_MARKERS",
     "AddressForm",
@@ -64,6 +67,8 @@ MISSING_TABLE_MARKERS = _union(*(support.missing_table_markers for support in AL
 MISSING_COLUMN_MARKERS = _union(*(support.missing_column_markers for support in ALL.values()))
 #: The same for a transient failure (deadlock, serialization failure, lost connection).
 TRANSIENT_MARKERS = _union(*(support.transient_markers for support in ALL.values()))
+#: The same for a write lock held past the busy timeout.
+LOCKED_MARKERS = _union(*(support.locked_markers for support in ALL.values()))
 
 
 def for_dialect(dialect: str | Dialect | Engine | Connection | None) -> DialectSupport:

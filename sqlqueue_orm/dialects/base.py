@@ -181,6 +181,10 @@ class StreamFence:
 #: tolerates that). SQLite tables have this layout too.
 SQLSERVER_SIGNATURE = ("Id", "Expires", "Headers", "Body", "RowVersion")
 
+#: The execution option of a connection whose transactions only read (``db.reading``): on a
+#: database with one write lock (SQLite) they begin without taking it.
+READS_ONLY = "sqlqueue_reads_only"
+
 #: Driver-error text every dialect may show for a transient failure (lower case).
 GENERIC_TRANSIENT = (
     "40001",  # serialization failure (SQLSTATE)
@@ -279,6 +283,15 @@ class DialectSupport:
     missing_table_markers: tuple[str, ...] = ()
     missing_column_markers: tuple[str, ...] = ()
     transient_markers: tuple[str, ...] = GENERIC_TRANSIENT
+    #: Lower-case fragments of a driver error for a write lock another connection held past
+    #: the busy timeout (SQLite's whole-database lock).
+    locked_markers: tuple[str, ...] = ()
+    #: Whether a column declared with a length (``CHAR(32)``, ``VARCHAR(255)``) holds text of
+    #: any length (SQLite: the declared length is only a name), so two lengths are one type.
+    enforces_text_length: bool = True
+    #: Whether the table's only primary key column, an INTEGER, can never be NULL whatever its
+    #: declaration says (SQLite: it is the rowid).
+    integer_key_never_null: bool = False
 
     # -- native delayed delivery (NServiceBus DelayedMessageTable) --------------------------
     # Templates: ``{table}`` the delayed table, ``{queue}`` the input queue it feeds, both quoted

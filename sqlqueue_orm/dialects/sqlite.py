@@ -1,9 +1,21 @@
-"""SQLite: the embedded default; ``BEGIN IMMEDIATE`` serializes writers, so no locks or hints."""
+"""SQLite: the embedded default; ``BEGIN IMMEDIATE`` serializes writers, so no locks or hints.
+
+The write lock is the whole database's. A statement that needs it while another connection
+holds it waits (the busy timeout: :data:`BUSY_TIMEOUT_S`, or ``?timeout=SECONDS`` in the URL),
+says so after :data:`PATIENCE_S` (a warning naming the file), and then fails with a driver
+error that names the file (:class:`WriteLockTimeout`, translated by
+:func:`sqlqueue_orm.db.translate_error` into :class:`~sqlqueue_orm.exceptions.DatabaseLocked`).
+A transaction that only reads (a connection of :func:`sqlqueue_orm.db.reading`) begins with a
+plain ``BEGIN``: in WAL mode it needs no lock and waits for nobody.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+import logging
+import sqlite3
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -14,11 +26,100 @@ from sqlqueue_orm.dialects import base
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Dialect, Engine
 
-#: Seconds a writer waits for the write lock before "database is locked".
-BUSY_TIMEOUT_S = 30
-#: Every transaction takes the write lock up front: writers queue up on the busy timeout
-#: instead of failing with "database is locked" when a reader upgrades.
+log = logging.getLogger(__name__)
+
+#: Seconds a writer waits for the write lock before "database is locked" (the default of
+#: ``?timeout=`` in the URL).
+BUSY_TIMEOUT_S = 30.0
+#: Seconds of waiting for the write lock before a warning says whose lock is waited for.
+PATIENCE_S = 1.0
+#: Every transaction that may write takes the write lock up front: writers queue up on the
+#: busy timeout instead of failing at once with "database is locked" when a reader upgrades
+#: (a deferred transaction that read first cannot wait for a writer that committed since).
 BEGIN = "BEGIN IMMEDIATE"
+#: A transaction that only reads (:data:`base.READS_ONLY`): no lock, in WAL mode no wait.
+BEGIN_READ = "BEGIN"
+_LOCKED = "database is locked"
+
+_T = TypeVar("_T")
+
+
+class WriteLockTimeout(sqlite3.OperationalError):
+    """The busy timeout ran out while another connection held the write lock of :attr:`file`."""
+
+    def __init__(self, file: str, waited: float) -> None:
+        #: The database file.
+        self.file = file
+        #: Seconds waited.
+        self.waited = waited
+        super().__init__(
+            f"{_LOCKED}: another connection held the write lock of {file} for {waited:g} s"
+        )
+
+
+class WaitingConnection(sqlite3.Connection):
+    """sqlite3's connection whose statements wait for the write lock in two steps.
+
+    The busy timeout is :data:`PATIENCE_S` first; a statement that could not get the lock
+    within it logs a warning naming the file, waits the rest of :attr:`timeout`, and then
+    raises :class:`WriteLockTimeout`. A statement refused "database is locked" did nothing,
+    so running it again is safe. Set up by :meth:`SqliteSupport.create_engine`.
+    """
+
+    #: The database file, for the warning and the error.
+    file = ""
+    #: The whole busy timeout, in seconds.
+    timeout = BUSY_TIMEOUT_S
+
+    def cursor(self, factory: Any = None) -> Any:
+        """A :class:`WaitingCursor` (or one of *factory*)."""
+        return super().cursor(factory or WaitingCursor)
+
+    def waited(self, error: sqlite3.OperationalError, again: Callable[[], _T]) -> _T:
+        """Run *again* after *error* if it is the write lock: wait the rest, say so first."""
+        if type(error) is not sqlite3.OperationalError or str(error) != _LOCKED:
+            raise error
+        patience = min(PATIENCE_S, self.timeout)
+        rest = self.timeout - patience
+        if rest <= 0:
+            raise WriteLockTimeout(self.file, self.timeout) from error
+        log.warning(
+            "waiting up to %g s more for the write lock of SQLite file %s: another process "
+            "(or another connection of this one) holds it",
+            rest, self.file,
+        )
+        self.set_busy_timeout(rest)
+        try:
+            return again()
+        except sqlite3.OperationalError as second:
+            if type(second) is sqlite3.OperationalError and str(second) == _LOCKED:
+                raise WriteLockTimeout(self.file, self.timeout) from second
+            raise
+        finally:
+            self.set_busy_timeout(patience)
+
+    def set_busy_timeout(self, seconds: float) -> None:
+        """``PRAGMA busy_timeout`` in seconds."""
+        sqlite3.Connection.execute(self, f"PRAGMA busy_timeout={int(seconds * 1000)}")
+
+
+class WaitingCursor(sqlite3.Cursor):
+    """The cursor of a :class:`WaitingConnection`: its ``execute`` waits for the write lock.
+
+    ``executemany`` is left as it is: it runs inside a transaction of ours, which has taken the
+    lock with ``BEGIN IMMEDIATE`` already (in autocommit it would not be all or none).
+    """
+
+    def execute(self, sql: str, parameters: Any = (), /) -> WaitingCursor:
+        """``sqlite3.Cursor.execute``, waiting for the write lock as the connection says."""
+        try:
+            return super().execute(sql, parameters)
+        except sqlite3.OperationalError as error:
+            connection = self.connection
+            if not isinstance(connection, WaitingConnection):
+                raise
+            return connection.waited(error, lambda: sqlite3.Cursor.execute(self, sql, parameters))
+
 
 # SQLite writes Expires as UTC text 'YYYY-MM-DD HH:MM:SS.SSS', which sorts as it compares.
 _NOW = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
@@ -115,17 +216,27 @@ class SqliteSupport(base.DialectSupport):
     ) -> Engine:
         """An engine in WAL mode whose transactions begin with :data:`BEGIN`.
 
+        Its connections are :class:`WaitingConnection`: a statement waits for the write lock
+        up to the busy timeout (``?timeout=SECONDS`` in the URL, else :data:`BUSY_TIMEOUT_S`),
+        saying so after :data:`PATIENCE_S`. A connection marked :data:`base.READS_ONLY`
+        begins with :data:`BEGIN_READ` instead.
+
         :param sqlite_synchronous: ``PRAGMA synchronous`` for file databases (checked by
             :func:`sqlqueue_orm.db.create_engine`: one of four words).
         """
         connect_args = kwargs.setdefault("connect_args", {})
-        connect_args.setdefault("timeout", BUSY_TIMEOUT_S)
+        given: Any = url.query.get("timeout") or connect_args.get("timeout") or BUSY_TIMEOUT_S
+        timeout = float(given[-1] if isinstance(given, tuple) else given)
+        connect_args["timeout"] = min(PATIENCE_S, timeout)
+        connect_args.setdefault("factory", WaitingConnection)
         connect_args.setdefault("check_same_thread", False)
         # Turn off pysqlite's own transaction handling: we emit BEGIN ourselves (below), which
         # also makes DDL transactional and SAVEPOINT work (SQLAlchemy's documented recipe).
         connect_args["isolation_level"] = None
+        url = url.difference_update_query(["timeout"])
         engine = sa.create_engine(url, **kwargs)
-        _setup(engine, url.database in (None, "", ":memory:"), sqlite_synchronous)
+        in_memory = url.database in (None, "", ":memory:")
+        _setup(engine, in_memory, sqlite_synchronous, url.database or ":memory:", timeout)
         return engine
 
     def ddl_dialect(self, target_version: int | None = None) -> Dialect:
@@ -133,22 +244,37 @@ class SqliteSupport(base.DialectSupport):
         return sqlite.dialect(paramstyle="named")
 
 
-def _setup(engine: Engine, in_memory: bool, synchronous: str) -> None:
+def _setup(engine: Engine, in_memory: bool, synchronous: str, file: str, timeout: float) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        if isinstance(dbapi_connection, WaitingConnection):
+            dbapi_connection.file = file
+            dbapi_connection.timeout = timeout
         cursor = dbapi_connection.cursor()
         try:
+            cursor.execute(f"PRAGMA busy_timeout={int(min(PATIENCE_S, timeout) * 1000)}")
             if not in_memory:
                 cursor.execute("PRAGMA journal_mode=WAL")
                 cursor.execute(f"PRAGMA synchronous={synchronous}")  # one of four words
-            cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
         finally:
             cursor.close()
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Connection) -> None:
         # Straight to the driver: this runs once per transaction, on the hot path.
-        connection.connection.driver_connection.execute(BEGIN)  # type: ignore[union-attr]
+        driver = connection.connection.driver_connection
+        begin = BEGIN_READ if connection.get_execution_options().get(base.READS_ONLY) else BEGIN
+        try:
+            try:
+                driver.execute(begin)  # type: ignore[union-attr]
+            except sqlite3.OperationalError as error:
+                if not isinstance(driver, WaitingConnection):
+                    raise
+                driver.waited(error, lambda: sqlite3.Connection.execute(driver, begin))
+        except sqlite3.Error as error:
+            # Raised as SQLAlchemy raises the driver's errors, so that wrap_db_errors and the
+            # callers' handlers see it (SQLAlchemy does not wrap what a "begin" listener raises).
+            raise sa.exc.DBAPIError.instance(begin, None, error, sqlite3.Error) from error
 
 
 SUPPORT = SqliteSupport(
@@ -168,6 +294,9 @@ SUPPORT = SqliteSupport(
     single_writer=True,
     missing_table_markers=("no such table",),
     missing_column_markers=("no such column", "has no column named"),
-    transient_markers=(*base.GENERIC_TRANSIENT, "database is locked"),
+    transient_markers=(*base.GENERIC_TRANSIENT, _LOCKED),
+    locked_markers=(_LOCKED,),
+    enforces_text_length=False,
+    integer_key_never_null=True,
     flow=None,  # no locks shared between processes: flow control holds within one
 )

@@ -66,6 +66,7 @@ def test_bad_input_exits_2_naming_the_value(database):
         database.url, "send", "orders", "--body", "x", "--header", "nokey", check=False
     )
     assert result.returncode == 2 and "nokey" in result.stderr
+    database.transport().create_queue("orders")  # the file exists: only the queue is missing
     result = sqlqueue(database.url, "send", "nowhere", "--body", "x", check=False)
     assert result.returncode == 2 and "sqlqueue create-queue nowhere" in result.stderr
     result = sqlqueue(database.url, "send", "a@b@c@d", "--body", "x", check=False)

@@ -20,8 +20,9 @@ from __future__ import annotations
 import time
 
 import pytest
+import sqlalchemy as sa
 
-from sqlqueue_orm import OutgoingMessage, db, exceptions, headers
+from sqlqueue_orm import OutgoingMessage, db, dialects, exceptions, headers
 from sqlqueue_orm.receiving import Endpoint, EndpointSettings, HandlerContext, TransactionMode
 from sqlqueue_orm.sending.outbox import Outbox
 from tests.conftest import only
@@ -281,3 +282,58 @@ def test_a_receive_that_finds_nothing_commits_not_rolls_back(database, mode, bat
         mode_of.process(receipt, worker)
     assert receipt.found == [False, False, False]
     assert ended == ["commit"] * 3
+
+
+def _none_endpoint(database, seen: list[int], fail: bool):  # type: ignore[no-untyped-def]
+    """A NONE endpoint whose handler reads, writes (flushed) and sends, in that order."""
+    transport = database.transport()
+    UserBase.metadata.create_all(database.engine)
+    endpoint = Endpoint(
+        "orders", transport, transaction_mode=TransactionMode.NONE, peek_delay=0.1,
+        concurrency=2,
+    )
+    transport.create_queue("orders")
+    transport.create_queue("out")
+
+    @endpoint.handle(Job, type_name="Sales.Messages.Job")
+    def handle(job: Job, context: HandlerContext) -> None:
+        seen.append(context.session.scalar(sa.select(sa.func.count()).select_from(Handled)))
+        context.session.add(Handled(message_id=context.message_id))
+        context.session.flush()  # the session holds its transaction (SQLite: the write lock)
+        context.send("out", Note(number=job.number))
+        if job.fail:
+            raise Boom(f"job {job.number} failed")
+
+    sent = transport.send(
+        "orders",
+        OutgoingMessage(Job(number=3, fail=fail),
+                        headers={headers.ENCLOSED_MESSAGE_TYPES: "Sales.Messages.Job"}),
+    )
+    return endpoint, transport, sent
+
+
+def test_none_handler_that_reads_writes_and_sends_is_handled_once(database):
+    seen: list[int] = []
+    endpoint, transport, sent = _none_endpoint(database, seen, fail=False)
+    # well under SQLite's busy timeout: a send waiting for the session's own lock fails this
+    run_until(endpoint, lambda: endpoint.stats.handled + endpoint.stats.failed == 1, timeout=15)
+    assert (endpoint.stats.handled, endpoint.stats.failed) == (1, 0)
+    assert seen == [0]
+    assert handled_ids(database.engine) == [sent]
+    [note] = transport.receive("out")
+    assert note.model(Note).number == 3
+    assert count(database.engine, "error") == 0
+    assert count(database.engine, "orders") == 0
+
+
+def test_none_handler_failing_after_its_session_wrote_and_it_sent(database):
+    seen: list[int] = []
+    endpoint, transport, sent = _none_endpoint(database, seen, fail=True)
+    run_until(endpoint, lambda: endpoint.stats.failed == 1, timeout=15)
+    assert handled_ids(database.engine) == []
+    [failed] = transport.receive("error")
+    assert failed.message_id == sent
+    # One writer (SQLite): the send went out in the session's transaction, which held the
+    # only write lock, and rolled back with it. Elsewhere sends leave at once.
+    single_writer = dialects.for_dialect(database.engine).single_writer
+    assert count(database.engine, "out") == (0 if single_writer else 1)

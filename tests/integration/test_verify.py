@@ -103,10 +103,11 @@ def drop_column(database: Database) -> tuple[str, str]:
 
 def change_type(database: Database) -> tuple[str, str]:
     table = _quoted(database, QUEUE)
-    if database.dialect == "sqlite":  # no ALTER COLUMN: drop it and add it narrower
+    if database.dialect == "sqlite":  # no ALTER COLUMN: drop it and add it as a number
+        # (not narrower: SQLite enforces no declared length, so VARCHAR(10) is no drift there)
         column = _quoted(database, "ReplyToAddress")
         _run(database, f"ALTER TABLE {table} DROP COLUMN {column}")
-        _run(database, f"ALTER TABLE {table} ADD COLUMN {column} VARCHAR(10)")
+        _run(database, f"ALTER TABLE {table} ADD COLUMN {column} INTEGER")
         return "type", "ReplyToAddress"
     _run(database, f"ALTER TABLE {table} ALTER COLUMN headers TYPE varchar(4000)")
     return "type", "headers"

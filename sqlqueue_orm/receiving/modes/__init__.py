@@ -17,7 +17,8 @@ the databases can honour it, with the receiver the endpoint chose from its setti
 
 SQLite has one writer at a time: a second connection that writes while the receive's
 transaction is open would wait for it forever. So modes that need one are refused there at
-start-up, with the mode to use instead.
+start-up, with the mode to use instead. NONE commits the receive before the handlers run; its
+handlers' sends join their session's transaction while it is open (it holds the lock).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sqlqueue_orm import dialects, exceptions
-from sqlqueue_orm.receiving.modes.base import ReceiveMode, Receiver
+from sqlqueue_orm.receiving.modes.base import ReceiveMode, Receiver, same_database
 from sqlqueue_orm.receiving.modes.none import NoTransaction
 from sqlqueue_orm.receiving.modes.outbox import OutboxMode
 from sqlqueue_orm.receiving.modes.receive_only import ReceiveOnly
@@ -57,11 +58,6 @@ _NO_BATCH = {
 }
 
 
-def _same_database(handling: Handling) -> bool:
-    mine, theirs = handling.transport.engine, handling.user_transport.engine
-    return mine is theirs or str(mine.url) == str(theirs.url)
-
-
 def check(handling: Handling) -> None:
     """Check the databases can honour the endpoint's mode with its settings.
 
@@ -73,7 +69,7 @@ def check(handling: Handling) -> None:
     settings = handling.settings
     mode = settings.transaction_mode
     name = handling.name
-    same = _same_database(handling)
+    same = same_database(handling)
     if settings.batch_size > 1 and mode not in BATCHING_MODES:
         raise exceptions.ConfigurationError(
             f"endpoint {name!r}: batch_size {settings.batch_size} cannot "

@@ -71,6 +71,12 @@ class Receipt(Protocol):
         """Count what became of *count* messages: handled, failed, retried, expired, poison."""
 
 
+def same_database(handling: Handling) -> bool:
+    """Whether the handlers' session writes to the database of the endpoint's queues."""
+    mine, theirs = handling.transport.engine, handling.user_transport.engine
+    return mine is theirs or str(mine.url) == str(theirs.url)
+
+
 def is_permanent(error: BaseException) -> bool:
     """Failures a retry cannot fix: no handler, or a body the model cannot read."""
     if isinstance(error, exceptions.UnknownMessageType):
