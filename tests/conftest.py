@@ -123,7 +123,9 @@ def database_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[tuple[str
     """(dialect, URL of a brand-new empty database)."""
     dialect = request.param
     if dialect == "sqlite":
-        yield dialect, f"sqlite:///{tmp_path / 'queue.db'}"
+        path = tmp_path / "queue.db"
+        path.touch()  # an empty file is an empty database; the CLI opens only files that exist
+        yield dialect, f"sqlite:///{path}"
     elif dialect == "postgresql":
         admin = request.getfixturevalue("postgres_admin")
         url = new_postgres_database(admin)

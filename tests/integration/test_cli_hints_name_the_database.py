@@ -19,6 +19,7 @@ def _hint(stderr: str) -> str:
 
 @only("sqlite")
 def test_the_missing_queue_hint_repeats_the_url_option_and_works_as_pasted(database, tmp_path):
+    database.transport().create_queue("elsewhere")  # the database exists; only the queue is missing
     result = sqlqueue("--url", database.url, "send", "nowhere", "--body", "x", cwd=tmp_path)
     assert result.returncode == 2
     hint = _hint(result.stderr)
@@ -30,6 +31,7 @@ def test_the_missing_queue_hint_repeats_the_url_option_and_works_as_pasted(datab
 
 @only("sqlite")
 def test_a_url_from_the_environment_is_named_by_its_variable(database, tmp_path):
+    database.transport().create_queue("elsewhere")  # the database exists; only the queue is missing
     result = sqlqueue("receive", "nowhere", cwd=tmp_path, env_url=database.url)
     assert result.returncode == 2
     hint = _hint(result.stderr)
@@ -40,6 +42,7 @@ def test_a_url_from_the_environment_is_named_by_its_variable(database, tmp_path)
 
 
 def test_the_default_database_needs_no_url(tmp_path):
+    assert sqlqueue("create-queue", "elsewhere", cwd=tmp_path).returncode == 0
     result = sqlqueue("browse", "nowhere", cwd=tmp_path)
     assert result.returncode == 2
     assert _hint(result.stderr) == "sqlqueue create-queue nowhere"
