@@ -63,6 +63,7 @@ def run(capsys, url, *args):  # type: ignore[no-untyped-def]
 
 
 def test_bad_port_and_port_in_use_are_one_line_and_exit_2(tmp_path, capsys):
+    (tmp_path / "q.db").touch()  # the database exists: only the port is wrong
     url = f"sqlite:///{tmp_path / 'q.db'}"
     with pytest.raises(SystemExit) as exit_:  # argparse
         cli.main(["--url", url, "dashboard", "--port", "70000"])
