@@ -1,5 +1,8 @@
 """``python -m benchmarks [--quick] [--only receive,send] [--databases sqlite,postgresql]``.
 
+``--only wakeup,pump,batch`` is the wake-up comparison: the wake-up cells printed beside the
+pump and batched burn-down cells they must not slow (run it before and after a change).
+
 Runs every scenario on a SQLite file and on PostgreSQL (a throwaway cluster unless
 ``$SQLQUEUE_BENCH_POSTGRES_URL`` is set), prints the markdown table, writes JSON and a PNG chart
 under ``benchmarks/results/``. Exit 2 on bad arguments; a scenario or peer that fails is
@@ -42,21 +45,39 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, harness.Settings]
     parser.add_argument("--burn-down", type=int,
                         help="backlog the batched pump burns down (default 1,000,000)")
     parser.add_argument("--peer-messages", type=int, help="messages per kombu/PGQueuer cell")
+    parser.add_argument("--wakeup-samples", type=int,
+                        help="idle messages of the wake-up cell (default 400)")
+    parser.add_argument("--wakeup-seconds", type=float,
+                        help="seconds of the sustained 300 msg/s cell (default 10)")
+    parser.add_argument("--sender-rounds", type=int,
+                        help="rounds of each side of the four-sender cell (default 5)")
+    parser.add_argument("--sender-seconds", type=float,
+                        help="seconds of each four-sender round (default 5)")
     parser.add_argument("--no-peers", action="store_true", help="skip kombu and PGQueuer")
     parser.add_argument("--no-write", action="store_true", help="print only; write no files")
     args = parser.parse_args(argv)
     settings = harness.Settings(only=args.only, peers=not args.no_peers)
     if args.quick:
         settings = dataclasses.replace(settings, messages=2_000, deep=100_000, peer_messages=500,
-                                       migrate_rows=100_000, burn_down=100_000)
+                                       migrate_rows=100_000, burn_down=100_000,
+                                       wakeup_samples=100, wakeup_seconds=3.0, sender_rounds=3,
+                                       sender_seconds=2.0)
     for field, value in (("messages", args.messages), ("deep", args.deep),
                          ("migrate_rows", args.migrate_rows),
                          ("peer_messages", args.peer_messages),
-                         ("burn_down", args.burn_down)):
+                         ("burn_down", args.burn_down),
+                         ("wakeup_samples", args.wakeup_samples),
+                         ("sender_rounds", args.sender_rounds)):
         if value is not None:
             if value < 1:
                 parser.error(f"--{field.replace('_', '-')} {value} must be at least 1")
             settings = dataclasses.replace(settings, **{field: value})
+    for field, seconds in (("wakeup_seconds", args.wakeup_seconds),
+                           ("sender_seconds", args.sender_seconds)):
+        if seconds is not None:
+            if not seconds > 0:
+                parser.error(f"--{field.replace('_', '-')} {seconds} must be above 0")
+            settings = dataclasses.replace(settings, **{field: seconds})
     if settings.messages % settings.batch:
         settings = dataclasses.replace(settings, batch=min(settings.batch, settings.messages))
     return args, settings

@@ -23,7 +23,7 @@ from sqlqueue_orm import OutgoingMessage, Transport
 #: What ``--only`` can name.
 NAMES = (
     "send", "receive", "outbox", "depth", "migrate", "pump", "instrumentation", "batch",
-    "snapshot",
+    "snapshot", "wakeup",
 )
 
 _FILL_CHUNK = 5_000
@@ -48,6 +48,12 @@ class Settings:
     only: frozenset[str] = frozenset(NAMES)
     #: Backlog the batched pump burns down (scenario ``batch``).
     burn_down: int = 1_000_000
+    #: Scenario ``wakeup``: idle messages sent one at a time from another process; seconds of
+    #: the sustained 300 msg/s; rounds of each side of the four senders, and each round's length.
+    wakeup_samples: int = 400
+    wakeup_seconds: float = 10.0
+    sender_rounds: int = 5
+    sender_seconds: float = 5.0
 
 
 class Run:

@@ -12,7 +12,7 @@ import json
 import os
 from typing import Any
 
-from benchmarks import report
+from benchmarks import bench_wakeup, report
 
 LATEST = os.path.join(report.RESULTS, "latest.json")
 DATABASES = (("sqlite", "SQLite"), ("postgresql", "PostgreSQL"))
@@ -39,6 +39,15 @@ LATENCY_ROWS = (
     ("idle send-to-handler, NOTIFY", "idle send-to-handler", f"{OURS} NOTIFY (another writer)"),
     ("idle send-to-handler, same process", "idle send-to-handler",
      f"{OURS} in-process (same transport)"),
+    ("idle send-to-handler, another process, default settings", bench_wakeup.IDLE,
+     bench_wakeup.DEFAULT),
+    (f"send-to-handler at {bench_wakeup.SUSTAINED_RATE} msg/s from another process, default "
+     "settings", bench_wakeup.SUSTAINED, bench_wakeup.DEFAULT),
+)
+#: Send-rate rows: (label, scenario, our side, the side it is divided by); shown as a ratio.
+SEND_RATE_ROWS = (
+    (f"{bench_wakeup.SENDER_COUNT} concurrent senders, default wake-up vs no trigger",
+     bench_wakeup.SENDERS, bench_wakeup.DEFAULT, bench_wakeup.NO_TRIGGER),
 )
 COMMAND = 'pip install -e ".[bench]" && python -m benchmarks'
 
@@ -60,7 +69,17 @@ def _latency(by_cell: dict[tuple[str, str, str], dict[str, Any]], database: str,
     ours = by_cell.get((database, scenario, side))
     if ours is None or ours.get("p50_ms") is None:
         return ""
-    return f"p50 {ours['p50_ms']:.1f} ms, p99 {ours['p99_ms']:.1f} ms"
+    p95 = f"p95 {ours['p95_ms']:.1f} ms, " if ours.get("p95_ms") is not None else ""
+    return f"p50 {ours['p50_ms']:.1f} ms, {p95}p99 {ours['p99_ms']:.1f} ms"
+
+
+def _ratio(by_cell: dict[tuple[str, str, str], dict[str, Any]], database: str, scenario: str,
+           side: str, base: str) -> str:
+    ours, other = by_cell.get((database, scenario, side)), by_cell.get((database, scenario, base))
+    if ours is None or other is None or not other["rate"]:
+        return ""
+    return (f"{ours['rate'] / other['rate']:.2f}x ({ours['rate']:,.0f} vs {other['rate']:,.0f} "
+            "msg/s)")
 
 
 def headline(document: dict[str, Any]) -> str:
@@ -88,6 +107,10 @@ def headline(document: dict[str, Any]) -> str:
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
     for label, scenario, side in LATENCY_ROWS:
         cells = [_latency(by_cell, name, scenario, side) for name, _ in DATABASES]
+        if any(cells):
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    for label, scenario, side, base in SEND_RATE_ROWS:
+        cells = [_ratio(by_cell, name, scenario, side, base) for name, _ in DATABASES]
         if any(cells):
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

@@ -14,7 +14,7 @@ import subprocess
 from collections.abc import Iterable
 from typing import Any
 
-from benchmarks import baselines, workers
+from benchmarks import baselines, bench_wakeup, workers
 from benchmarks.workload import Result
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
@@ -101,6 +101,8 @@ def markdown(results: list[Result], ours_only: bool = False) -> str:
     if derived:
         lines += ["", "| database | derived figure | value |", "|---|---|---:|"]
         lines += [f"| {database} | {what} | {value} |" for database, what, value in derived]
+    if not ours_only:
+        lines += bench_wakeup.comparison(results)
     return "\n".join(lines)
 
 
@@ -132,6 +134,13 @@ def derived_figures(results: list[Result]) -> Iterable[tuple[str, str, str]]:
         if units[0] and units[1]:
             yield (database, "unit of work with outbox ÷ direct",
                    f"{units[0].rate / units[1].rate:.2f}")
+        senders = {side: by_cell.get((database, bench_wakeup.SENDERS, side))
+                   for side in (bench_wakeup.DEFAULT, bench_wakeup.UNCONDITIONAL)}
+        none = by_cell.get((database, bench_wakeup.SENDERS, bench_wakeup.NO_TRIGGER))
+        for side, cell in senders.items():
+            if cell and none and none.rate > 0:
+                yield (database, f"{bench_wakeup.SENDERS}: {side} ÷ no trigger",
+                       f"{cell.rate / none.rate:.3f}")
         for result in results:
             if result.database == database and result.side == workers.PUMP:
                 raw = by_cell.get((database, result.scenario, workers.RAW_LOOP))

@@ -28,6 +28,7 @@ from benchmarks import (
     bench_batch,
     bench_endpoint,
     bench_snapshot,
+    bench_wakeup,
     instrumentation,
     peers,
     workers,
@@ -387,6 +388,7 @@ def run_all(database: Database, settings: Settings, results: list[Result],
             *ALL,
             *(("pump", f) for _, f in ENDPOINT_SCENARIOS),
             ("batch", bench_batch.batch_scenario),
+            ("wakeup", bench_wakeup.wakeup_scenario),
         ]:
             if name not in settings.only:
                 continue

@@ -137,17 +137,20 @@ class Result:
     target: str = ""
     measured: str = ""
     met: bool | None = None
+    #: The 95th percentile (nearest rank) of the operations' latencies.
+    p95_ms: float | None = None
 
     @classmethod
     def of(cls, database: str, scenario: str, side: str, timing: Timing,
            note: str = "") -> Result:
         latencies = sorted(timing.latencies)
-        p50 = p99 = None
+        p50 = p95 = p99 = None
         if latencies:
             p50 = statistics.median(latencies) * 1000
+            p95 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.95))] * 1000
             p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000
         return cls(database, scenario, side, timing.messages, timing.seconds, timing.rate, p50,
-                   p99, note)
+                   p99, note, p95_ms=p95)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
