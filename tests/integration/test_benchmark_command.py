@@ -2,23 +2,40 @@
 
 It proves the command runs end to end (forked consumers, the exactly-once checks, the raw
 baseline built from TableQueue's rendered statements, the migration through the CLI) and prints
-the table; the figures themselves are only ever read by people.
+the table; the figures themselves are only ever read by people. The wake-up cells also run on
+PostgreSQL, where they install and remove the trigger.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
 
+from benchmarks import bench_wakeup, headline, workload
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+#: The wake-up scenario at its smallest: a few idle messages, short rounds.
+TINY_WAKEUP = ["--wakeup-samples", "3", "--wakeup-seconds", "0.2", "--sender-rounds", "1",
+               "--sender-seconds", "0.2"]
+WAKEUP_CELLS = (bench_wakeup.IDLE, bench_wakeup.SUSTAINED, bench_wakeup.SENDERS)
+
+
+def _assert_wakeup_cells(table: str, database: str) -> None:
+    """The three cells measured, each with its target, and printed beside the others."""
+    for scenario in WAKEUP_CELLS:
+        row = f"| {database} | {scenario} | {bench_wakeup.DEFAULT} |"
+        assert table.count(row) >= 3, (scenario, table)  # results, targets block, comparison
+    assert f"| {database} | {bench_wakeup.SENDERS} | {bench_wakeup.NO_TRIGGER} |" in table
+    assert "Wake-up, beside the cells it must not slow" in table
 
 
 def test_every_scenario_runs_on_sqlite_and_prints_the_table():
     completed = subprocess.run(
         [sys.executable, "-m", "benchmarks", "--databases", "sqlite", "--messages", "20",
-         "--deep", "200", "--migrate-rows", "200", "--no-peers", "--no-write"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+         "--deep", "200", "--migrate-rows", "200", "--no-peers", "--no-write", *TINY_WAKEUP],
+        cwd=ROOT, capture_output=True, text=True, timeout=150, check=False,
     )
     assert completed.returncode == 0, completed.stderr[-2000:]
     table = completed.stdout
@@ -37,6 +54,57 @@ def test_every_scenario_runs_on_sqlite_and_prints_the_table():
             assert f"| sqlite | {scenario}: pump ÷ raw receive loop |" in table
     for side in ("polling (peek delay 1 s)", "in-process (same transport)"):
         assert f"| sqlite | idle send-to-handler | sqlqueue_orm {side} |" in table, side
+    _assert_wakeup_cells(table, "sqlite")
+    assert (f"| sqlite | {bench_wakeup.SENDERS} | {bench_wakeup.UNCONDITIONAL} | skipped: this "
+            "database has no NOTIFY trigger |") in table
+
+
+def test_the_wakeup_cells_run_on_postgresql(postgres_admin_url):
+    completed = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--databases", "postgresql", "--only", "wakeup",
+         "--no-write", *TINY_WAKEUP],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "SQLQUEUE_BENCH_POSTGRES_URL": postgres_admin_url},
+    )
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    table = completed.stdout
+    assert "failed:" not in table, table
+    _assert_wakeup_cells(table, "postgresql")
+    old = f"| postgresql | {bench_wakeup.SENDERS} | {bench_wakeup.UNCONDITIONAL} |"
+    if bench_wakeup.old_trigger_selectable():  # notify=True is the old trigger: measured
+        assert f"{old} skipped" not in table and old in table
+    else:
+        assert f"{old} skipped: notify=True installs the default's trigger now" in table
+    assert "(no pump or batched burn-down cell in this run" in table
+
+
+def test_the_headline_shows_the_wakeup_rows():
+    def cell(scenario: str, side: str, rate: int, latencies: list[float]) -> dict[str, object]:
+        timing = workload.Timing(rate, 1.0, latencies)
+        return dataclasses.asdict(workload.Result.of("postgresql", scenario, side, timing))
+
+    document = {
+        "finished": "20260101T000000Z", "seconds": 61, "commit": "abc1234", "cores": 2,
+        "cpu": "cpu", "python": "3.12", "load_average": [0.1], "load_average_end": [0.2],
+        "databases": {"postgresql": "PostgreSQL"},
+        "results": [
+            cell(bench_wakeup.IDLE, bench_wakeup.DEFAULT, 9, [0.001, 0.002, 0.003]),
+            cell(bench_wakeup.SUSTAINED, bench_wakeup.DEFAULT, 300, [0.004, 0.005, 0.006]),
+            cell(bench_wakeup.SENDERS, bench_wakeup.DEFAULT, 9_900, []),
+            cell(bench_wakeup.SENDERS, bench_wakeup.NO_TRIGGER, 10_000, []),
+        ],
+    }
+    text = headline.headline(document)
+    rows = set(text.splitlines())
+    for row in (
+        "| idle send-to-handler, another process, default settings |  | p50 2.0 ms, p95 3.0 ms, "
+        "p99 3.0 ms |",
+        "| send-to-handler at 300 msg/s from another process, default settings |  | p50 5.0 ms, "
+        "p95 6.0 ms, p99 6.0 ms |",
+        "| 4 concurrent senders, default wake-up vs no trigger |  | 0.99x (9,900 vs 10,000 "
+        "msg/s) |",
+    ):
+        assert row in rows, text
 
 
 def test_a_bad_scenario_name_is_named_and_exits_2():
