@@ -32,7 +32,8 @@ def _names(text: str, allowed: tuple[str, ...], what: str) -> frozenset[str]:
 def parse(argv: list[str] | None) -> tuple[argparse.Namespace, harness.Settings]:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--quick", action="store_true",
-                        help="100,000 instead of 1,000,000 waiting / migrated; 2,000 messages")
+                        help="100,000 instead of 1,000,000 waiting / migrated; 2,000 messages; "
+                        "shorter wake-up cells")
     parser.add_argument("--only", type=lambda t: _names(t, harness.NAMES, "scenario"),
                         default=frozenset(harness.NAMES),
                         help=f"comma-separated scenarios: {', '.join(harness.NAMES)}")
@@ -50,9 +51,9 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, harness.Settings]
     parser.add_argument("--wakeup-seconds", type=float,
                         help="seconds of the sustained 300 msg/s cell (default 10)")
     parser.add_argument("--sender-rounds", type=int,
-                        help="rounds of each side of the four-sender cell (default 5)")
+                        help="rounds of each side of the four-sender cell (default 9)")
     parser.add_argument("--sender-seconds", type=float,
-                        help="seconds of each four-sender round (default 5)")
+                        help="seconds of each four-sender round (default 3)")
     parser.add_argument("--no-peers", action="store_true", help="skip kombu and PGQueuer")
     parser.add_argument("--no-write", action="store_true", help="print only; write no files")
     args = parser.parse_args(argv)
@@ -60,8 +61,8 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, harness.Settings]
     if args.quick:
         settings = dataclasses.replace(settings, messages=2_000, deep=100_000, peer_messages=500,
                                        migrate_rows=100_000, burn_down=100_000,
-                                       wakeup_samples=100, wakeup_seconds=3.0, sender_rounds=3,
-                                       sender_seconds=2.0)
+                                       wakeup_samples=100, wakeup_seconds=3.0, sender_rounds=5,
+                                       sender_seconds=1.5)
     for field, value in (("messages", args.messages), ("deep", args.deep),
                          ("migrate_rows", args.migrate_rows),
                          ("peer_messages", args.peer_messages),

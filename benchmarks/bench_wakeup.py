@@ -144,6 +144,8 @@ def latencies(run: Run, gaps: list[float], paced: bool) -> tuple[list[float], fl
         finally:
             endpoint.stop()
     finally:
+        if not go.is_set():
+            process.terminate()  # it would wait for a start that is not coming
         process.join(30)
         if process.is_alive():
             process.terminate()

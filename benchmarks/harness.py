@@ -52,8 +52,8 @@ class Settings:
     #: the sustained 300 msg/s; rounds of each side of the four senders, and each round's length.
     wakeup_samples: int = 400
     wakeup_seconds: float = 10.0
-    sender_rounds: int = 5
-    sender_seconds: float = 5.0
+    sender_rounds: int = 9
+    sender_seconds: float = 3.0
 
 
 class Run:
