@@ -63,7 +63,9 @@ def test_pause_lets_the_handler_in_flight_finish_and_loses_nothing(database):
     started, release = threading.Event(), threading.Event()
     # SQLite has one writer: a transactional handler in flight would hold the write lock the
     # pause needs (docs/control.md, Limits)
-    mode = TransactionMode.NONE if database.dialect == "sqlite" else TransactionMode.TRANSACTION_SCOPE
+    mode = TransactionMode.TRANSACTION_SCOPE
+    if database.dialect == "sqlite":
+        mode = TransactionMode.NONE
     endpoint = Endpoint("work", transport, concurrency=2, peek_delay=0.1, transaction_mode=mode)
 
     @endpoint.handle(Job)
