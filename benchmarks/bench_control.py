@@ -42,7 +42,10 @@ def pump_rate(transport: Transport, messages: int) -> float:
     """Messages/second of one endpoint burning down *messages* (sent before it starts)."""
     transport.send_many(QUEUE, [OutgoingMessage(b"x") for _ in range(messages)])
     endpoint = Endpoint(
-        QUEUE, transport, concurrency=4, transaction_mode=TransactionMode.TRANSACTION_SCOPE,
+        QUEUE,
+        transport,
+        concurrency=4,
+        transaction_mode=TransactionMode.TRANSACTION_SCOPE,
         peek_delay=0.1,
     )
 
@@ -105,14 +108,15 @@ def run(database: servers.Database, rounds: int, messages: int) -> None:
         shown = ", ".join(f"{value:.0f}" for value in values)
         print(f"  {variant:12} median {statistics.median(values):8.0f} msg/s  ({shown})")
     print(f"  ratio with/without: {with_poller / without:.3f}")
-    print(f"  one poll (primary-key read + apply): median {poll * 1e6:.0f} us, "
-          f"every {receiving_control.POLL_INTERVAL} s")
+    print(
+        f"  one poll (primary-key read + apply): median {poll * 1e6:.0f} us, "
+        f"every {receiving_control.POLL_INTERVAL} s"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
     """Parse the arguments and run each database."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_control",
-                                     description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_control", description=__doc__)
     parser.add_argument("--databases", default="sqlite,postgresql")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--messages", type=int, default=2000)

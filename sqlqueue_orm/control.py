@@ -151,9 +151,7 @@ def create_tables(engine: Engine, *, log_too: bool = True) -> None:
                 raise
 
 
-def read_control(
-    connection: Connection, endpoint: str
-) -> tuple[bool, int | None, str] | None:
+def read_control(connection: Connection, endpoint: str) -> tuple[bool, int | None, str] | None:
     """*endpoint*'s ``(paused, concurrency, changed_by)``, or ``None`` without a row.
 
     One primary-key lookup: what each running process of the endpoint reads twice a second.
@@ -194,7 +192,10 @@ def _known(transport: Transport, endpoint: str) -> None:
 
 
 def _change(
-    transport: Transport, endpoint: str, action: str, statement: str,
+    transport: Transport,
+    endpoint: str,
+    action: str,
+    statement: str,
     values: Mapping[str, object],
     by: Actor | None,
 ) -> ControlState:
@@ -221,7 +222,8 @@ def _change(
                     at=at,
                     host=_cut(actor.host, endpoint_control.WHO_LENGTH),
                     os_user=_cut(actor.os_user, endpoint_control.WHO_LENGTH),
-                    client=None if actor.client is None
+                    client=None
+                    if actor.client is None
                     else _cut(actor.client, endpoint_control.WHO_LENGTH),
                 )
             )
@@ -299,7 +301,10 @@ def states(transport: Transport, endpoints: Iterable[str] | None = None) -> list
             return []
         columns = CONTROL_TABLE.c
         query = sa.select(
-            columns.endpoint, columns.paused, columns.concurrency, columns.changed_at,
+            columns.endpoint,
+            columns.paused,
+            columns.concurrency,
+            columns.changed_at,
             columns.changed_by,
         ).order_by(columns.endpoint)
         if endpoints is not None:
@@ -315,10 +320,19 @@ def log(
         if not sa.inspect(connection).has_table(LOG_TABLE.name):
             return []
         columns = LOG_TABLE.c
-        query = sa.select(
-            columns.id, columns.endpoint, columns.action, columns.at, columns.host,
-            columns.os_user, columns.client,
-        ).order_by(columns.id.desc()).limit(limit)
+        query = (
+            sa.select(
+                columns.id,
+                columns.endpoint,
+                columns.action,
+                columns.at,
+                columns.host,
+                columns.os_user,
+                columns.client,
+            )
+            .order_by(columns.id.desc())
+            .limit(limit)
+        )
         if endpoint is not None:
             query = query.where(columns.endpoint == endpoint)
         return [LoggedAction(*row) for row in connection.execute(query)]

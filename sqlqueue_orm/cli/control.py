@@ -56,8 +56,10 @@ def state_record(state: control.ControlState) -> dict[str, Any]:
 def _state_line(state: control.ControlState) -> str:
     running = "paused" if state.paused else "running"
     workers = "configured" if state.concurrency is None else str(state.concurrency)
-    return (f"{state.endpoint}  {running}  concurrency {workers}  "
-            f"(changed {_time(state.changed_at)} by {state.changed_by})")
+    return (
+        f"{state.endpoint}  {running}  concurrency {workers}  "
+        f"(changed {_time(state.changed_at)} by {state.changed_by})"
+    )
 
 
 def action_record(action: control.LoggedAction) -> dict[str, Any]:
@@ -111,15 +113,17 @@ def show_command(args: argparse.Namespace) -> int:
                 transport.peek(args.endpoint)
             except exceptions.QueueNotFound:
                 raise exceptions.ConfigurationError(
-                    f"unknown endpoint {args.endpoint!r}: no queue of that name and no "
-                    "control row"
+                    f"unknown endpoint {args.endpoint!r}: no queue of that name and no control row"
                 ) from None
             if not args.json:
                 print(f"{args.endpoint}  running  concurrency configured  (never changed)")
                 return 0
         states = [] if state is None else [state]
     listings.show(
-        states, as_json=args.json, record=state_record, line=_state_line,
+        states,
+        as_json=args.json,
+        record=state_record,
+        line=_state_line,
         none="no endpoint has been paused or resized",
     )
     return 0
@@ -129,7 +133,10 @@ def log_command(args: argparse.Namespace) -> int:
     """``control log``: the changes, newest first."""
     actions = control.log(args.context.transport, args.endpoint, limit=args.limit)
     listings.show(
-        actions, as_json=args.json, record=action_record, line=_action_line,
+        actions,
+        as_json=args.json,
+        record=action_record,
+        line=_action_line,
         none="no changes logged" + (f" for endpoint {args.endpoint!r}" if args.endpoint else ""),
     )
     return 0
@@ -145,11 +152,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     def add(name: str, help_text: str, endpoint: str = "one") -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text)
         if endpoint == "one":
-            sub.add_argument("endpoint", metavar="ENDPOINT", type=arguments.utf8_text,
-                             help="the endpoint's name (its input queue)")
+            sub.add_argument(
+                "endpoint",
+                metavar="ENDPOINT",
+                type=arguments.utf8_text,
+                help="the endpoint's name (its input queue)",
+            )
         else:
-            sub.add_argument("endpoint", metavar="ENDPOINT", nargs="?", type=arguments.utf8_text,
-                             help="only this endpoint")
+            sub.add_argument(
+                "endpoint",
+                metavar="ENDPOINT",
+                nargs="?",
+                type=arguments.utf8_text,
+                help="only this endpoint",
+            )
         return sub
 
     sub = add("pause", "stop taking messages in every process (handlers in flight finish)")
@@ -157,15 +173,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     sub = add("resume", "take messages again")
     sub.set_defaults(func=resume_command)
     sub = add("concurrency", "set the input queue's workers per process")
-    sub.add_argument("concurrency", metavar="N", type=concurrency,
-                     help=f"1 to {control.MAX_CONCURRENCY}, or default (the configured one)")
+    sub.add_argument(
+        "concurrency",
+        metavar="N",
+        type=concurrency,
+        help=f"1 to {control.MAX_CONCURRENCY}, or default (the configured one)",
+    )
     sub.set_defaults(func=concurrency_command)
     sub = add("show", "paused or running, and the concurrency override", endpoint="optional")
     sub.add_argument("--json", action="store_true", help="one JSON object per line; [] for none")
     sub.set_defaults(func=show_command)
-    sub = add("log", "who paused, resumed or resized which endpoint, newest first",
-              endpoint="optional")
-    sub.add_argument("--limit", type=arguments.positive_int, default=100,
-                     help="most changes shown (default 100)")
+    sub = add(
+        "log", "who paused, resumed or resized which endpoint, newest first", endpoint="optional"
+    )
+    sub.add_argument(
+        "--limit", type=arguments.positive_int, default=100, help="most changes shown (default 100)"
+    )
     sub.add_argument("--json", action="store_true", help="one JSON object per line; [] for none")
     sub.set_defaults(func=log_command)

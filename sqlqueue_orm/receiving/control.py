@@ -15,8 +15,10 @@ endpoint's pumps:
   concurrency.
 
 An endpoint reads its row once before its pumps start, so one started while paused starts
-paused. A database error while reading is logged (naming the endpoint) and the last state is
-kept: it never stops the pump, and the next read tries again.
+paused. An endpoint that creates its queues creates the control table too; one that does not,
+finding no table, says so once and looks for it every :data:`MISSING_TABLE_INTERVAL` seconds
+(not a failing query twice a second). A database error while reading is logged (naming the
+endpoint) and the last state is kept: it never stops the pump, and the next read tries again.
 """
 
 from __future__ import annotations
@@ -24,7 +26,10 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+import time
 from typing import TYPE_CHECKING
+
+import sqlalchemy as sa
 
 from sqlqueue_orm import control, db
 
@@ -40,6 +45,9 @@ log = logging.getLogger(__name__)
 #: Seconds between two reads of the control row (a change takes effect within this, plus the
 #: message in flight of a worker that shrinking ends).
 POLL_INTERVAL = 0.5
+#: Seconds between two looks for a control table that did not exist (a catalog look-up, not a
+#: failing query twice a second in the server's log).
+MISSING_TABLE_INTERVAL = 10.0
 
 _numbers = itertools.count()
 
@@ -109,6 +117,8 @@ class ControlPoller:
         self.concurrency = main.concurrency
         #: Reads that failed in a row (the first is logged as a warning, the rest at debug).
         self.failures = 0
+        #: When to look for the control table again (monotonic seconds); None: it exists.
+        self._look_again: float | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -119,7 +129,25 @@ class ControlPoller:
                 control.create_tables(self.engine, log_too=False)
             except Exception as error:  # reading below reports it, and polling goes on
                 log.debug("queue %s: creating the control table: %s", self.endpoint, error)
+        elif not self._table_exists():
+            log.info(
+                "queue %s: no table %s: live control (`sqlqueue control`) is off until "
+                "`sqlqueue migrate` creates it",
+                self.endpoint,
+                control.CONTROL_TABLE.name,
+            )
+            return
         self.poll()
+
+    def _table_exists(self) -> bool:
+        """Whether the control table exists; if not, look again in a while (not every poll)."""
+        try:
+            with db.reading(self.engine) as connection:
+                found = sa.inspect(connection).has_table(control.CONTROL_TABLE.name)
+        except Exception:  # unreachable: the read reports it
+            return True
+        self._look_again = None if found else time.monotonic() + MISSING_TABLE_INTERVAL
+        return found
 
     def start(self) -> None:
         """Start reading every :attr:`interval` seconds (a daemon thread)."""
@@ -141,6 +169,10 @@ class ControlPoller:
 
     def poll(self) -> None:
         """Read the row once and apply it; on a database error keep the last state."""
+        if self._look_again is not None and (
+            time.monotonic() < self._look_again or not self._table_exists()
+        ):
+            return
         try:
             with db.reading(self.engine) as connection:
                 found = control.read_control(connection, self.endpoint)
@@ -153,7 +185,10 @@ class ControlPoller:
                 level,
                 "queue %s: cannot read the endpoint's control row (%s); keeping %s "
                 "(tried again every %.1f s)",
-                self.endpoint, db.driver_cause(error), self._described(), self.interval,
+                self.endpoint,
+                db.driver_cause(error),
+                self._described(),
+                self.interval,
             )
             return
         if self.failures:
@@ -167,8 +202,9 @@ class ControlPoller:
         wanted = self.configured if concurrency is None else concurrency
         who = f" (changed by {by})" if by else ""
         if wanted != self.concurrency:
-            log.info("queue %s: concurrency %d -> %d%s", self.endpoint, self.concurrency,
-                     wanted, who)
+            log.info(
+                "queue %s: concurrency %d -> %d%s", self.endpoint, self.concurrency, wanted, who
+            )
             resize(self.main, wanted)
             self.concurrency = wanted
         if paused != self.paused:

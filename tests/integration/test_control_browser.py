@@ -66,7 +66,8 @@ def test_pause_and_resume_from_the_dashboard_across_two_processes(database, driv
             driver.get(base + "/control")
             actions = driver.find_elements(By.CSS_SELECTOR, "#actions tr[data-id]")
             assert [a.find_element(By.CSS_SELECTOR, ".action").text for a in actions] == [
-                "resume", "pause"
+                "resume",
+                "pause",
             ]
             who = actions[0].find_element(By.CSS_SELECTOR, ".who").text
             assert "@" in who and " from 127.0.0.1:" in who
@@ -85,7 +86,9 @@ def test_a_read_only_dashboard_offers_no_change_and_refuses_one(database):
         assert "/control/confirm" not in page.text
         asked = httpx.get(base + "/control/confirm", params={"endpoint": "jobs", "action": "pause"})
         assert asked.status_code == 403
-        posted = httpx.post(base + "/control/change", data={
-            "endpoint": "jobs", "action": "pause", "confirmed": "yes"})
+        posted = httpx.post(
+            base + "/control/change",
+            data={"endpoint": "jobs", "action": "pause", "confirmed": "yes"},
+        )
         assert posted.status_code == 403
     assert control.state(transport, "jobs") is None

@@ -34,8 +34,15 @@ class EndpointProcess:
 
     def __init__(self, url: str, queue: str) -> None:
         command = [
-            sys.executable, "-m", "tests.endpoint_app", url, queue,
-            TransactionMode.TRANSACTION_SCOPE.value, "2", "0.02", "10",
+            sys.executable,
+            "-m",
+            "tests.endpoint_app",
+            url,
+            queue,
+            TransactionMode.TRANSACTION_SCOPE.value,
+            "2",
+            "0.02",
+            "10",
         ]
         self.process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -112,9 +119,7 @@ def test_pause_from_the_cli_stops_both_processes_and_resume_loses_nothing(databa
     assert collections.Counter(handled) == collections.Counter([*first, *waiting])
     assert transport.peek("jobs") == 0
     shown = sqlqueue("control", "log", "jobs", "--json", "--url", database.url, cwd=tmp_path)
-    assert [json.loads(line)["action"] for line in shown.stdout.splitlines()] == [
-        "resume", "pause"
-    ]
+    assert [json.loads(line)["action"] for line in shown.stdout.splitlines()] == ["resume", "pause"]
 
 
 @only("sqlite", "postgresql")
@@ -164,7 +169,9 @@ def test_show_and_log(database, capsys):
     assert run("control", "concurrency", "jobs", "default")[0] == 0
     lines = run("control", "log")[1].splitlines()
     assert [line.split("  ")[2] for line in lines] == [
-        "concurrency default", "pause", "concurrency 3"
+        "concurrency default",
+        "pause",
+        "concurrency 3",
     ]
     assert all(" by " in line and "@" in line for line in lines)
 

@@ -151,7 +151,9 @@ def test_concurrency_grows_shrinks_and_returns_to_the_configured_one(database):
         assert endpoint.stop(10)
     assert transport.peek("work") == 0
     assert [action.action for action in control.log(transport, "work")] == [
-        "concurrency default", "concurrency 2", "concurrency 4",
+        "concurrency default",
+        "concurrency 2",
+        "concurrency 4",
     ]
 
 
@@ -210,6 +212,40 @@ def test_a_database_error_while_polling_keeps_the_last_state(database, caplog):
     assert sorted(recorder.ids) == sorted(sent)
 
 
+def test_without_the_table_an_endpoint_that_creates_nothing_runs_and_says_so(database, caplog):
+    transport = database.transport()
+    transport.create_queue("work")
+    sent = send_jobs(transport, "work", 3)
+    recorder = Recorder()
+    endpoint = Endpoint(
+        "work",
+        transport,
+        concurrency=1,
+        peek_delay=0.1,
+        create_queues=False,
+        delayed_delivery=False,
+    )
+    endpoint.handle(Job, lambda job, context: recorder.add(context.message_id))
+    caplog.set_level(logging.INFO, logger="sqlqueue_orm.receiving.control")
+    endpoint.start()
+    try:
+        wait_until(lambda: recorder.count() == 3, "handled")
+        time.sleep(2 * receiving_control.POLL_INTERVAL)  # polls that look for no table
+    finally:
+        assert endpoint.stop(10)
+    assert sorted(recorder.ids) == sorted(sent)
+    assert not sa.inspect(database.engine).has_table(TABLE_NAME)
+    ours = [r for r in caplog.records if r.name == receiving_control.log.name]
+    lines = [(r.levelno, r.getMessage()) for r in ours]
+    assert lines == [
+        (
+            logging.INFO,
+            "queue work: no table sqlqueue_endpoint_control: live "
+            "control (`sqlqueue control`) is off until `sqlqueue migrate` creates it",
+        )
+    ]
+
+
 def test_the_api_refuses_bad_input_and_logs_who_did_what(database):
     transport = database.transport()
     transport.create_queue("work")
@@ -226,7 +262,9 @@ def test_the_api_refuses_bad_input_and_logs_who_did_what(database):
     operator = control.Actor("ops-host", "alice", "10.0.0.7:5123")
     state = control.pause(transport, "work", by=operator)
     assert (state.paused, state.concurrency, state.changed_by) == (
-        True, None, "alice@ops-host from 10.0.0.7:5123"
+        True,
+        None,
+        "alice@ops-host from 10.0.0.7:5123",
     )
     state = control.set_concurrency(transport, "work", 7)
     assert (state.paused, state.concurrency) == (True, 7)  # a resize keeps the pause
@@ -234,11 +272,17 @@ def test_the_api_refuses_bad_input_and_logs_who_did_what(database):
     assert (state.paused, state.concurrency) == (False, 7)  # a resume keeps the override
     [resumed, resized, paused] = control.log(transport, "work")
     assert (paused.action, paused.host, paused.os_user, paused.client) == (
-        "pause", "ops-host", "alice", "10.0.0.7:5123"
+        "pause",
+        "ops-host",
+        "alice",
+        "10.0.0.7:5123",
     )
     here = control.Actor.here()
     assert (resized.action, resized.host, resized.os_user, resized.client) == (
-        "concurrency 7", here.host, here.os_user, None
+        "concurrency 7",
+        here.host,
+        here.os_user,
+        None,
     )
     assert resumed.action == "resume"
     assert paused.at <= resized.at <= resumed.at

@@ -36,8 +36,14 @@ def test_the_pause_upsert():
         "changed_by) VALUES (?, ?, NULL, ?, ?);"
     )
     assert compiled.positiontup == [
-        "paused", "changed_at", "changed_by", "endpoint",
-        "endpoint", "paused", "changed_at", "changed_by",
+        "paused",
+        "changed_at",
+        "changed_by",
+        "endpoint",
+        "endpoint",
+        "paused",
+        "changed_at",
+        "changed_by",
     ]
 
 
@@ -52,8 +58,15 @@ def test_the_concurrency_upsert():
         "changed_by) VALUES (?, ?, ?, ?, ?);"
     )
     assert compiled.positiontup == [
-        "concurrency", "changed_at", "changed_by", "endpoint",
-        "endpoint", "paused", "concurrency", "changed_at", "changed_by",
+        "concurrency",
+        "changed_at",
+        "changed_by",
+        "endpoint",
+        "endpoint",
+        "paused",
+        "concurrency",
+        "changed_at",
+        "changed_by",
     ]
 
 

@@ -76,9 +76,7 @@ def concurrency_value(text: str | None) -> int | None:
     try:
         value = int(text.strip())
     except ValueError:
-        raise exceptions.ConfigurationError(
-            f"concurrency {text!r} is not a whole number"
-        ) from None
+        raise exceptions.ConfigurationError(f"concurrency {text!r} is not a whole number") from None
     if not 1 <= value <= control.MAX_CONCURRENCY:
         raise exceptions.ConfigurationError(
             f"concurrency {text!r} must be from 1 to {control.MAX_CONCURRENCY}"
@@ -122,9 +120,7 @@ class ControlPages:
             return self.pages.problem(request, 503, str(error))
         return self.pages.render(request, "control.html", endpoints=endpoints, actions=actions)
 
-    def _action(
-        self, request: Request, values: Any
-    ) -> tuple[str, str, int | None] | HTMLResponse:
+    def _action(self, request: Request, values: Any) -> tuple[str, str, int | None] | HTMLResponse:
         """The (action, endpoint, concurrency) of a query or form, or the page refusing it."""
         action = str(values.get("action") or "")
         endpoint = str(values.get("endpoint") or "")
@@ -151,14 +147,17 @@ class ControlPages:
             return chosen
         action, endpoint, concurrency = chosen
         try:
-            state = await self.pages.call(
-                control.state, self.pages.dashboard.transport, endpoint
-            )
+            state = await self.pages.call(control.state, self.pages.dashboard.transport, endpoint)
         except exceptions.SqlQueueError as error:
             return self.pages.problem(request, 503, str(error))
         return self.pages.render(
-            request, "control_confirm.html", action=action, verb=_VERBS[action],
-            endpoint=endpoint, concurrency=concurrency, state=state,
+            request,
+            "control_confirm.html",
+            action=action,
+            verb=_VERBS[action],
+            endpoint=endpoint,
+            concurrency=concurrency,
+            state=state,
         )
 
     async def change(self, request: Request) -> Response:
