@@ -4,7 +4,8 @@ An operator opens ``/control``, pauses the endpoint (confirming on its own page)
 endpoint processes (tests/endpoint_app.py) say they paused; messages sent meanwhile wait; the
 resume starts both again and every message is handled once. The action log on the page names
 both actions, with this host's user and the browser's address. A read-only dashboard offers no
-forms and refuses the change.
+forms and refuses the change; a POST without the CSRF token or from another origin is refused;
+a concurrency of 0 is a 400 naming it.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def test_pause_and_resume_from_the_dashboard_across_two_processes(database, driv
     assert collections.Counter(handled) == collections.Counter(waiting)
 
 
-def test_a_read_only_dashboard_offers_no_change_and_refuses_one(database):
+def test_read_only_cross_site_and_bad_input_change_nothing(database):
     transport = database.transport()
     transport.create_queue("jobs")
     with browser.served(create_app(transport)) as base:
@@ -91,4 +92,29 @@ def test_a_read_only_dashboard_offers_no_change_and_refuses_one(database):
             data={"endpoint": "jobs", "action": "pause", "confirmed": "yes"},
         )
         assert posted.status_code == 403
+    with browser.served(create_app(transport, allow_changes=True)) as base:
+        own = {"origin": base}
+        fields = {"endpoint": "jobs", "action": "pause", "confirmed": "yes"}
+        without_token = httpx.post(base + "/control/change", data=fields, headers=own)
+        assert without_token.status_code == 403 and "CSRF" in without_token.text
+        page = httpx.get(base + "/control")
+        cookie = page.cookies["sqlqueue_dashboard_csrf"]
+        asked = httpx.get(
+            base + "/control/confirm",
+            params={"endpoint": "jobs", "action": "pause"},
+            cookies={"sqlqueue_dashboard_csrf": cookie},
+        )
+        token = asked.text.split('name="csrf_token" value="', 1)[1].split('"', 1)[0]
+        elsewhere = httpx.post(
+            base + "/control/change",
+            data={**fields, "csrf_token": token},
+            headers={"origin": "http://evil.example"},
+            cookies={"sqlqueue_dashboard_csrf": cookie},
+        )
+        assert elsewhere.status_code == 403 and "another origin" in elsewhere.text
+        bad = httpx.get(
+            base + "/control/confirm",
+            params={"endpoint": "jobs", "action": "concurrency", "concurrency": "0"},
+        )
+        assert bad.status_code == 400 and "concurrency &#39;0&#39;" in bad.text
     assert control.state(transport, "jobs") is None
