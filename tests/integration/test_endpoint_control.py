@@ -128,7 +128,7 @@ def test_concurrency_grows_shrinks_and_returns_to_the_configured_one(database):
     @endpoint.handle(Job)
     def handle(job: Job, context: HandlerContext) -> None:
         with meter:
-            time.sleep(0.04)
+            time.sleep(0.05)
 
     endpoint.start()
     try:
