@@ -4,7 +4,11 @@ Runs the demo (``python -m sqlqueue_orm.demo``) into a temporary directory, serv
 on it with uvicorn on a free port of 127.0.0.1 and photographs the pages with Debian's headless
 Chromium through Selenium (the same setup as the browser tests: ``tests/browser.py``)::
 
-    .venv/bin/python scripts/dashboard_screenshots.py [--out docs]
+    .venv/bin/python scripts/dashboard_screenshots.py [--out docs] [--only dashboard-control.png]
+
+A page is added by a line in :data:`PAGES` (file name, path); ``--only`` takes some of them (and
+of the two clicked-through shots, :data:`CLICKED`), so a new page is shot without retaking the
+others.
 """
 
 from __future__ import annotations
@@ -20,16 +24,32 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sqlqueue_orm import OutgoingMessage, Transport, demo  # noqa: E402
+from sqlqueue_orm import OutgoingMessage, Transport, control, demo  # noqa: E402
 from sqlqueue_orm.contrib.dashboard import create_app  # noqa: E402
 from tests import browser  # noqa: E402
+
+#: The pages photographed as they load: (file name under --out, path of the page).
+PAGES = [
+    ("dashboard-queues.png", "/"),
+    ("dashboard-errors.png", "/errors"),
+    ("dashboard-outbox.png", "/outbox"),
+    ("dashboard-control.png", "/control"),
+]
+#: The shots taken after clicking through the errors page.
+CLICKED = ("dashboard-message.png", "dashboard-confirm.png")
 
 
 def main() -> int:
     """Take the screenshots; return the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(ROOT / "docs"), help="where the PNG files go")
+    names = [name for name, _path in PAGES] + list(CLICKED)
+    parser.add_argument("--only", type=lambda text: text.split(","), default=names,
+                        help=f"comma-separated file names (default all: {', '.join(names)})")
     args = parser.parse_args()
+    unknown = sorted(set(args.only) - set(names))
+    if unknown:
+        parser.error(f"unknown screenshot {', '.join(unknown)} (choose from {', '.join(names)})")
     missing = browser.missing_browser()
     if missing:
         print(f"cannot take screenshots: {missing}", file=sys.stderr)
@@ -53,28 +73,29 @@ def main() -> int:
                     for _ in range(16):
                         transport.receive("sales", 30)
                         time.sleep(0.25)
-                    shots = {
-                        "dashboard-queues.png": "/",
-                        "dashboard-errors.png": "/errors",
-                        "dashboard-outbox.png": "/outbox",
-                    }
-                    for name, path in shots.items():
-                        driver.get(base + path)
-                        driver.save_screenshot(str(out / name))
-                        print(out / name)
-                    driver.get(base + "/errors")
-                    first = driver.find_element("css selector", "#failed tr[data-id] a")
-                    first.click()
-                    time.sleep(0.3)
-                    driver.save_screenshot(str(out / "dashboard-message.png"))
-                    print(out / "dashboard-message.png")
-                    driver.get(base + "/errors")
-                    for box in driver.find_elements("css selector", "#failed input")[:2]:
-                        box.click()
-                    driver.find_element("id", "retry-chosen").click()
-                    time.sleep(0.3)
-                    driver.save_screenshot(str(out / "dashboard-confirm.png"))
-                    print(out / "dashboard-confirm.png")
+                    # the control page: one endpoint paused, one resized, in the log
+                    control.set_concurrency(transport, "sales", 8)
+                    control.pause(transport, "sales")
+                    for name, path in PAGES:
+                        if name in args.only:
+                            driver.get(base + path)
+                            driver.save_screenshot(str(out / name))
+                            print(out / name)
+                    if "dashboard-message.png" in args.only:
+                        driver.get(base + "/errors")
+                        first = driver.find_element("css selector", "#failed tr[data-id] a")
+                        first.click()
+                        time.sleep(0.3)
+                        driver.save_screenshot(str(out / "dashboard-message.png"))
+                        print(out / "dashboard-message.png")
+                    if "dashboard-confirm.png" in args.only:
+                        driver.get(base + "/errors")
+                        for box in driver.find_elements("css selector", "#failed input")[:2]:
+                            box.click()
+                        driver.find_element("id", "retry-chosen").click()
+                        time.sleep(0.3)
+                        driver.save_screenshot(str(out / "dashboard-confirm.png"))
+                        print(out / "dashboard-confirm.png")
             finally:
                 driver.quit()
                 app.state.dashboard.close()

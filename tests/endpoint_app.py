@@ -3,11 +3,13 @@
 ``python -m tests.endpoint_app URL QUEUE MODE CONCURRENCY HANDLE_SECONDS SHUTDOWN_TIMEOUT``
 runs an endpoint on QUEUE until SIGTERM; each handler writes a ``Handled`` row (message id,
 process id) in its session, sleeps HANDLE_SECONDS and prints ``handling <id>`` first, so a
-test knows when a message is in flight.
+test knows when a message is in flight; the endpoint's control lines (``queue QUEUE: paused``)
+are printed too.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
@@ -97,6 +99,10 @@ def main(argv: list[str]) -> None:
         time.sleep(float(seconds))
 
     ep.handle(Job, handle)
+    # the endpoint's control lines ("queue jobs: paused ...") on stdout, for tests to wait on
+    control_log = logging.getLogger("sqlqueue_orm.receiving.control")
+    control_log.setLevel(logging.INFO)
+    control_log.addHandler(logging.StreamHandler(sys.stdout))
     print("started", flush=True)
     ep.run()
     print("stopped", flush=True)

@@ -15,7 +15,8 @@ with a ``register(subparsers)`` function, in the order ``sqlqueue --help`` lists
 * ``errors``: list, show, retry and delete the messages of an error queue;
 * ``subscriptions``: the subscription table;
 * ``spark`` and ``dashboard``: the optional extras, whose packages load only when their command
-  runs (the extra may be absent).
+  runs (the extra may be absent);
+* ``control``: pause, resume and resize running endpoints live, and the log of who did.
 
 Beside them: ``arguments`` (every argument type, validated one way), ``context`` (the URL and the
 Transport), ``listings`` (how every listing prints, ``--json`` or not, empty or not) and
@@ -35,6 +36,7 @@ import sqlqueue_orm
 from sqlqueue_orm.cli import (
     arguments,
     context,
+    control,
     dashboard,
     ddl,
     delayed,
@@ -56,6 +58,7 @@ log = logging.getLogger("sqlqueue_orm.cli")
 #: The command groups, in the order ``sqlqueue --help`` lists them.
 GROUPS = (
     queues, ddl, verify, migrate, outbox, run, delayed, errors, subscriptions, spark, dashboard,
+    control,
 )
 
 

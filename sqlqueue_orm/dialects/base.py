@@ -211,6 +211,40 @@ UNSUBSCRIBE = "DELETE FROM {table} WHERE Endpoint = :endpoint and Topic = :topic
 SUBSCRIBERS = "SELECT DISTINCT QueueAddress FROM {table} WHERE Topic IN ({topics})"
 
 
+
+# -- live control of endpoints (sqlqueue_orm.control) ----------------------------------------
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ControlStatements:
+    """Upserts of one endpoint's control row, one change at a time, in the caller's transaction.
+
+    ``{table}`` is the control table quoted by SQLAlchemy; both take ``:endpoint``,
+    ``:changed_at`` and ``:changed_by``. Two operators changing one endpoint at once both
+    succeed, the later commit winning; neither fails on the other's insert.
+    """
+
+    #: Set ``paused`` to ``:paused``, inserting the row (no concurrency override) if missing.
+    set_paused: str
+    #: Set ``concurrency`` to ``:concurrency`` (NULL: the configured one), inserting the row
+    #: (not paused) if missing.
+    set_concurrency: str
+
+
+#: The upserts where ``INSERT ... ON CONFLICT`` exists (PostgreSQL, SQLite).
+CONTROL_UPSERTS = ControlStatements(
+    set_paused=(
+        "INSERT INTO {table} (endpoint, paused, concurrency, changed_at, changed_by) "
+        "VALUES (:endpoint, :paused, NULL, :changed_at, :changed_by) "
+        "ON CONFLICT (endpoint) DO UPDATE SET paused = excluded.paused, "
+        "changed_at = excluded.changed_at, changed_by = excluded.changed_by"
+    ),
+    set_concurrency=(
+        "INSERT INTO {table} (endpoint, paused, concurrency, changed_at, changed_by) "
+        "VALUES (:endpoint, :paused, :concurrency, :changed_at, :changed_by) "
+        "ON CONFLICT (endpoint) DO UPDATE SET concurrency = excluded.concurrency, "
+        "changed_at = excluded.changed_at, changed_by = excluded.changed_by"
+    ),
+)
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class DialectSupport:
     """Everything one database needs at run time outside the hot path, in one frozen place.
@@ -340,6 +374,8 @@ class DialectSupport:
 
     #: Flow control's statements (:class:`FlowStatements`); ``None``: limits hold per process.
     flow: FlowStatements | None = None
+    #: Upserts of the endpoints' control rows (:class:`ControlStatements`).
+    control: ControlStatements = CONTROL_UPSERTS
 
     # -- URLs and the driver (sqlqueue_orm.db.create_engine) --------------------------------
     #: Other names of the database in URLs as users paste them (``postgres://``).

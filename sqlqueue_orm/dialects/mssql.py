@@ -204,6 +204,31 @@ SUBSCRIBE_MERGE = (
     "VALUES (:queue_address, :topic, :endpoint);"
 )
 
+#: An endpoint's control row, upserted the way that holds on SQL Server: an UPDATE under
+#: UPDLOCK and SERIALIZABLE (which, when no row matches, locks the key's range until the
+#: transaction ends, so a second upsert of the same endpoint waits instead of inserting too),
+#: then the INSERT when it changed nothing. Not MERGE: without HOLDLOCK it races on the insert,
+#: and the two statements say what they do. Runs in the caller's transaction.
+CONTROL_UPSERTS = base.ControlStatements(
+    set_paused=(
+        "SET NOCOUNT ON; "
+        "UPDATE {table} WITH (UPDLOCK, SERIALIZABLE) SET paused = :paused, "
+        "changed_at = :changed_at, changed_by = :changed_by WHERE endpoint = :endpoint; "
+        "IF @@ROWCOUNT = 0 "
+        "INSERT INTO {table} (endpoint, paused, concurrency, changed_at, changed_by) "
+        "VALUES (:endpoint, :paused, NULL, :changed_at, :changed_by);"
+    ),
+    set_concurrency=(
+        "SET NOCOUNT ON; "
+        "UPDATE {table} WITH (UPDLOCK, SERIALIZABLE) SET concurrency = :concurrency, "
+        "changed_at = :changed_at, changed_by = :changed_by WHERE endpoint = :endpoint; "
+        "IF @@ROWCOUNT = 0 "
+        "INSERT INTO {table} (endpoint, paused, concurrency, changed_at, changed_by) "
+        "VALUES (:endpoint, :paused, :concurrency, :changed_at, :changed_by);"
+    ),
+)
+
+
 def _applock_granted(status: Any) -> bool:
     """sp_getapplock's status is >= 0 when the lock is granted."""
     return status is not None and int(status) >= 0
@@ -321,6 +346,7 @@ SUPPORT = MssqlSupport(
     missing_column_markers=("invalid column name",),
     transient_markers=(*base.GENERIC_TRANSIENT, "1205"),  # 1205: deadlock victim
     subscribe=SUBSCRIBE_MERGE,
+    control=CONTROL_UPSERTS,
     flow=FLOW,
     driver_extra="mssql",
 )

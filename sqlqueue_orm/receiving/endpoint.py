@@ -44,7 +44,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from sqlqueue_orm import addressing, dialects, exceptions, headers
 from sqlqueue_orm.pubsub import publishing
-from sqlqueue_orm.receiving import flow, forwarding, modes, mover, pump, wakeup
+from sqlqueue_orm.receiving import control, flow, forwarding, modes, mover, pump, wakeup
 from sqlqueue_orm.receiving.handling import (
     RELATED_TO,
     HandlerContext,
@@ -133,6 +133,7 @@ class Endpoint:
         self._pump: pump.MessagePump | None = None
         self._mover: mover.DelayedMessageMover | None = None
         self._instance_pump: pump.MessagePump | None = None
+        self._control: control.ControlPoller | None = None
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -339,8 +340,14 @@ class Endpoint:
                     self._mode_for(instance),
                     concurrency=self.settings.instance_concurrency,
                 )
+            # the operator's pause and concurrency, read before the pumps start
+            self._control = control.ControlPoller(
+                self.name, self.transport.engine, self._pump, self._pumps()[1:]
+            )
+            self._control.prepare(create=self.settings.create_queues)
             for each in self._pumps():
                 each.start(notify=notify)
+            self._control.start()
             if self.settings.delayed_delivery:
                 self._mover = mover.DelayedMessageMover(self._handling)
                 self._mover.start()
@@ -367,6 +374,8 @@ class Endpoint:
         """
         pumps = self._pumps()
         limit = self.settings.shutdown_timeout if timeout is None else timeout
+        if self._control is not None:
+            self._control.stop()
         for each in pumps:
             each.stop_taking()  # both queues stop taking before either waits
         moving, self._mover = self._mover, None

@@ -237,6 +237,8 @@ class MessagePump:
         #: Worker threads, so messages handled at once at most.
         self.concurrency = self.settings.concurrency if concurrency is None else concurrency
         self.stats = PumpStats()
+        #: Paused (receiving/control.py): no peek, no receive; handlers in flight finish.
+        self.paused = False
         #: Set once a peek and then a receive found nothing with no handler running
         #: (``sqlqueue run --once``); never cleared.
         self.drained = threading.Event()
@@ -313,7 +315,9 @@ class MessagePump:
             sent = False  # a send woke the pump: receive at once, no peek first
             while not self._stopping.is_set():
                 with self._condition:
-                    while self._busy >= self.concurrency and not self._stopping.is_set():
+                    while (
+                        self._busy >= self.concurrency or self.paused
+                    ) and not self._stopping.is_set():
                         self._condition.wait(0.5)
                 if self._stopping.is_set():
                     break
@@ -457,8 +461,8 @@ class MessagePump:
                 batch = self._next_ticket(worker)
             if batch is None:
                 return
-            if batch.empty or self._stopping.is_set():
-                batch.mark(True)  # cancelled: a sibling found nothing, or we are stopping
+            if batch.empty or self._stopping.is_set() or self.paused:
+                batch.mark(True)  # cancelled: a sibling found nothing, stopping or paused
                 continue
             receipt = _Receipt(self, batch, worker)
             with self._condition:

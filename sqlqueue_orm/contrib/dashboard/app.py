@@ -35,7 +35,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from sqlqueue_orm import exceptions
-from sqlqueue_orm.contrib.dashboard import rendering, sampling, security, sources
+from sqlqueue_orm.contrib.dashboard import control, rendering, sampling, security, sources
 from sqlqueue_orm.transport import Transport
 
 log = logging.getLogger("sqlqueue_orm.contrib.dashboard")
@@ -168,6 +168,7 @@ def create_app(
         Route("/errors/delete", pages.delete, methods=["POST"], name="delete"),
         Route("/outbox", pages.outbox, name="outbox"),
         Route("/delayed", pages.delayed, name="delayed"),
+        *control.ControlPages(pages).routes(),
     ]
     middleware = []
     if allowed_hosts is not None:
