@@ -11,6 +11,7 @@ ends or the transport closes. A nested block is a transaction of its own, as wit
 from __future__ import annotations
 
 import gc
+import os
 import threading
 
 import pytest
@@ -149,3 +150,28 @@ def test_a_killed_kept_connection_is_replaced_and_nothing_is_lost(database, post
         assert bodies(transport.receive("killed", 5, connection=connection)) == [b"one", b"two"]
     transport.close()
     assert database.engine.pool.checkedout() == 0
+
+
+@only("postgresql")
+def test_a_forked_child_never_uses_the_connection_its_parent_keeps(database):
+    transport = database.transport()
+    transport.create_queue("forked")
+    transport.send_many("forked", [OutgoingMessage(b"child"), OutgoingMessage(b"parent")])
+    with transport.begin() as connection:
+        pid = connection.connection.dbapi_connection.info.backend_pid
+    child = os.fork()
+    if child == 0:  # the child: its block runs on a connection of its own
+        code = 1
+        try:
+            with transport.begin() as connection:
+                own = connection.connection.dbapi_connection.info.backend_pid
+                taken = transport.receive("forked", connection=connection)
+            code = 0 if own != pid and bodies(taken) == [b"child"] else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    with transport.begin() as connection:  # the parent's kept connection works as before
+        assert connection.connection.dbapi_connection.info.backend_pid == pid
+        assert bodies(transport.receive("forked", connection=connection)) == [b"parent"]
+    transport.close()
