@@ -68,6 +68,10 @@ def _round(transport: Transport, database: servers.Database, messages: int) -> d
         with engine.begin() as connection:
             transport.receive(queue, connection=connection)
 
+    def receive_in_begin() -> None:  # the same guarantee on the thread's kept connection
+        with transport.begin() as connection:
+            transport.receive(queue, connection=connection)
+
     sends("send ours", lambda message: transport.send(queue, message))
     raw_sends("send raw autocommit", raw_auto)
     sends("send in tx ours", send_in_tx)
@@ -77,6 +81,7 @@ def _round(transport: Transport, database: servers.Database, messages: int) -> d
     receives("recv raw autocommit", lambda: raw_auto.receive(1))
     receives("recv in tx ours", receive_in_tx)
     receives("recv raw BEGIN/COMMIT", lambda: raw_tx.receive(1))
+    receives("recv in begin ours", receive_in_begin)
     message = workload.outgoing(0, 1)[0]
     found["prepare only"] = _cpu(message.prepare, messages)
     raw_auto.close()
@@ -92,6 +97,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     pairs = (("send ours", "send raw autocommit"), ("recv ours", "recv raw autocommit"),
              ("recv in tx ours", "recv raw BEGIN/COMMIT"),
+             ("recv in begin ours", "recv raw BEGIN/COMMIT"),
              ("send in tx ours", "send raw BEGIN/COMMIT"))
     with servers.temporary_directory() as directory:
         for name in args.databases.split(","):
@@ -101,9 +107,9 @@ def main(argv: list[str] | None = None) -> None:
                   f"{args.rounds} rounds of {args.messages})")
             for ours, raw in pairs:
                 mine, base = min(found[ours]), min(found[raw])
-                print(f"  {ours:17} {mine:7.1f}   {raw:22} {base:7.1f}   ours - raw "
+                print(f"  {ours:18} {mine:7.1f}   {raw:22} {base:7.1f}   ours - raw "
                       f"{mine - base:6.1f}")
-            print(f"  {'prepare only':17} {min(found['prepare only']):7.1f}")
+            print(f"  {'prepare only':18} {min(found['prepare only']):7.1f}")
 
 
 if __name__ == "__main__":

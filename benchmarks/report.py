@@ -180,6 +180,7 @@ def chart(results: list[Result], path: str) -> str | None:
     figure, axes = plt.subplots(len(databases), 1, figsize=(11, 0.28 * sum(heights) + 2),
                                 gridspec_kw={"height_ratios": heights}, squeeze=False)
     colours = {workers.OURS: "tab:blue", workers.OURS_TX: "tab:cyan",
+               workers.OURS_KEPT: "tab:purple",
                baselines.AUTOCOMMIT: "tab:gray", baselines.TRANSACTION: "silver",
                workers.KOMBU: "tab:red", workers.PGQUEUER_ASYNCPG: "tab:green",
                workers.PGQUEUER_PSYCOPG: "tab:olive"}

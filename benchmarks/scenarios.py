@@ -138,7 +138,8 @@ def receive(run: Run) -> None:
     for consumers in run.settings.consumers:
         for per_transaction in run.settings.per_transaction:
             scenario = f"receive {per_transaction}/txn, {consumers} consumer(s)"
-            sides = [workers.OURS, workers.OURS_TX, baselines.AUTOCOMMIT, baselines.TRANSACTION]
+            sides = [workers.OURS, workers.OURS_TX, workers.OURS_KEPT, baselines.AUTOCOMMIT,
+                     baselines.TRANSACTION]
             if per_transaction == 1:
                 sides.append(workers.KOMBU)
             elif run.settings.peers:

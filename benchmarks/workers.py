@@ -15,6 +15,9 @@ from benchmarks.servers import Database
 
 OURS = "sqlqueue_orm"
 OURS_TX = "sqlqueue_orm in caller's tx"
+#: The caller's transaction by ``Transport.begin()`` (a kept connection) instead of
+#: ``engine.begin()`` (a pool checkout and a new Connection per transaction).
+OURS_KEPT = "sqlqueue_orm in transport.begin()"
 KOMBU = "kombu (SQLAlchemy)"
 PGQUEUER_ASYNCPG = "PGQueuer (asyncpg)"
 PGQUEUER_PSYCOPG = "PGQueuer (psycopg)"
@@ -49,7 +52,7 @@ def consume(side: str, database: Database, queue: str, per_transaction: int, bar
 
 
 def _receiver(side: str, database: Database, queue: str, per_transaction: int) -> Any:
-    if side in (OURS, OURS_TX):
+    if side in (OURS, OURS_TX, OURS_KEPT):
         from sqlqueue_orm import Transport
 
         transport = Transport(database.url)
@@ -59,10 +62,10 @@ def _receiver(side: str, database: Database, queue: str, per_transaction: int) -
             def receive() -> list[Any]:
                 return [m.body for m in transport.receive(queue, per_transaction)]
         else:
-            engine = transport.engine
+            begin = transport.engine.begin if side == OURS_TX else transport.begin
 
             def receive() -> list[Any]:
-                with engine.begin() as connection:
+                with begin() as connection:
                     messages = transport.receive(queue, per_transaction, connection=connection)
                 return [m.body for m in messages]
 

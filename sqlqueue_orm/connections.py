@@ -143,17 +143,12 @@ class ThreadConnections:
             # A forked child inherited the parent's socket: never use it, never close it.
             self._local.held = None
             held.abandon()
-        with self._lock:
-            keep = self._held_count < self._held_limit
-            if keep:
-                self._held_count += 1
-        if not keep:
+        if not self.reserve():
             return None
         try:
             fairy = raw_connection(self.engine)
         except BaseException:
-            with self._lock:
-                self._held_count -= 1
+            self.unreserve()
             raise
         held = _HeldConnection(fairy)
         self._held_all.add(held)
@@ -161,9 +156,25 @@ class ThreadConnections:
         self._local.held = held
         return held
 
-    def _release(self, held: _HeldConnection) -> None:
+    def reserve(self) -> bool:
+        """Count one more connection kept by a thread, if the budget has room (else False).
+
+        The budget (half the pool) is shared with the connections that
+        :mod:`sqlqueue_orm.transactions` keeps, so the kept ones never starve the pool.
+        """
+        with self._lock:
+            if self._held_count >= self._held_limit:
+                return False
+            self._held_count += 1
+            return True
+
+    def unreserve(self) -> None:
+        """A connection counted by :meth:`reserve` went back to the pool."""
         with self._lock:
             self._held_count -= 1
+
+    def _release(self, held: _HeldConnection) -> None:
+        self.unreserve()
         self._held_all.discard(held)
 
     def begin(self, fairy: Any, cursor: Any, kept: bool) -> None:

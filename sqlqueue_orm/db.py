@@ -66,6 +66,14 @@ def create_engine(
         raise exceptions.ConfigurationError(support.missing_driver(parsed, error)) from error
 
 
+def without_password(url: str) -> str:
+    """*url* with its password masked (errors and logs must never show it)."""
+    try:
+        return sa.make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not a URL at all: nothing in it is known to be a password
+        return url if "@" not in url else "<unparseable URL>"
+
+
 def engine_url(url: str | sa.URL) -> sa.URL:
     """*url* as :func:`create_engine` connects with it.
 

@@ -16,11 +16,10 @@ import dataclasses
 import datetime as dt
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from sqlqueue_orm import (
@@ -33,6 +32,7 @@ from sqlqueue_orm import (
     dialects,
     exceptions,
     headers,
+    transactions,
 )
 from sqlqueue_orm import instrumentation as _instrumentation
 from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage
@@ -97,7 +97,7 @@ class Transport:
                 self.engine = db.create_engine(url_or_engine)
             except Exception as error:
                 raise exceptions.ConfigurationError(
-                    f"cannot use database URL {_without_password(url_or_engine)!r}: {error}"
+                    f"cannot use database URL {db.without_password(url_or_engine)!r}: {error}"
                 ) from error
             self._owns_engine = True
         else:
@@ -119,6 +119,9 @@ class Transport:
         self._connections = connections.ThreadConnections(
             self.engine, begin, sql.for_dialect(self.engine.dialect).autocommit,
             db.translate_error,
+        )
+        self._kept = transactions.KeptConnections(
+            self.engine, self._connections.reserve, self._connections.unreserve
         )
         #: Called with the queue's address after each send this transport committed itself
         #: (endpoints of this process register here to wake up at once).
@@ -144,8 +147,16 @@ class Transport:
     def close(self) -> None:
         """Give back the connections threads hold; dispose of the engine if we created it."""
         self._connections.close()
+        self._kept.close()
         if self._owns_engine:
             self.engine.dispose()
+
+    def begin(self) -> transactions.KeptTransaction:
+        """``engine.begin()``'s block on a connection this thread keeps (no checkout per block).
+
+        See :mod:`sqlqueue_orm.transactions`; pass the connection to receive, send, your writes.
+        """
+        return self._kept.begin()
 
     # -- addressing ------------------------------------------------------------------------
     def _address(self, queue: QueueRef) -> addressing.QueueAddress:
@@ -190,22 +201,13 @@ class Transport:
                 self._by_reference[queue] = table_queue
         return table_queue
 
-    @contextmanager
-    def _connection(self, connection: Connection | None) -> Iterator[Connection]:
-        if connection is not None:
-            yield connection
-            return
-        with self.engine.begin() as own:
-            yield own
+    def _connection(self, connection: Connection | None) -> AbstractContextManager[Connection]:
+        """*connection*, else a transaction of ours (:meth:`begin`) for a ``with`` block."""
+        return nullcontext(connection) if connection is not None else self._kept.begin()
 
-    @contextmanager
-    def _reading(self, connection: Connection | None) -> Iterator[Connection]:
+    def _reading(self, connection: Connection | None) -> AbstractContextManager[Connection]:
         """*connection*, else one of ours that only reads (SQLite: no write lock taken)."""
-        if connection is not None:
-            yield connection
-            return
-        with db.reading(self.engine) as own:
-            yield own
+        return nullcontext(connection) if connection is not None else db.reading(self.engine)
 
     def _first_use(self, connection: Connection, table_queue: TableQueue) -> None:
         """One look-up of the queue table for both one-time checks, on *connection*.
@@ -613,11 +615,3 @@ class Transport:
                 (str(info.address), self._table_queue(info.address).peek(connection))
                 for info in found
             ]
-
-
-def _without_password(url: str) -> str:
-    """*url* with its password masked (errors and logs must never show it)."""
-    try:
-        return sa.make_url(url).render_as_string(hide_password=True)
-    except Exception:  # not a URL at all: nothing in it is known to be a password
-        return url if "@" not in url else "<unparseable URL>"

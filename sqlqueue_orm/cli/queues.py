@@ -199,7 +199,7 @@ def _cmd_receive(args: argparse.Namespace) -> int:
     taken = 0
     try:
         # One transaction: the rows are deleted only if every line was handed over.
-        with transport.engine.begin() as connection:
+        with transport.begin() as connection:
             messages = transport.receive(args.queue, max_messages=args.count,
                                          connection=connection)
             taken = len(messages)

@@ -91,7 +91,7 @@ class OutboxDispatch:
             undispatched; the dispatcher retries it).
         :raises DatabaseError: the local database failed.
         """
-        with outbox_errors(), self.transport.engine.begin() as connection:
+        with outbox_errors(), self.transport.begin() as connection:
             sent = self._dispatch_record(connection, message_id)
         if sent is not None:
             log.debug(
@@ -134,7 +134,7 @@ class OutboxDispatch:
         cutoff = moment - dt.timedelta(seconds=_seconds(grace_period))
         report = DispatchReport()
         try:
-            with outbox_errors(), self.transport.engine.begin() as connection:
+            with outbox_errors(), self.transport.begin() as connection:
                 rows = connection.execute(
                     claim_statement(limit=batch_size), {"cutoff": cutoff}
                 ).all()
@@ -167,10 +167,10 @@ class OutboxDispatch:
         report = DispatchReport(claimed=len(message_ids))
         for message_id in message_ids:
             try:
-                with outbox_errors(), self.transport.engine.begin() as connection:
+                with outbox_errors(), self.transport.begin() as connection:
                     sent = self._dispatch_record(connection, message_id)
             except exceptions.DispatchError as error:
-                with outbox_errors(), self.transport.engine.begin() as connection:
+                with outbox_errors(), self.transport.begin() as connection:
                     self._defer_record(connection, message_id, moment, delay, str(error))
                 report.deferred += 1
                 continue

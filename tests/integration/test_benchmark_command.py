@@ -46,6 +46,7 @@ def test_every_scenario_runs_on_sqlite_and_prints_the_table():
                      "send 1/txn, instrumentation", "receive 1/call, instrumentation"):
         assert f"| sqlite | {scenario} |" in table, scenario
     assert "| raw autocommit |" in table and "| raw BEGIN/stmt/COMMIT |" in table
+    assert "| sqlqueue_orm in transport.begin() |" in table  # beside engine.begin()'s
     for mode in ("NONE", "TRANSACTION_SCOPE"):  # the modes SQLite runs
         for concurrency in (1, 4):
             scenario = f"endpoint {mode}, concurrency {concurrency}"
@@ -124,6 +125,7 @@ def test_the_cpu_cost_command_prints_every_path_beside_raw():
         cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
     )
     assert completed.returncode == 0, completed.stderr[-2000:]
-    for path in ("send ours", "recv ours", "recv in tx ours", "send in tx ours", "prepare only"):
+    for path in ("send ours", "recv ours", "recv in tx ours", "recv in begin ours",
+                 "send in tx ours", "prepare only"):
         assert path in completed.stdout, completed.stdout
-    assert completed.stdout.count("ours - raw") == 4
+    assert completed.stdout.count("ours - raw") == 5

@@ -27,6 +27,7 @@ EXPECTED_ALL = [
 #: Every public method of Transport, with its signature: the whole of its surface.
 TRANSPORT_METHODS = {
     "close": "(self)",
+    "begin": "(self)",
     "address_text": "(self, queue)",
     "create_queue": "(self, queue, *, body_string=False)",
     "create_queues": "(self, queues)",
