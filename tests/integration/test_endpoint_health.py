@@ -20,6 +20,7 @@ import pytest
 
 from sqlqueue_orm import OutgoingMessage, db, headers, health
 from sqlqueue_orm.receiving import Endpoint, HandlerContext
+from tests.conftest import only
 from tests.endpoint_app import Job
 from tests.health_app import BEAT
 from tests.outbox_app import REPO
@@ -38,6 +39,7 @@ def eventually(read: Callable[[], T], done: Callable[[T], bool], what: str) -> T
         time.sleep(0.05)
 
 
+@only("sqlite", "postgresql")
 def test_a_running_endpoint_beats_with_its_counts_and_a_clean_stop_says_stopped(database):
     transport = database.transport()
     endpoint = Endpoint(
@@ -92,6 +94,7 @@ def test_a_running_endpoint_beats_with_its_counts_and_a_clean_stop_says_stopped(
     assert metrics.latest is not None and metrics.latest.depth == 0
 
 
+@only("sqlite", "postgresql")
 def test_a_killed_endpoint_shows_stale_after_three_missed_beats(database):
     process = subprocess.Popen(
         [sys.executable, "-m", "tests.health_app", database.url, "health-killed"],
@@ -124,6 +127,7 @@ def test_a_killed_endpoint_shows_stale_after_three_missed_beats(database):
         process.wait(30)
 
 
+@only("sqlite", "postgresql")
 def test_the_oldest_message_age_comes_from_the_head_rows_time_sent(database):
     transport = database.transport()
     transport.create_queue("health-waiting")
@@ -149,6 +153,7 @@ def test_a_bad_heartbeat_interval_is_refused_naming_it(interval):
         EndpointSettings(heartbeat_interval=interval)
 
 
+@only("sqlite", "postgresql")
 def test_heartbeats_off_write_nothing(database):
     transport = database.transport()
     with Endpoint("health-quiet", transport, peek_delay=0.1, heartbeat_interval=None) as endpoint:
