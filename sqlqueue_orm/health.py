@@ -93,6 +93,16 @@ class EndpointInstance:
     #: Seconds since the last beat (by the reader's clock).
     silent_for: float
 
+    @property
+    def state_text(self) -> str:
+        """``running``, ``stale for 12 min`` (silent that long) or ``stopped 3 min ago``."""
+        silent = format_duration(self.silent_for)
+        if self.state == STALE:
+            return f"stale for {silent}"
+        if self.state == STOPPED:
+            return f"stopped {silent} ago"
+        return self.state
+
     def record(self) -> dict[str, Any]:
         """The instance as a JSON-ready mapping (times in ISO 8601, UTC)."""
         values = dataclasses.asdict(self)
@@ -194,16 +204,19 @@ def prune(engine: Engine, now: float | None = None) -> None:
 
 
 def read_head(transport: Transport, queue: str) -> tuple[int, float | None]:
-    """*queue*'s depth (the peek's estimate) and the age in seconds of its oldest message.
-
-    The age is read from the head row's ``NServiceBus.TimeSent`` header (.NET senders write it
-    too): one row, found through the queue's clustered key, only its Headers read; a row another
-    transaction is writing or taking is skipped where the database would wait for it.
-    ``None``: the queue is empty, or its head carries no readable TimeSent.
-    """
+    """*queue*'s depth (the peek's estimate) and its oldest message's age (:func:`oldest_age`)."""
     depth = transport.peek(queue)
-    if depth <= 0:
-        return 0, None
+    return (depth, oldest_age(transport, queue)) if depth > 0 else (0, None)
+
+
+def oldest_age(transport: Transport, queue: str) -> float | None:
+    """Seconds the oldest message of *queue* has waited, from its ``NServiceBus.TimeSent``.
+
+    The head row's Headers alone (.NET senders write TimeSent too): one row found through the
+    queue's clustered key; a row another transaction is writing or taking is skipped where the
+    database would wait for it. ``None``: the queue is empty, or its head carries no readable
+    TimeSent.
+    """
     address = transport._address(queue)
     dialect = transport.engine.dialect
     table = queue_table(address.table, db.schema_argument(address), dialect)
@@ -221,16 +234,16 @@ def read_head(transport: Transport, queue: str) -> tuple[int, float | None]:
     with db.wrap_db_errors(str(address)), db.reading(transport.engine) as connection:
         raw = connection.execute(statement).scalar()
     if raw is None:
-        return depth, None
+        return None
     parsed, _kept, _error = headers.decode(raw, text.headers_encoding)
     sent = parsed.get(headers.TIME_SENT)
     if not sent:
-        return depth, None
+        return None
     try:
         moment = headers.parse_time(sent)
     except ValueError:
-        return depth, None
-    return depth, max(0.0, time.time() - moment.timestamp())
+        return None
+    return max(0.0, time.time() - moment.timestamp())
 
 
 # -- reading -------------------------------------------------------------------------------------

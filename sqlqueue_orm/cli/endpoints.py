@@ -18,23 +18,13 @@ from sqlqueue_orm import health
 from sqlqueue_orm.cli import arguments, listings
 
 
-def state_text(instance: health.EndpointInstance) -> str:
-    """``running``, ``stale for 12 min`` or ``stopped 3 min ago``."""
-    silent = health.format_duration(instance.silent_for)
-    if instance.state == health.STALE:
-        return f"stale for {silent}"
-    if instance.state == health.STOPPED:
-        return f"stopped {silent} ago"
-    return instance.state
-
-
 def line(instance: health.EndpointInstance) -> str:
     """One instance as a line of text (see the module docstring)."""
     started = instance.record()["started_at"]
     return "\t".join(
         [
             instance.endpoint,
-            state_text(instance),
+            instance.state_text,
             f"{instance.host}:{instance.process_id}",
             f"processed {instance.processed} ({instance.processed_rate:.1f}/min)",
             f"failed {instance.failed} ({instance.failed_rate:.1f}/min)",
