@@ -32,8 +32,9 @@ from sqlqueue_orm.models.queue_table import queue_table
 from sqlqueue_orm.queuing import sql
 
 if TYPE_CHECKING:
-    from sqlalchemy.engine import Connection, Engine
+    from sqlalchemy.engine import Connection, Dialect, Engine
 
+    from sqlqueue_orm.addressing import QueueAddress
     from sqlqueue_orm.transport import Transport
 
 log = logging.getLogger(__name__)
@@ -218,19 +219,8 @@ def oldest_age(transport: Transport, queue: str) -> float | None:
     TimeSent.
     """
     address = transport._address(queue)
-    dialect = transport.engine.dialect
-    table = queue_table(address.table, db.schema_argument(address), dialect)
-    text = sql.for_dialect(dialect)
-    quoted = dialect.identifier_preparer.quote(table.c.Headers.name)
-    statement: sa.Select[Any] = (
-        sa.select(sa.literal_column(text.headers_read.format(headers=quoted)))
-        .select_from(table)
-        .order_by(table.c.RowVersion)
-        .limit(1)
-    )
-    hint = dialects.for_dialect(transport.engine).committed_read_hint
-    if hint is not None:
-        statement = statement.with_hint(table, hint)
+    statement = head_statement(transport.engine.dialect, address)
+    text = sql.for_dialect(transport.engine.dialect)
     with db.wrap_db_errors(str(address)), db.reading(transport.engine) as connection:
         raw = connection.execute(statement).scalar()
     if raw is None:
@@ -244,6 +234,25 @@ def oldest_age(transport: Transport, queue: str) -> float | None:
     except ValueError:
         return None
     return max(0.0, time.time() - moment.timestamp())
+
+
+def head_statement(dialect: Dialect, address: QueueAddress) -> sa.Select[Any]:
+    """The Headers of the queue's head row: ``TOP 1``/``LIMIT 1`` by the clustered key.
+
+    With the dialect's :attr:`~sqlqueue_orm.dialects.base.DialectSupport.committed_read_hint`
+    (SQL Server: ``READPAST``), so a row being received or written is skipped, not waited for.
+    """
+    table = queue_table(address.table, db.schema_argument(address), dialect)
+    text = sql.for_dialect(dialect)
+    quoted = dialect.identifier_preparer.quote(table.c.Headers.name)
+    statement: sa.Select[Any] = (
+        sa.select(sa.literal_column(text.headers_read.format(headers=quoted)))
+        .select_from(table)
+        .order_by(table.c.RowVersion)
+        .limit(1)
+    )
+    hint = dialects.for_dialect(dialect).committed_read_hint
+    return statement if hint is None else statement.with_hint(table, hint)
 
 
 # -- reading -------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ rewritten on every heartbeat:
 ================== ===================== ===================== ==================
 column             SQL Server            PostgreSQL            SQLite
 ================== ===================== ===================== ==================
-instance_id        nvarchar(64) PK       varchar(64) PK        VARCHAR(64) PK
+instance_id        nvarchar(48) PK       varchar(48) PK        VARCHAR(48) PK
 endpoint           nvarchar(450)         varchar(450)          VARCHAR(450)
 host               nvarchar(255)         varchar(255)          VARCHAR(255)
 process_id         int                   integer               INTEGER
@@ -27,9 +27,9 @@ failed_rate        float(53)             double precision      DOUBLE
 ============== ===================== ===================== ==================
 column         SQL Server            PostgreSQL            SQLite
 ============== ===================== ===================== ==================
-queue          nvarchar(400) PK      varchar(400) PK       VARCHAR(400) PK
+queue          nvarchar(390) PK      varchar(390) PK       VARCHAR(390) PK
 sampled_at     float(53) PK          double precision PK   DOUBLE PK
-instance_id    nvarchar(64) PK       varchar(64) PK        VARCHAR(64) PK
+instance_id    nvarchar(48) PK       varchar(48) PK        VARCHAR(48) PK
 depth          bigint NULL           bigint NULL           BIGINT NULL
 oldest_age     float(53) NULL        double precision NULL DOUBLE NULL
 processed      bigint                bigint                BIGINT
@@ -42,8 +42,8 @@ schedule keeps them; ``state`` is ``running`` or ``stopped`` (a stale instance i
 ``failed`` count what its instance did since its previous sample, so readers sum them;
 ``depth`` (the peek's estimate) and ``oldest_age`` (seconds the head message had waited since
 its ``NServiceBus.TimeSent``) are readings, so readers take the latest. The metrics key
-``(queue, sampled_at, instance_id)`` is 824 bytes at most on SQL Server, under its 900-byte
-limit of a clustered key: queue addresses longer than 400 characters get no samples. An index
+``(queue, sampled_at, instance_id)`` is 884 bytes at most on SQL Server, under its 900-byte
+limit of a clustered key: queue addresses longer than 390 characters get no samples. An index
 on ``sampled_at`` lets the pruning of old samples find them without reading the others.
 An endpoint with heartbeats creates both tables at start-up when missing; revision
 ``0014_endpoint_health`` creates them for databases migrated with Alembic.
@@ -63,9 +63,9 @@ METRICS_TABLE = "sqlqueue_queue_metrics"
 #: Longest endpoint name stored (nvarchar(450): 900 bytes).
 NAME_LENGTH = 450
 #: Longest queue address sampled (the metrics key must stay under 900 bytes on SQL Server).
-QUEUE_LENGTH = 400
-#: Longest instance id.
-INSTANCE_LENGTH = 64
+QUEUE_LENGTH = 390
+#: Longest instance id (a UUID, or ``dashboard-`` and a UUID).
+INSTANCE_LENGTH = 48
 
 
 class EndpointHeartbeat(Base):

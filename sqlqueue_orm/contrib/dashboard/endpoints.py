@@ -7,15 +7,41 @@ Each instance that beat in the last day, as ``sqlqueue endpoints`` lists it: run
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from sqlqueue_orm import exceptions, health
 
 if TYPE_CHECKING:
     from starlette.requests import Request
-    from starlette.responses import Response
+    from starlette.responses import HTMLResponse, Response
 
-    from sqlqueue_orm.contrib.dashboard.app import _Pages
+    from sqlqueue_orm.transport import Transport
+
+T = TypeVar("T")
+
+
+class _Dashboard(Protocol):
+    transport: Transport
+
+
+class Pages(Protocol):
+    """What this page needs of the dashboard's pages: its state, rendering, the thread pool."""
+
+    @property
+    def dashboard(self) -> _Dashboard:
+        """The dashboard's state (its transport)."""
+
+    async def call(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run blocking library code on the thread pool."""
+
+    def render(
+        self, request: Request, template: str, status: int = 200, **values: Any
+    ) -> HTMLResponse:
+        """Render *template* with the dashboard's common values."""
+
+    def problem(self, request: Request, status: int, text: str) -> HTMLResponse:
+        """A page that says what went wrong, in one line."""
 
 
 class EndpointPages:
@@ -24,7 +50,7 @@ class EndpointPages:
     :param pages: the dashboard's pages (rendering, the thread pool, problem pages).
     """
 
-    def __init__(self, pages: _Pages) -> None:
+    def __init__(self, pages: Pages) -> None:
         self.pages = pages
 
     async def endpoints(self, request: Request) -> Response:

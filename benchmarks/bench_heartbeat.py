@@ -1,0 +1,126 @@
+"""What endpoint heartbeats cost the pump: the same drain with heartbeats on and off.
+
+Each round drains N messages through an endpoint (TRANSACTION_SCOPE, empty handler, concurrency
+4) twice, once with heartbeats and queue samples every second (``heartbeat_interval=1``,
+``metrics_interval=1``: far more often than the defaults of 5 s and 60 s, to be conservative)
+and once with them off, in alternating order; the medians of the rounds' rates and their ratio
+are printed. The target: heartbeats cost under 1% of the pump's rate. On a machine shared with
+other work the ratio swings by more than that; take the figure from a quiet machine.
+
+Usage: ``python benchmarks/bench_heartbeat.py [--n 5000] [--rounds 5] [--url URL]`` (default:
+a SQLite file and a throwaway PostgreSQL cluster, or $SQLQUEUE_BENCH_POSTGRES_URL). Also the
+scenario ``heartbeat`` of ``python -m benchmarks`` (:func:`heartbeat_scenario`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from typing import TYPE_CHECKING
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks import workers, workload
+from benchmarks.workload import Result
+from sqlqueue_orm import OutgoingMessage, Transport
+from sqlqueue_orm.receiving import Endpoint, TransactionMode
+
+if TYPE_CHECKING:
+    from benchmarks.harness import Run
+
+#: The target: the pump's rate with heartbeats at least this share of its rate without.
+TARGET_RATIO = 0.99
+#: Seconds between beats (and samples) in the "on" rounds.
+BEAT = 1.0
+CONCURRENCY = 4
+
+
+def drain(transport: Transport, queue: str, n: int, heartbeats: bool) -> float:
+    """Messages per second the pump drains *n* messages at, heartbeats on or off."""
+    transport.purge_all(queue)
+    transport.send_many(queue, [OutgoingMessage(b"x") for _ in range(n)])
+    endpoint = Endpoint(
+        queue,
+        transport,
+        transaction_mode=TransactionMode.TRANSACTION_SCOPE,
+        concurrency=CONCURRENCY,
+        peek_delay=0.1,
+        create_queues=False,
+        delayed_delivery=False,
+        heartbeat_interval=BEAT if heartbeats else None,
+        metrics_interval=BEAT,
+    )
+    endpoint.handle_raw(lambda body, context: None)
+    began = time.perf_counter()
+    endpoint.start()
+    try:
+        deadline = began + 600
+        while endpoint.stats.handled < n:
+            if time.perf_counter() > deadline or endpoint.stats.failed:
+                raise AssertionError(f"heartbeat bench: {endpoint.stats}")
+            time.sleep(0.001)
+        seconds = time.perf_counter() - began
+    finally:
+        endpoint.stop()
+    return n / seconds
+
+
+def compare(transport: Transport, queue: str, n: int, rounds: int) -> tuple[float, float]:
+    """(median rate with heartbeats, median rate without), from alternating rounds."""
+    on: list[float] = []
+    off: list[float] = []
+    for index in range(rounds):
+        order = (True, False) if index % 2 == 0 else (False, True)
+        for heartbeats in order:
+            (on if heartbeats else off).append(drain(transport, queue, n, heartbeats))
+    return statistics.median(on), statistics.median(off)
+
+
+def heartbeat_scenario(run: Run) -> None:
+    """The pump with heartbeats every second beside the pump without (``--only heartbeat``)."""
+    n = run.settings.messages
+    queue = run.new_queue("heartbeat")
+    run.transport.create_queue("error")
+    on, off = compare(run.transport, queue, n, rounds=3)
+    scenario = f"endpoint heartbeats, concurrency {CONCURRENCY}"
+    run.add(Result.of(run.database.name, scenario, f"{workers.PUMP}, heartbeats off",
+                      workload.Timing(n, n / off, []), note="median of 3 alternating rounds"))
+    run.add(
+        Result.of(run.database.name, scenario, f"{workers.PUMP}, heartbeats every {BEAT:g} s",
+                  workload.Timing(n, n / on, []), note="samples every second too")
+        .aiming(f"target: >= {TARGET_RATIO:.2f}x without", f"{on / off:.3f}x without",
+                on / off >= TARGET_RATIO)
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=5000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--url", action="append", default=None,
+                        help="a database to measure (repeatable; default SQLite and PostgreSQL)")
+    args = parser.parse_args()
+    urls = args.url
+    if urls is None:
+        from benchmarks.bench_endpoint import fresh_database, postgres_url
+
+        folder = tempfile.mkdtemp(prefix="bench-heartbeat-")
+        urls = [f"sqlite:///{folder}/bench.db", fresh_database(postgres_url())]
+    for url in urls:
+        transport = Transport(url)
+        transport.create_queue("heartbeat_bench")
+        transport.create_queue("error")
+        on, off = compare(transport, "heartbeat_bench", args.n, args.rounds)
+        name = transport.engine.dialect.name
+        print(f"{name:<10} pump x{CONCURRENCY}, {args.n} msgs, median of {args.rounds}: "
+              f"heartbeats off {off:7,.0f} msg/s, every {BEAT:g} s {on:7,.0f} msg/s "
+              f"({on / off:.3f}x; cost {100 * (1 - on / off):+.1f}%)", flush=True)
+        transport.close()
+
+
+if __name__ == "__main__":
+    main()
