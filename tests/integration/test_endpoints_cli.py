@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import time
 
 import sqlalchemy as sa
@@ -74,3 +75,14 @@ def test_endpoints_refuses_bad_input_in_one_line(database, tmp_path):
     result = sqlqueue("--url", database.url, "endpoints", "--endpoint", " ", cwd=tmp_path)
     assert result.returncode == 2
     assert "' '" in one_line(result.stderr)
+
+
+def test_endpoints_names_an_unreachable_database_in_one_line(tmp_path):
+    with socket.socket() as probe:  # a port on loopback that nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"postgresql+psycopg://someone:secret@127.0.0.1:{port}/shop"
+    result = sqlqueue("--url", url, "endpoints", "--json", cwd=tmp_path)
+    assert result.returncode == 1
+    line = one_line(result.stderr)
+    assert f"127.0.0.1:{port}" in line and "refused" in line.lower() and "secret" not in line
