@@ -49,6 +49,8 @@ STALE_BEATS = 3
 RETENTION = 24 * 3600.0
 #: Seconds between samples of one queue by one instance (and between prunings).
 SAMPLE_INTERVAL = 60.0
+#: Queue names one read of the samples asks for at most.
+MAX_NAMES = 500
 #: The states of an instance as read.
 RUNNING, STALE, STOPPED = "running", "stale", "stopped"
 
@@ -307,15 +309,21 @@ def read_queue_metrics(
     """
     since = (time.time() if now is None else now) - window
     found: dict[str, dict[int, list[Any]]] = {queue: {} for queue in queues}
+    rows: list[Any] = []
     with db.wrap_db_errors(), db.reading(engine) as connection:
         if queues and _has(connection, METRICS):
-            rows = connection.execute(
-                sa.select(METRICS)
-                .where(METRICS.c.queue.in_(list(queues)), METRICS.c.sampled_at >= since)
-                .order_by(METRICS.c.queue, METRICS.c.sampled_at)
-            ).all()
-        else:
-            rows = []
+            names = list(dict.fromkeys(queues))
+            for start in range(0, len(names), MAX_NAMES):  # SQL Server: 2,100 parameters
+                rows.extend(
+                    connection.execute(
+                        sa.select(METRICS)
+                        .where(
+                            METRICS.c.queue.in_(names[start : start + MAX_NAMES]),
+                            METRICS.c.sampled_at >= since,
+                        )
+                        .order_by(METRICS.c.queue, METRICS.c.sampled_at)
+                    ).all()
+                )
     for row in rows:
         minutes = found[row.queue]
         minute = int(row.sampled_at // 60)

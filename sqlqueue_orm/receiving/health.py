@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 
 #: Seconds of beats the rates are measured over.
 RATE_WINDOW = 60.0
+#: Seconds :meth:`HealthWriter.stop` waits for a beat in progress (a database that hangs).
+STOP_WAIT = 10.0
 
 
 def _failed(pump: MessagePump) -> int:
@@ -85,11 +87,23 @@ class HealthWriter:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop the thread, write a last sample and mark the instance stopped."""
+        """Stop the thread, write a last sample and mark the instance stopped.
+
+        A beat still running after :data:`STOP_WAIT` seconds (the database hangs) is left to
+        its thread; the instance then turns stale rather than stopped.
+        """
         self._stop.set()
         thread, self._thread = self._thread, None
         if thread is not None:
-            thread.join()
+            thread.join(STOP_WAIT)
+            if thread.is_alive():
+                log.warning(
+                    "queue %s: the last heartbeat is still being written after %g s; "
+                    "the instance will show stale, not stopped",
+                    self.endpoint,
+                    STOP_WAIT,
+                )
+                return
         self._write(final=True)
 
     def _run(self) -> None:

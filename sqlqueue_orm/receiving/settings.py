@@ -137,7 +137,7 @@ class EndpointSettings:
         (registered with ``handle(..., event=True)``), as NServiceBus does.
     :param heartbeat_interval: seconds between the heartbeats the endpoint writes to
         ``sqlqueue_endpoints`` on a thread of its own (``sqlqueue endpoints``, the dashboard);
-        ``None``: no heartbeats and no queue metrics. See ``docs/operations.md``.
+        ``None``: no heartbeats and no queue metrics. See ``docs/health.md``.
     :param metrics_interval: seconds between the samples of each pumped queue (depth, oldest
         message, processed, failed) written to ``sqlqueue_queue_metrics`` (default a minute).
     """
