@@ -7,6 +7,9 @@ and once with them off, in alternating order; the medians of the rounds' rates a
 are printed. The target: heartbeats cost under 1% of the pump's rate. On a machine shared with
 other work the ratio swings by more than that; take the figure from a quiet machine.
 
+It also times one beat of the health writer alone, and one with its queue samples and
+pruning (milliseconds, median of 50): the database work a beat adds, steadier than the rates.
+
 Usage: ``python benchmarks/bench_heartbeat.py [--n 5000] [--rounds 5] [--url URL]`` (default:
 a SQLite file and a throwaway PostgreSQL cluster, or $SQLQUEUE_BENCH_POSTGRES_URL). Also the
 scenario ``heartbeat`` of ``python -m benchmarks`` (:func:`heartbeat_scenario`).
@@ -27,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks import workers, workload
 from benchmarks.workload import Result
 from sqlqueue_orm import OutgoingMessage, Transport
-from sqlqueue_orm.receiving import Endpoint, TransactionMode
+from sqlqueue_orm.receiving import Endpoint, TransactionMode, health
 
 if TYPE_CHECKING:
     from benchmarks.harness import Run
@@ -80,6 +83,36 @@ def compare(transport: Transport, queue: str, n: int, rounds: int) -> tuple[floa
     return statistics.median(on), statistics.median(off)
 
 
+def beat_cost(transport: Transport, queue: str, beats: int = 50) -> tuple[float, float]:
+    """Median milliseconds of one heartbeat alone, and of one with its queue samples and pruning.
+
+    Timed on the health writer of a running endpoint with an idle queue: the database work one
+    beat adds, whatever else the machine runs (a steadier figure than the pump's rates).
+    """
+    endpoint = Endpoint(queue, transport, create_queues=False, delayed_delivery=False,
+                        heartbeat_interval=None, peek_delay=1.0)
+    endpoint.handle_raw(lambda body, context: None)
+    endpoint.start()
+    try:
+        settings = endpoint.settings.replace(heartbeat_interval=BEAT, metrics_interval=BEAT)
+        writer = health.HealthWriter(endpoint.name, transport, endpoint._pumps(), settings)
+        writer._write(final=False)  # the tables and the row exist from here on
+        alone: list[float] = []
+        sampled: list[float] = []
+        for _ in range(beats):
+            began = time.perf_counter()
+            writer._write(final=False)  # a heartbeat (the last sample is recent)
+            alone.append(time.perf_counter() - began)
+            writer._last_sample = float("-inf")
+            began = time.perf_counter()
+            writer._write(final=False)  # a heartbeat, the samples, the pruning
+            sampled.append(time.perf_counter() - began)
+        writer._write(final=True)
+    finally:
+        endpoint.stop()
+    return 1000 * statistics.median(alone), 1000 * statistics.median(sampled)
+
+
 def heartbeat_scenario(run: Run) -> None:
     """The pump with heartbeats every second beside the pump without (``--only heartbeat``)."""
     n = run.settings.messages
@@ -116,6 +149,10 @@ def main() -> None:
         transport.create_queue("error")
         on, off = compare(transport, "heartbeat_bench", args.n, args.rounds)
         name = transport.engine.dialect.name
+        alone, sampled = beat_cost(transport, "heartbeat_bench")
+        print(f"{name:<10} one beat {alone:.2f} ms, one beat with its samples and pruning "
+              f"{sampled:.2f} ms (median of 50; defaults: a beat every 5 s, samples every 60 s)",
+              flush=True)
         print(f"{name:<10} pump x{CONCURRENCY}, {args.n} msgs, median of {args.rounds}: "
               f"heartbeats off {off:7,.0f} msg/s, every {BEAT:g} s {on:7,.0f} msg/s "
               f"({on / off:.3f}x; cost {100 * (1 - on / off):+.1f}%)", flush=True)

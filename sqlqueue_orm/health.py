@@ -12,7 +12,7 @@ each instance writes only its own rows (its instance id is in their key), so two
 touch the same row and no upsert is needed. An instance is **running** while its beats arrive,
 **stale** once :data:`STALE_BEATS` beats in a row are missing (killed, hung, cut off from the
 database), **stopped** when it stopped cleanly. Rows older than :data:`RETENTION` are deleted by
-any writer (:func:`prune`), about once a minute.
+any writer (:func:`prune`), each every ten minutes.
 """
 
 from __future__ import annotations
@@ -47,8 +47,10 @@ METRICS = endpoint_health.metrics_table()
 STALE_BEATS = 3
 #: Seconds rows are kept: a day of samples; heartbeats a day after their last beat.
 RETENTION = 24 * 3600.0
-#: Seconds between samples of one queue by one instance (and between prunings).
+#: Seconds between samples of one queue by one instance.
 SAMPLE_INTERVAL = 60.0
+#: Seconds between one writer's prunings of rows older than :data:`RETENTION`.
+PRUNE_INTERVAL = 600.0
 #: Queue names one read of the samples asks for at most.
 MAX_NAMES = 500
 #: The states of an instance as read.

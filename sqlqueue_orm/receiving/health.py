@@ -4,12 +4,13 @@
 ``heartbeat_interval`` seconds it writes the instance's row of ``sqlqueue_endpoints`` (host,
 process, counts, rates); every ``metrics_interval`` seconds one row per pumped queue in
 ``sqlqueue_queue_metrics`` (depth, age of the oldest message, processed and failed since its
-previous sample) and prunes rows older than a day (:mod:`sqlqueue_orm.health`). Each write is a
-short transaction on a connection of the engine's pool, never one of the workers' kept
-connections; the pumps' counters are only read. A database error is logged, naming the queue,
-and the same write is tried again on the next beat: the pumps never wait for this thread and
-never see its errors. :meth:`HealthWriter.stop`, called once the pumps have stopped, writes a
-last sample and marks the instance stopped.
+previous sample); every ten minutes it prunes rows older than a day
+(:mod:`sqlqueue_orm.health`). Each write is a short transaction on a connection of the
+engine's pool, never one of the workers' kept connections; the pumps' counters are only read.
+A database error is logged, naming the queue, and the same write is tried again on the next
+beat: the pumps never wait for this thread and never see its errors.
+:meth:`HealthWriter.stop`, called once the pumps have stopped, writes a last sample and marks
+the instance stopped.
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ class HealthWriter:
         self._tables_ready = False
         self._failing = False
         self._last_sample = float("-inf")
+        self._pruned = float("-inf")
         # per queue: processed and failed counted in samples already written
         self._sampled = {str(pump.queue): (0, 0) for pump in self.pumps}
         self._beats: collections.deque[tuple[float, int, int]] = collections.deque()
@@ -121,9 +123,10 @@ class HealthWriter:
             now = time.monotonic()
             if final or now - self._last_sample >= self.metrics_interval:
                 self._sample()
-                if not final:
-                    health.prune(engine)
                 self._last_sample = now
+            if not final and now - self._pruned >= health.PRUNE_INTERVAL:
+                health.prune(engine)
+                self._pruned = now
             health.beat(
                 engine, self._heartbeat(now), state=health.STOPPED if final else health.RUNNING
             )

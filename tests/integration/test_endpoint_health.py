@@ -162,3 +162,25 @@ def test_heartbeats_off_write_nothing(database):
         transport.send("health-quiet", OutgoingMessage(Job(number=1)))
         eventually(lambda: endpoint.stats.handled, lambda handled: handled == 1, "handled")
     assert health.read_endpoints(database.engine) == []
+
+
+@only("sqlite", "postgresql")
+def test_rows_older_than_a_day_are_pruned_and_newer_ones_kept(database):
+    health.create_tables(database.engine)
+    now = time.time()
+    day = health.RETENTION
+    for instance, age in (("old", day + 60), ("new", day - 60)):
+        beat = health.Heartbeat(instance, "sales", "host", 1, now - age, 5.0, 1, 0, 0, 0, 0, 0)
+        health.beat(database.engine, beat)
+        with database.engine.begin() as connection:
+            connection.execute(
+                health.ENDPOINTS.update()
+                .where(health.ENDPOINTS.c.instance_id == instance)
+                .values(last_seen=now - age)
+            )
+        sample = health.QueueSample(now - age, 1, None, 1, 0)
+        health.write_samples(database.engine, instance, [("sales", sample)])
+    health.prune(database.engine, now)
+    assert [found.instance_id for found in health.read_endpoints(database.engine, now)] == ["new"]
+    metrics = health.read_queue_metrics(database.engine, ["sales"], window=2 * day, now=now)
+    assert [sample.at for sample in metrics["sales"].samples] == [now - day + 60]

@@ -87,7 +87,7 @@ class DepthSampler:
                 health.create_tables(engine)
                 self._tables_ready = True
             health.write_samples(engine, self.instance_id, samples)
-            if now - self._pruned >= health.SAMPLE_INTERVAL:
+            if now - self._pruned >= health.PRUNE_INTERVAL:
                 health.prune(engine, now)
                 self._pruned = now
         except Exception as error:
