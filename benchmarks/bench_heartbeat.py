@@ -7,8 +7,8 @@ and once with them off, in alternating order; the medians of the rounds' rates a
 are printed. The target: heartbeats cost under 1% of the pump's rate. On a machine shared with
 other work the ratio swings by more than that; take the figure from a quiet machine.
 
-It also times one beat of the health writer alone, and one with its queue samples and
-pruning (milliseconds, median of 50): the database work a beat adds, steadier than the rates.
+It also times one beat of the health writer alone, and one with its queue samples
+(milliseconds, median of 50): the database work a beat adds, steadier than the rates.
 
 Usage: ``python benchmarks/bench_heartbeat.py [--n 5000] [--rounds 5] [--url URL]`` (default:
 a SQLite file and a throwaway PostgreSQL cluster, or $SQLQUEUE_BENCH_POSTGRES_URL). Also the
@@ -84,7 +84,7 @@ def compare(transport: Transport, queue: str, n: int, rounds: int) -> tuple[floa
 
 
 def beat_cost(transport: Transport, queue: str, beats: int = 50) -> tuple[float, float]:
-    """Median milliseconds of one heartbeat alone, and of one with its queue samples and pruning.
+    """Median milliseconds of one heartbeat alone, and of one with its queue samples.
 
     Timed on the health writer of a running endpoint with an idle queue: the database work one
     beat adds, whatever else the machine runs (a steadier figure than the pump's rates).
@@ -105,7 +105,7 @@ def beat_cost(transport: Transport, queue: str, beats: int = 50) -> tuple[float,
             alone.append(time.perf_counter() - began)
             writer._last_sample = float("-inf")
             began = time.perf_counter()
-            writer._write(final=False)  # a heartbeat, the samples, the pruning
+            writer._write(final=False)  # a heartbeat and the samples
             sampled.append(time.perf_counter() - began)
         writer._write(final=True)
     finally:
@@ -150,7 +150,7 @@ def main() -> None:
         on, off = compare(transport, "heartbeat_bench", args.n, args.rounds)
         name = transport.engine.dialect.name
         alone, sampled = beat_cost(transport, "heartbeat_bench")
-        print(f"{name:<10} one beat {alone:.2f} ms, one beat with its samples and pruning "
+        print(f"{name:<10} one beat {alone:.2f} ms, one beat with its queue samples "
               f"{sampled:.2f} ms (median of 50; defaults: a beat every 5 s, samples every 60 s)",
               flush=True)
         print(f"{name:<10} pump x{CONCURRENCY}, {args.n} msgs, median of {args.rounds}: "
