@@ -165,11 +165,38 @@ def create_tables(engine: Engine) -> None:
                 raise
 
 
-def beat(engine: Engine, heartbeat: Heartbeat, *, state: str = RUNNING) -> None:
-    """Write *heartbeat* as its instance's row, now (one UPDATE by key; INSERT the first time)."""
+def beat_statement(dialect: Dialect) -> sql.Statement:
+    """The heartbeat's UPDATE of its instance's row by key, rendered for *dialect*'s driver.
+
+    One statement, atomic alone: run in autocommit, it holds SQLite's write lock only while it
+    runs, not from a BEGIN IMMEDIATE through a COMMIT a Python thread may be slow to reach.
+    """
+    preparer = dialect.identifier_preparer
+    columns = [column.name for column in ENDPOINTS.columns if column.name != "instance_id"]
+    assignments = ", ".join(f"{preparer.quote(name)} = :{name}" for name in columns)
+    template = f"UPDATE {{table}} SET {assignments} WHERE instance_id = :instance_id"
+    return sql.render(template, dialect, preparer.format_table(ENDPOINTS))
+
+
+def beat(
+    transport: Transport, heartbeat: Heartbeat, *, state: str = RUNNING, alone: bool = False
+) -> None:
+    """Write *heartbeat* as its instance's row, now: one UPDATE by key (INSERT the first time).
+
+    :param alone: run the UPDATE as one statement in autocommit on the thread's connection
+        (:meth:`ThreadConnections.statement`); else in a transaction of the engine.
+    """
     values = dataclasses.asdict(heartbeat)
-    instance_id = values.pop("instance_id")
     values.update(state=state, last_seen=time.time())
+    engine = transport.engine
+    if alone and not transport._connections.observed():
+        statement = beat_statement(engine.dialect)
+        with transport._connections.statement() as cursor:
+            cursor.execute(statement.text, statement.params(values))
+            updated = cursor.rowcount
+        if updated:
+            return
+    instance_id = values.pop("instance_id")
     with engine.begin() as connection:
         updated = connection.execute(
             ENDPOINTS.update().where(ENDPOINTS.c.instance_id == instance_id).values(**values)

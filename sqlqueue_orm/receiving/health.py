@@ -127,8 +127,13 @@ class HealthWriter:
             if not final and now - self._pruned >= health.PRUNE_INTERVAL:
                 health.prune(engine)
                 self._pruned = now
+            # the thread's beats run alone in autocommit on a connection it keeps; the last
+            # one, on the stopping thread, in a transaction of the pool's
             health.beat(
-                engine, self._heartbeat(now), state=health.STOPPED if final else health.RUNNING
+                self.transport,
+                self._heartbeat(now),
+                state=health.STOPPED if final else health.RUNNING,
+                alone=not final,
             )
         except Exception as error:
             if not self._failing:  # once per outage, not once per beat

@@ -166,12 +166,14 @@ def test_heartbeats_off_write_nothing(database):
 
 @only("sqlite", "postgresql")
 def test_rows_older_than_a_day_are_pruned_and_newer_ones_kept(database):
+    transport = database.transport()
     health.create_tables(database.engine)
     now = time.time()
     day = health.RETENTION
     for instance, age in (("old", day + 60), ("new", day - 60)):
         beat = health.Heartbeat(instance, "sales", "host", 1, now - age, 5.0, 1, 0, 0, 0, 0, 0)
-        health.beat(database.engine, beat)
+        health.beat(transport, beat)
+        health.beat(transport, beat, alone=True)  # the row exists: one UPDATE alone
         with database.engine.begin() as connection:
             connection.execute(
                 health.ENDPOINTS.update()

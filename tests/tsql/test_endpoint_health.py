@@ -31,9 +31,19 @@ def test_the_head_read_skips_rows_being_written_or_taken():
     )
 
 
+def test_the_heartbeat_alone_is_one_update_by_key():
+    assert health.beat_statement(DIALECT).text == (
+        "UPDATE sqlqueue_endpoints SET endpoint = ?, host = ?, process_id = ?, state = ?, "
+        "started_at = ?, last_seen = ?, beat_interval = ?, concurrency = ?, in_flight = ?, "
+        "processed = ?, failed = ?, processed_rate = ?, failed_rate = ? WHERE instance_id = ?"
+    )
+
+
 def test_the_heartbeat_is_an_update_by_key_and_pruning_a_range_delete():
-    update = health.ENDPOINTS.update().where(health.ENDPOINTS.c.instance_id == "i").values(
-        state="running", last_seen=1.0, processed=2
+    update = (
+        health.ENDPOINTS.update()
+        .where(health.ENDPOINTS.c.instance_id == "i")
+        .values(state="running", last_seen=1.0, processed=2)
     )
     assert _tsql(update) == (
         "UPDATE sqlqueue_endpoints SET state=?, last_seen=?, processed=? "
