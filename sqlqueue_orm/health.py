@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Dialect, Engine
 
     from sqlqueue_orm.addressing import QueueAddress
+    from sqlqueue_orm.connections import ThreadConnections
     from sqlqueue_orm.transport import Transport
 
 log = logging.getLogger(__name__)
@@ -179,19 +180,23 @@ def beat_statement(dialect: Dialect) -> sql.Statement:
 
 
 def beat(
-    transport: Transport, heartbeat: Heartbeat, *, state: str = RUNNING, alone: bool = False
+    engine: Engine,
+    heartbeat: Heartbeat,
+    *,
+    state: str = RUNNING,
+    alone: ThreadConnections | None = None,
 ) -> None:
     """Write *heartbeat* as its instance's row, now: one UPDATE by key (INSERT the first time).
 
-    :param alone: run the UPDATE as one statement in autocommit on the thread's connection
-        (:meth:`ThreadConnections.statement`); else in a transaction of the engine.
+    :param alone: connections of the writer's own (not the transport's, whose kept ones are
+        the pump's) to run the UPDATE on as one statement in autocommit
+        (:meth:`ThreadConnections.statement`); ``None``: in a transaction of the engine.
     """
     values = dataclasses.asdict(heartbeat)
     values.update(state=state, last_seen=time.time())
-    engine = transport.engine
-    if alone and not transport._connections.observed():
+    if alone is not None and not alone.observed():
         statement = beat_statement(engine.dialect)
-        with transport._connections.statement() as cursor:
+        with alone.statement() as cursor:
             cursor.execute(statement.text, statement.params(values))
             updated = cursor.rowcount
         if updated:
@@ -236,27 +241,36 @@ def prune(engine: Engine, now: float | None = None) -> None:
 
 
 def read_head(transport: Transport, queue: str) -> tuple[int, float | None]:
-    """*queue*'s depth (the peek's estimate) and its oldest message's age (:func:`oldest_age`)."""
-    depth = transport.peek(queue)
-    return (depth, oldest_age(transport, queue)) if depth > 0 else (0, None)
+    """*queue*'s depth (the peek's estimate) and its oldest message's age (:func:`oldest_age`).
+
+    On one connection of the pool that only reads (never one the pump's threads keep).
+    """
+    address = transport._address(queue)
+    with db.wrap_db_errors(str(address)), db.reading(transport.engine) as connection:
+        depth = transport.peek(queue, connection)
+        if depth <= 0:
+            return 0, None
+        return depth, _oldest(connection, address)
 
 
 def oldest_age(transport: Transport, queue: str) -> float | None:
     """Seconds the oldest message of *queue* has waited, from its ``NServiceBus.TimeSent``.
 
     The head row's Headers alone (.NET senders write TimeSent too): one row found through the
-    queue's clustered key; a row another transaction is writing or taking is skipped where the
-    database would wait for it. ``None``: the queue is empty, or its head carries no readable
-    TimeSent.
+    queue's clustered key (:func:`head_statement`). ``None``: the queue is empty, or its head
+    carries no readable TimeSent.
     """
     address = transport._address(queue)
-    statement = head_statement(transport.engine.dialect, address)
-    text = sql.for_dialect(transport.engine.dialect)
     with db.wrap_db_errors(str(address)), db.reading(transport.engine) as connection:
-        raw = connection.execute(statement).scalar()
+        return _oldest(connection, address)
+
+
+def _oldest(connection: Connection, address: QueueAddress) -> float | None:
+    raw = connection.execute(head_statement(connection.dialect, address)).scalar()
     if raw is None:
         return None
-    parsed, _kept, _error = headers.decode(raw, text.headers_encoding)
+    encoding = sql.for_dialect(connection.dialect).headers_encoding
+    parsed, _kept, _error = headers.decode(raw, encoding)
     sent = parsed.get(headers.TIME_SENT)
     if not sent:
         return None

@@ -25,7 +25,8 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from sqlqueue_orm import health
+from sqlqueue_orm import connections, db, dialects, health
+from sqlqueue_orm.queuing import sql
 
 if TYPE_CHECKING:
     from sqlqueue_orm.receiving.pump import MessagePump
@@ -80,6 +81,14 @@ class HealthWriter:
         # per queue: processed and failed counted in samples already written
         self._sampled = {str(pump.queue): (0, 0) for pump in self.pumps}
         self._beats: collections.deque[tuple[float, int, int]] = collections.deque()
+        engine = transport.engine
+        # Connections of its own: the transport's kept ones are for the pump's threads.
+        self._connections = connections.ThreadConnections(
+            engine,
+            dialects.for_dialect(engine).begin,
+            sql.for_dialect(engine.dialect).autocommit,
+            db.translate_error,
+        )
 
     def start(self) -> None:
         """Start the thread; its first beat is at once."""
@@ -109,10 +118,13 @@ class HealthWriter:
         self._write(final=True)
 
     def _run(self) -> None:
-        while True:
-            self._write(final=False)
-            if self._stop.wait(self.interval):
-                return
+        try:
+            while True:
+                self._write(final=False)
+                if self._stop.wait(self.interval):
+                    return
+        finally:
+            self._connections.close()  # the connection this thread kept
 
     def _write(self, *, final: bool) -> None:
         engine = self.transport.engine
@@ -127,13 +139,13 @@ class HealthWriter:
             if not final and now - self._pruned >= health.PRUNE_INTERVAL:
                 health.prune(engine)
                 self._pruned = now
-            # the thread's beats run alone in autocommit on a connection it keeps; the last
-            # one, on the stopping thread, in a transaction of the pool's
+            # the thread's beats run alone in autocommit on the connection it keeps; the last
+            # one, on the stopping thread, in a transaction on one of the pool's
             health.beat(
-                self.transport,
+                engine,
                 self._heartbeat(now),
                 state=health.STOPPED if final else health.RUNNING,
-                alone=not final,
+                alone=None if final else self._connections,
             )
         except Exception as error:
             if not self._failing:  # once per outage, not once per beat

@@ -18,7 +18,8 @@ from typing import TypeVar
 
 import pytest
 
-from sqlqueue_orm import OutgoingMessage, db, headers, health
+from sqlqueue_orm import OutgoingMessage, connections, db, dialects, headers, health
+from sqlqueue_orm.queuing import sql
 from sqlqueue_orm.receiving import Endpoint, HandlerContext
 from tests.conftest import only
 from tests.endpoint_app import Job
@@ -166,14 +167,17 @@ def test_heartbeats_off_write_nothing(database):
 
 @only("sqlite", "postgresql")
 def test_rows_older_than_a_day_are_pruned_and_newer_ones_kept(database):
-    transport = database.transport()
-    health.create_tables(database.engine)
+    engine = database.engine
+    own = connections.ThreadConnections(
+        engine, dialects.for_dialect(engine).begin, sql.for_dialect(engine.dialect).autocommit
+    )
+    health.create_tables(engine)
     now = time.time()
     day = health.RETENTION
     for instance, age in (("old", day + 60), ("new", day - 60)):
         beat = health.Heartbeat(instance, "sales", "host", 1, now - age, 5.0, 1, 0, 0, 0, 0, 0)
-        health.beat(transport, beat)
-        health.beat(transport, beat, alone=True)  # the row exists: one UPDATE alone
+        health.beat(engine, beat)
+        health.beat(engine, beat, alone=own)  # the row exists: one UPDATE alone
         with database.engine.begin() as connection:
             connection.execute(
                 health.ENDPOINTS.update()
@@ -182,6 +186,7 @@ def test_rows_older_than_a_day_are_pruned_and_newer_ones_kept(database):
             )
         sample = health.QueueSample(now - age, 1, None, 1, 0)
         health.write_samples(database.engine, instance, [("sales", sample)])
+    own.close()
     health.prune(database.engine, now)
     assert [found.instance_id for found in health.read_endpoints(database.engine, now)] == ["new"]
     metrics = health.read_queue_metrics(database.engine, ["sales"], window=2 * day, now=now)
