@@ -99,8 +99,14 @@ def beat_cost(transport: Transport, queue: str, beats: int = 50) -> tuple[float,
     Timed on the health writer of a running endpoint with an idle queue: the database work one
     beat adds, whatever else the machine runs (a steadier figure than the pump's rates).
     """
-    endpoint = Endpoint(queue, transport, create_queues=False, delayed_delivery=False,
-                        heartbeat_interval=None, peek_delay=1.0)
+    endpoint = Endpoint(
+        queue,
+        transport,
+        create_queues=False,
+        delayed_delivery=False,
+        heartbeat_interval=None,
+        peek_delay=1.0,
+    )
     endpoint.handle_raw(lambda body, context: None)
     endpoint.start()
     try:
@@ -132,12 +138,19 @@ def heartbeat_scenario(run: Run) -> None:
     off = rates["off"]
     scenario = f"endpoint heartbeats, concurrency {CONCURRENCY}"
     for name, rate in rates.items():
-        result = Result.of(run.database.name, scenario, f"{workers.PUMP}, heartbeats {name}",
-                           workload.Timing(n, n / rate, []),
-                           note="median of 3 alternating rounds")
+        result = Result.of(
+            run.database.name,
+            scenario,
+            f"{workers.PUMP}, heartbeats {name}",
+            workload.Timing(n, n / rate, []),
+            note="median of 3 alternating rounds",
+        )
         if name != "off":
-            result = result.aiming(f"target: >= {TARGET_RATIO:.2f}x without",
-                                   f"{rate / off:.3f}x without", rate / off >= TARGET_RATIO)
+            result = result.aiming(
+                f"target: >= {TARGET_RATIO:.2f}x without",
+                f"{rate / off:.3f}x without",
+                rate / off >= TARGET_RATIO,
+            )
         run.add(result)
 
 
@@ -145,8 +158,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=5000)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--url", action="append", default=None,
-                        help="a database to measure (repeatable; default SQLite and PostgreSQL)")
+    parser.add_argument(
+        "--url",
+        action="append",
+        default=None,
+        help="a database to measure (repeatable; default SQLite and PostgreSQL)",
+    )
     args = parser.parse_args()
     urls = args.url
     if urls is None:
@@ -161,14 +178,19 @@ def main() -> None:
         rates = compare(transport, "heartbeat_bench", args.n, args.rounds)
         name = transport.engine.dialect.name
         alone, sampled = beat_cost(transport, "heartbeat_bench")
-        print(f"{name:<10} one beat {alone:.2f} ms, one beat with its queue samples "
-              f"{sampled:.2f} ms (median of 50; defaults: a beat every 5 s, samples every 60 s)",
-              flush=True)
+        print(
+            f"{name:<10} one beat {alone:.2f} ms, one beat with its queue samples "
+            f"{sampled:.2f} ms (median of 50; defaults: a beat every 5 s, samples every 60 s)",
+            flush=True,
+        )
         off = rates["off"]
         for variant, rate in rates.items():
-            print(f"{name:<10} pump x{CONCURRENCY}, {args.n} msgs, median of {args.rounds}: "
-                  f"heartbeats {variant:<22} {rate:7,.0f} msg/s ({rate / off:.3f}x; cost "
-                  f"{100 * (1 - rate / off):+.1f}%)", flush=True)
+            print(
+                f"{name:<10} pump x{CONCURRENCY}, {args.n} msgs, median of {args.rounds}: "
+                f"heartbeats {variant:<22} {rate:7,.0f} msg/s ({rate / off:.3f}x; cost "
+                f"{100 * (1 - rate / off):+.1f}%)",
+                flush=True,
+            )
         transport.close()
 
 
