@@ -27,6 +27,7 @@ from benchmarks import (
     baselines,
     bench_batch,
     bench_endpoint,
+    bench_heartbeat,
     bench_snapshot,
     bench_wakeup,
     instrumentation,
@@ -376,7 +377,7 @@ ENDPOINT_SCENARIOS: list[tuple[str, Callable[[Run], None]]] = [
 ALL: list[tuple[str, Callable[[Run], None]]] = [
     ("send", send), ("receive", receive), ("outbox", outbox), ("depth", depth),
     ("migrate", migrate), ("instrumentation", instrumentation.instrumentation_cost),
-    ("snapshot", snapshot),
+    ("snapshot", snapshot), ("heartbeat", bench_heartbeat.heartbeat_scenario),
 ]
 
 

@@ -8,7 +8,7 @@ Declared once, as :class:`sqlqueue_orm.models.endpoint_control.EndpointControl` 
 tables an endpoint or the control API already created are left alone. Downgrade drops them.
 
 Revision ID: 0015_endpoint_control
-Revises: 0012_rate_limits
+Revises: 0014_endpoint_health
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from sqlqueue_orm.migration import shared
 from sqlqueue_orm.models import endpoint_control
 
 revision = "0015_endpoint_control"
-down_revision: str | None = "0012_rate_limits"
+down_revision: str | None = "0014_endpoint_health"
 branch_labels = None
 depends_on = None
 

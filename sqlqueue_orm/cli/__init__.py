@@ -11,6 +11,7 @@ with a ``register(subparsers)`` function, in the order ``sqlqueue --help`` lists
 * ``migrate``: Alembic upgrades of queue and shared tables;
 * ``outbox``: dispatch and clean up the transactional outbox;
 * ``run``: run an endpoint;
+* ``endpoints``: the endpoint instances, running, stale or stopped, from their heartbeats;
 * ``delayed``: the delayed messages waiting;
 * ``errors``: list, show, retry and delete the messages of an error queue;
 * ``subscriptions``: the subscription table;
@@ -40,6 +41,7 @@ from sqlqueue_orm.cli import (
     dashboard,
     ddl,
     delayed,
+    endpoints,
     errors,
     failures,
     migrate,
@@ -57,8 +59,8 @@ log = logging.getLogger("sqlqueue_orm.cli")
 
 #: The command groups, in the order ``sqlqueue --help`` lists them.
 GROUPS = (
-    queues, ddl, verify, migrate, outbox, run, delayed, errors, subscriptions, spark, dashboard,
-    control,
+    queues, ddl, verify, migrate, outbox, run, endpoints, control, delayed, errors, subscriptions,
+    spark, dashboard,
 )
 
 

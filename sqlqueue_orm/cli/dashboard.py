@@ -123,6 +123,7 @@ def register(commands: Any) -> None:
                      help="offer retry and delete of error messages (read-only without it)")
     sub.add_argument("--error-queue", default="error", metavar="QUEUE",
                      help="the error queue (default: error)")
-    sub.add_argument("--sample-interval", type=arguments.positive_seconds, default=10.0,
-                     metavar="SECONDS", help="seconds between depth readings for the chart")
+    sub.add_argument("--sample-interval", type=arguments.positive_seconds, default=60.0,
+                     metavar="SECONDS",
+                     help="seconds between the depth samples written to the metrics table")
     sub.set_defaults(func=_cmd_dashboard)

@@ -44,7 +44,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from sqlqueue_orm import addressing, dialects, exceptions, headers
 from sqlqueue_orm.pubsub import publishing
-from sqlqueue_orm.receiving import control, flow, forwarding, modes, mover, pump, wakeup
+from sqlqueue_orm.receiving import control, flow, forwarding, health, modes, mover, pump, wakeup
 from sqlqueue_orm.receiving.handling import (
     RELATED_TO,
     HandlerContext,
@@ -134,6 +134,7 @@ class Endpoint:
         self._mover: mover.DelayedMessageMover | None = None
         self._instance_pump: pump.MessagePump | None = None
         self._control: control.ControlPoller | None = None
+        self._health: health.HealthWriter | None = None
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -351,6 +352,11 @@ class Endpoint:
             if self.settings.delayed_delivery:
                 self._mover = mover.DelayedMessageMover(self._handling)
                 self._mover.start()
+            if self.settings.heartbeat_interval is not None:
+                self._health = health.HealthWriter(
+                    self.name, self.transport, self._pumps(), self.settings
+                )
+                self._health.start()
         log.info(
             "queue %s: endpoint started (%s, concurrency %d)",
             self.name,
@@ -387,6 +393,9 @@ class Endpoint:
             finished = each.stop(max(0.0, deadline - time.monotonic())) and finished
         if moving is not None:
             moving.stop()
+        beating, self._health = self._health, None
+        if beating is not None:
+            beating.stop()  # after the pumps: the last beat says stopped, with final counts
         return finished
 
     def wait(self, timeout: float | None = None) -> bool:

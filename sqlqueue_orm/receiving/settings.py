@@ -135,6 +135,11 @@ class EndpointSettings:
         (``wakeup="poll"``; default 2).
     :param auto_subscribe: subscribe at start-up to the event types the endpoint handles
         (registered with ``handle(..., event=True)``), as NServiceBus does.
+    :param heartbeat_interval: seconds between the heartbeats the endpoint writes to
+        ``sqlqueue_endpoints`` on a thread of its own (``sqlqueue endpoints``, the dashboard);
+        ``None``: no heartbeats and no queue metrics. See ``docs/health.md``.
+    :param metrics_interval: seconds between the samples of each pumped queue (depth, oldest
+        message, processed, failed) written to ``sqlqueue_queue_metrics`` (default a minute).
     """
 
     concurrency: int = DEFAULT_CONCURRENCY
@@ -171,6 +176,8 @@ class EndpointSettings:
     key_concurrency: int = 1
     key_fifo: bool = False
     key_window: int = 100
+    heartbeat_interval: float | None = 5.0
+    metrics_interval: float = 60.0
 
     def __post_init__(self) -> None:
         _whole("concurrency", self.concurrency, 1, 1_000)
@@ -282,6 +289,16 @@ class EndpointSettings:
             raise exceptions.ConfigurationError(
                 f"max_backoff {self.max_backoff!r} is below initial_backoff "
                 f"{self.initial_backoff!r}"
+            )
+
+        if self.heartbeat_interval is not None:
+            config.seconds("heartbeat_interval", self.heartbeat_interval, minimum=0.1)
+        if config.seconds("metrics_interval", self.metrics_interval, minimum=0.1) < (
+            self.heartbeat_interval or 0
+        ):
+            raise exceptions.ConfigurationError(
+                f"metrics_interval {self.metrics_interval!r} is below heartbeat_interval "
+                f"{self.heartbeat_interval!r}: samples are written on beats"
             )
 
     def replace(self, **changes: object) -> EndpointSettings:

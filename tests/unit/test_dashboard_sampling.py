@@ -1,41 +1,41 @@
-"""The dashboard's depth history: an hour of readings, the net rate per minute, the chart."""
+"""The dashboard's samples: written to the shared metrics table, read back by anyone; the chart."""
 
 from __future__ import annotations
 
+import datetime as dt
+
+from sqlqueue_orm import OutgoingMessage, Transport, headers, health
 from sqlqueue_orm.contrib.dashboard import rendering, sampling
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 10_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def test_rate_is_the_net_change_per_minute_over_the_last_hour():
-    clock = Clock()
-    sampler = sampling.DepthSampler(lambda: [], clock=clock)
-    assert sampler.rate("orders") is None
-    sampler.record([("orders", 100)], at=clock.now - 600)
-    assert sampler.rate("orders") is None  # one reading says nothing of a rate
-    sampler.record([("orders", 40)], at=clock.now)
-    assert sampler.rate("orders") == -6.0  # drained 60 in 10 minutes
-    sampler.record([("orders", 1000)], at=clock.now - 2 * sampling.WINDOW)  # too old to count
-    assert [s.depth for s in sampler.series("orders")] == [100, 40]
-
-
-def test_readings_older_than_an_hour_are_forgotten():
-    clock = Clock()
-    sampler = sampling.DepthSampler(lambda: [("orders", 5)], clock=clock)
+def test_samples_go_to_the_metrics_table_and_survive_the_dashboard(tmp_path):
+    url = f"sqlite:///{tmp_path / 'queue.db'}"
+    transport = Transport(url)
+    transport.create_queue("orders")
+    an_hour_ago = dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)
+    transport.send(
+        "orders",
+        OutgoingMessage(b"old", headers={headers.TIME_SENT: headers.format_time(an_hour_ago)}),
+    )
+    sampler = sampling.DepthSampler(transport, transport.list_queues)
     sampler.sample_once()
-    clock.now += sampling.WINDOW + 1
-    sampler.sample_once()
-    assert len(sampler.series("orders")) == 1
+    transport.close()
+
+    reader = Transport(url)  # a dashboard started later reads what the first one wrote
+    try:
+        found = health.read_queue_metrics(reader.engine, ["orders", "nowhere"])
+    finally:
+        reader.close()
+    [sample] = found["orders"].samples
+    assert (sample.depth, sample.processed, sample.failed) == (1, 0, 0)
+    assert sample.oldest_age is not None and 3599 <= sample.oldest_age < 3700
+    assert found["nowhere"].samples == []
 
 
-def test_a_failing_read_is_logged_once_and_sampling_goes_on(caplog):
-    answers: list[object] = [RuntimeError("down"), RuntimeError("down"), [("orders", 3)]]
+def test_a_failing_read_is_logged_once_and_sampling_goes_on(tmp_path, caplog):
+    transport = Transport(f"sqlite:///{tmp_path / 'queue.db'}")
+    transport.create_queue("orders")
+    answers: list[object] = [RuntimeError("down"), RuntimeError("down"), [("orders", 0)]]
 
     def read():  # type: ignore[no-untyped-def]
         answer = answers.pop(0)
@@ -43,12 +43,14 @@ def test_a_failing_read_is_logged_once_and_sampling_goes_on(caplog):
             raise answer
         return answer
 
-    sampler = sampling.DepthSampler(read)
+    sampler = sampling.DepthSampler(transport, read)
     for _ in range(3):
         sampler.sample_once()
     warnings = [r for r in caplog.records if "cannot sample" in r.getMessage()]
     assert len(warnings) == 1
-    assert [s.depth for s in sampler.series("orders")] == [3]
+    [sample] = health.read_queue_metrics(transport.engine, ["orders"])["orders"].samples
+    assert sample.depth == 0 and sample.oldest_age is None
+    transport.close()
 
 
 def test_chart_and_hex_view():
@@ -59,4 +61,8 @@ def test_chart_and_hex_view():
     young = rendering.depth_chart([sampling.Sample(0.0, 1), sampling.Sample(60.0, 1)], now=120.0)
     assert 'points="0.0,12.0 120.0,12.0"' in young and "last 2 min" in young
     assert "no readings yet" in rendering.depth_chart([], now=0)
+    day = rendering.depth_chart(
+        [sampling.Sample(0.0, 2.5)], now=86400.0, label="oldest message's age", window=86400
+    )
+    assert "oldest message&#x27;s age over the last 24 h" in day and "highest 2.5" in day
     assert rendering.hex_view(b"AB\x00") == "00000000  41 42 00" + " " * 41 + "|AB.|"

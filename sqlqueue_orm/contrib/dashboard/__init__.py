@@ -6,9 +6,10 @@ use, and :func:`require_dashboard` turns a missing one into a :class:`Configurat
 says what to install.
 
 The modules, by concern: ``app`` (the ASGI application and its pages), ``security`` (the CSRF
-token and the Origin check of every changing request), ``sampling`` (queue depths sampled in the
-dashboard's process, for the last hour's chart and rate), ``rendering`` (the SVG chart, the hex
-view of bodies) and ``sources`` (what the pages read, each through the library's API). The
+token and the Origin check of every changing request), ``sampling`` (queue depths sampled into
+the shared metrics table), ``metrics`` (what the queue pages show of it), ``endpoints`` (the
+endpoints page, from the heartbeats), ``rendering`` (the SVG chart, the hex view of bodies) and
+``sources`` (what the other pages read, each through the library's API). The
 ``sqlqueue dashboard`` command is :mod:`sqlqueue_orm.cli.dashboard`. See ``docs/dashboard.md``.
 """
 

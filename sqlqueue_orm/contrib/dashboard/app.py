@@ -20,7 +20,6 @@ import datetime as dt
 import logging
 import pathlib
 import threading
-import time
 import urllib.parse
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, TypeVar
@@ -35,7 +34,15 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from sqlqueue_orm import exceptions
-from sqlqueue_orm.contrib.dashboard import control, rendering, sampling, security, sources
+from sqlqueue_orm.contrib.dashboard import (
+    control,
+    endpoints,
+    metrics,
+    rendering,
+    sampling,
+    security,
+    sources,
+)
 from sqlqueue_orm.transport import Transport
 
 log = logging.getLogger("sqlqueue_orm.contrib.dashboard")
@@ -59,6 +66,7 @@ class Dashboard:
     :param schemas: the schemas whose queues are listed (default: the default schema).
     :param sample_interval: seconds between depth readings (see :mod:`.sampling`).
     :param secret: the CSRF secret (random per process when not given).
+    :param refresh_interval: seconds between a page's reloads of itself (``None``: never).
     """
 
     def __init__(
@@ -71,13 +79,15 @@ class Dashboard:
         sample_interval: float,
         secret: bytes | None,
         owns_transport: bool,
+        refresh_interval: float | None = None,
     ) -> None:
         self.transport = transport
         self.allow_changes = allow_changes
         self.error_queue_name = error_queue
         self.schemas = list(schemas) if schemas is not None else None
         self.guard = security.CsrfGuard(secret)
-        self.sampler = sampling.DepthSampler(self.read_depths, sample_interval)
+        self.sampler = sampling.DepthSampler(transport, self.read_depths, sample_interval)
+        self.refresh_interval = refresh_interval
         self._owns_transport = owns_transport
         self._started = False
         self._lock = threading.Lock()
@@ -112,9 +122,10 @@ def create_app(
     allow_changes: bool = False,
     error_queue: str = "error",
     schemas: Sequence[str | None] | None = None,
-    sample_interval: float = 10.0,
+    sample_interval: float = 60.0,
     secret: bytes | None = None,
     allowed_hosts: Sequence[str] | None = None,
+    refresh_interval: float | None = 10.0,
 ) -> Starlette:
     """The dashboard as an ASGI application (Starlette) you can serve or mount.
 
@@ -122,12 +133,15 @@ def create_app(
     :param allow_changes: offer retry and delete of error messages (read-only by default).
     :param error_queue: the error queue's name.
     :param schemas: schemas whose queues are listed (default: the default schema).
-    :param sample_interval: seconds between the readings of queue depths for the chart.
+    :param sample_interval: seconds between the samples of queue depths written to the metrics
+        table (see :mod:`.sampling`).
     :param secret: key of the CSRF tokens; random per process when not given.
     :param allowed_hosts: the host names the dashboard answers to (``Host`` header, without the
         port; a DNS-rebinding page names its own); ``None``: any (when mounted, your
         application decides). ``sqlqueue dashboard`` on a loopback address passes
         :data:`~.security.LOOPBACK_HOSTS`.
+    :param refresh_interval: seconds between a page's reloads of itself (a pause button on
+        every page; a confirmation form never reloads); ``None``: never.
     """
     if isinstance(transport_or_url, Transport):
         transport, owns = transport_or_url, False
@@ -137,6 +151,10 @@ def create_app(
         raise exceptions.ConfigurationError(
             f"sample_interval {sample_interval!r} must be more than 0 seconds"
         )
+    if refresh_interval is not None and not refresh_interval >= 1:
+        raise exceptions.ConfigurationError(
+            f"refresh_interval {refresh_interval!r} must be at least 1 second (or None)"
+        )
     dashboard = Dashboard(
         transport,
         allow_changes=allow_changes,
@@ -145,8 +163,10 @@ def create_app(
         sample_interval=sample_interval,
         secret=secret,
         owns_transport=owns,
+        refresh_interval=refresh_interval,
     )
     pages = _Pages(dashboard)
+    endpoint_pages = endpoints.EndpointPages(pages)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -169,6 +189,7 @@ def create_app(
         Route("/outbox", pages.outbox, name="outbox"),
         Route("/delayed", pages.delayed, name="delayed"),
         *control.ControlPages(pages).routes(),
+        Route("/endpoints", endpoint_pages.endpoints, name="endpoints"),
     ]
     middleware = []
     if allowed_hosts is not None:
@@ -243,6 +264,7 @@ class _Pages:
             allow_changes=self.dashboard.allow_changes,
             error_queue=self.dashboard.error_queue_name,
             page=template.removesuffix(".html"),
+            refresh_seconds=self.dashboard.refresh_interval,
             notice=request.query_params.get("done"),
             **values,
         )
@@ -265,34 +287,24 @@ class _Pages:
 
     # -- queues ----------------------------------------------------------------------------
     async def queues(self, request: Request) -> Response:
-        """Every queue: depth (peek), net rate and chart over the last hour."""
+        """Every queue: depth (peek), oldest message, rates and the last hour's depth chart."""
         try:
             depths = await self.call(self.dashboard.read_depths)
+            rows = await self.call(metrics.queue_rows, self.dashboard.transport, depths)
         except exceptions.SqlQueueError as error:
             return self.problem(request, _status(error), str(error))
-        sampler = self.dashboard.sampler
-        sampler.record(depths)
-        now = time.time()
-        rows = [
-            {
-                "name": name,
-                "depth": depth,
-                "rate": sampler.rate(name),
-                "chart": rendering.depth_chart(sampler.series(name), now),
-            }
-            for name, depth in depths
-        ]
         return self.render(request, "queues.html", queues=rows,
-                           interval=sampler.interval)
+                           interval=self.dashboard.sampler.interval)
 
     async def queue(self, request: Request) -> Response:
-        """The oldest messages of one queue (browse: takes nothing)."""
+        """The oldest messages of one queue (browse: takes nothing) and its last day's metrics."""
         name = request.query_params.get("name", "")
         try:
             messages = await self.call(self.dashboard.transport.browse, name, PAGE_SIZE)
+            values = await self.call(metrics.queue_page, self.dashboard.transport, name)
         except exceptions.SqlQueueError as error:
             return self.problem(request, _status(error), str(error))
-        return self.render(request, "queue.html", name=name, messages=messages)
+        return self.render(request, "queue.html", name=name, messages=messages, **values)
 
     async def queue_message(self, request: Request) -> Response:
         """One message of a queue: headers and body (text or hex)."""

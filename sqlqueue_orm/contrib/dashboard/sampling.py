@@ -1,88 +1,95 @@
-"""Queue depths sampled in the dashboard's process: the last hour's chart and rate.
+"""Queue depths the dashboard samples into the shared metrics table, and the readings it charts.
 
-The library offers a queue's depth (:meth:`Transport.peek`, an estimate that costs the same at any
-size) and nothing about the past, so the dashboard keeps its own history: a thread samples every
-queue each ``interval`` seconds (and every page that lists queues adds its own reading). The
-history starts when the dashboard starts and lives in memory only; two dashboards keep two.
-The rate is the net change of the depth over the samples of the last hour, per minute: positive
-when the queue grows, negative when it drains (sends minus receives, not either alone).
+Running endpoints write one sample per queue they consume about once a minute
+(:mod:`sqlqueue_orm.receiving.health`): depth, the age of the oldest message, processed and
+failed. So that queues no endpoint of this library consumes (a .NET endpoint's, the error queue,
+an audit queue) get a history too, the dashboard's thread samples every listed queue each
+``interval`` seconds into the same table (``sqlqueue_queue_metrics``), as an instance of its
+own: depth and oldest age only, processed and failed 0, so nothing is counted twice and a
+reader takes the latest depth whoever wrote it. The history is the database's: it survives a
+restart of the dashboard, and two dashboards read the same one. A database role that may not
+write there logs one warning and the dashboard shows what the endpoints wrote.
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+import uuid
+from collections.abc import Callable, Iterable
+
+from sqlqueue_orm import health
+from sqlqueue_orm.transport import Transport
 
 log = logging.getLogger(__name__)
 
-#: Seconds of history kept (and charted).
+#: Seconds of history the queues page charts.
 WINDOW = 3600.0
+#: Seconds of history a queue's page shows.
+DAY = health.RETENTION
 
 
 @dataclasses.dataclass(frozen=True)
 class Sample:
-    """One reading of a queue's depth at a wall-clock time (seconds since the epoch)."""
+    """One reading of a number (a depth, an age, a count) at a wall-clock time."""
 
     at: float
-    depth: int
+    depth: float
+
+
+def series(metrics: health.QueueMetrics, field: str) -> list[Sample]:
+    """The readings of *field* (``depth``, ``oldest_age``, ``processed``, ``failed``)."""
+    return [
+        Sample(sample.at, value)
+        for sample in metrics.samples
+        if (value := getattr(sample, field)) is not None
+    ]
 
 
 class DepthSampler:
-    """Keeps the last hour of depth readings per queue, read by *read_depths*.
+    """Writes every listed queue's depth and oldest message's age to the metrics table.
 
-    :param read_depths: returns ``(queue, depth)`` pairs (the dashboard passes
-        :meth:`Transport.list_queues`).
-    :param interval: seconds between the thread's readings.
-    :param clock: the wall clock (tests pass their own).
+    :param transport: the dashboard's transport (the table is in its database).
+    :param read_depths: returns ``(queue, depth)`` pairs (:meth:`Transport.list_queues`).
+    :param interval: seconds between the thread's samples.
     """
 
     def __init__(
         self,
+        transport: Transport,
         read_depths: Callable[[], Iterable[tuple[str, int]]],
-        interval: float = 10.0,
-        *,
-        clock: Callable[[], float] = time.time,
+        interval: float = health.SAMPLE_INTERVAL,
     ) -> None:
+        self.transport = transport
         self.read_depths = read_depths
         self.interval = interval
-        self.clock = clock
-        self._history: dict[str, collections.deque[Sample]] = {}
+        #: The dashboard's key in the metrics table.
+        self.instance_id = f"dashboard-{uuid.uuid4()}"
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failing = False
-
-    def record(self, depths: Iterable[tuple[str, int]], at: float | None = None) -> None:
-        """Add one reading of each queue in *depths*; forget readings older than an hour."""
-        now = self.clock() if at is None else at
-        with self._lock:
-            for queue, depth in depths:
-                history = self._history.setdefault(queue, collections.deque())
-                history.append(Sample(now, depth))
-                while history and history[0].at < now - WINDOW:
-                    history.popleft()
-
-    def series(self, queue: str) -> Sequence[Sample]:
-        """The readings of *queue* in the last hour, oldest first."""
-        now = self.clock()
-        with self._lock:
-            return [s for s in self._history.get(queue, ()) if s.at >= now - WINDOW]
-
-    def rate(self, queue: str) -> float | None:
-        """Net change of the depth per minute over the last hour (``None``: one reading or less)."""
-        samples = self.series(queue)
-        if len(samples) < 2 or samples[-1].at <= samples[0].at:
-            return None
-        return (samples[-1].depth - samples[0].depth) * 60.0 / (samples[-1].at - samples[0].at)
+        self._tables_ready = False
+        self._pruned = float("-inf")
 
     def sample_once(self) -> None:
-        """Read every queue's depth now and record it (a failure is logged, not raised)."""
+        """Read every queue now and write the samples (a failure is logged, not raised)."""
         try:
-            depths = list(self.read_depths())
+            now = time.time()
+            samples = []
+            for queue, depth in self.read_depths():
+                oldest = health.oldest_age(self.transport, queue) if depth > 0 else None
+                samples.append((queue, health.QueueSample(now, depth, oldest, 0, 0)))
+            engine = self.transport.engine
+            if not self._tables_ready:
+                health.create_tables(engine)
+                self._tables_ready = True
+            health.write_samples(engine, self.instance_id, samples)
+            if now - self._pruned >= health.PRUNE_INTERVAL:
+                health.prune(engine, now)
+                self._pruned = now
         except Exception as error:
             if not self._failing:  # once per outage, not once per interval
                 log.warning("dashboard: cannot sample queue depths: %s", error)
@@ -91,7 +98,6 @@ class DepthSampler:
         if self._failing:
             log.warning("dashboard: sampling queue depths works again")
         self._failing = False
-        self.record(depths)
 
     def start(self) -> None:
         """Start the sampling thread (again a no-op while it runs)."""

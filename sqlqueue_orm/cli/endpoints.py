@@ -1,0 +1,81 @@
+"""``sqlqueue endpoints [--json]``: the endpoint instances that beat in the last day.
+
+One line per instance, by endpoint then newest first:
+``ENDPOINT<TAB>STATE<TAB>HOST:PID<TAB>processed N (R/min)<TAB>failed N (R/min)<TAB>in flight
+N/CONCURRENCY<TAB>started TIME<TAB>INSTANCE_ID``, where STATE is ``running``, ``stale for 12 min``
+(no heartbeat for that long: killed, hung or cut off) or ``stopped 3 min ago`` (a clean stop).
+With ``--json``, one object a line (the fields of
+:class:`~sqlqueue_orm.health.EndpointInstance`, times in ISO 8601 UTC); none is ``no endpoints``,
+or ``[]`` with ``--json``. ``--endpoint`` and ``--state`` keep only some.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from sqlqueue_orm import health
+from sqlqueue_orm.cli import arguments, listings
+
+
+def line(instance: health.EndpointInstance) -> str:
+    """One instance as a line of text (see the module docstring)."""
+    started = instance.record()["started_at"]
+    return "\t".join(
+        [
+            instance.endpoint,
+            instance.state_text,
+            f"{instance.host}:{instance.process_id}",
+            f"processed {instance.processed} ({instance.processed_rate:.1f}/min)",
+            f"failed {instance.failed} ({instance.failed_rate:.1f}/min)",
+            f"in flight {instance.in_flight}/{instance.concurrency}",
+            f"started {started}",
+            instance.instance_id,
+        ]
+    )
+
+
+def _name(text: str) -> str:
+    value = arguments.utf8_text(text)
+    if not value.strip():
+        raise argparse.ArgumentTypeError(f"endpoint name {text!r} is blank")
+    return value
+
+
+def _cmd_endpoints(args: argparse.Namespace) -> int:
+    found = health.read_endpoints(args.context.transport.engine)
+    chosen = [
+        instance
+        for instance in found
+        if (args.endpoint is None or instance.endpoint == args.endpoint)
+        and (args.state is None or instance.state == args.state)
+    ]
+    listings.show(
+        chosen,
+        as_json=args.json,
+        record=lambda instance: instance.record(),
+        line=line,
+        none="no endpoints",
+    )
+    return 0
+
+
+def register(commands: Any) -> None:
+    """Add ``endpoints`` to the ``sqlqueue`` parser."""
+    sub = commands.add_parser(
+        "endpoints",
+        help="list endpoint instances from their heartbeats: running, stale or stopped",
+    )
+    sub.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object a line per instance; [] for none",
+    )
+    sub.add_argument("--endpoint", type=_name, default=None, help="only this endpoint's")
+    sub.add_argument(
+        "--state",
+        choices=(health.RUNNING, health.STALE, health.STOPPED),
+        default=None,
+        help="only instances in this state",
+    )
+    sub.set_defaults(func=_cmd_endpoints)

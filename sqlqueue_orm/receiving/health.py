@@ -1,0 +1,213 @@
+"""The health thread of a running endpoint: its heartbeat and its queues' samples.
+
+:class:`HealthWriter` runs beside the pumps on a thread of its own. Every
+``heartbeat_interval`` seconds it writes the instance's row of ``sqlqueue_endpoints`` (host,
+process, counts, rates); every ``metrics_interval`` seconds one row per pumped queue in
+``sqlqueue_queue_metrics`` (depth, age of the oldest message, processed and failed since its
+previous sample); every ten minutes it prunes rows older than a day
+(:mod:`sqlqueue_orm.health`). Each write is a short transaction on a connection of the
+engine's pool, never one of the workers' kept connections; the pumps' counters are only read.
+A database error is logged, naming the queue, and the same write is tried again on the next
+beat: the pumps never wait for this thread and never see its errors.
+:meth:`HealthWriter.stop`, called once the pumps have stopped, writes a last sample and marks
+the instance stopped.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from sqlqueue_orm import connections, db, dialects, health
+from sqlqueue_orm.queuing import sql
+
+if TYPE_CHECKING:
+    from sqlqueue_orm.receiving.pump import MessagePump
+    from sqlqueue_orm.receiving.settings import EndpointSettings
+    from sqlqueue_orm.transport import Transport
+
+log = logging.getLogger(__name__)
+
+#: Seconds of beats the rates are measured over.
+RATE_WINDOW = 60.0
+#: Seconds :meth:`HealthWriter.stop` waits for a beat in progress (a database that hangs).
+STOP_WAIT = 10.0
+
+
+def _failed(pump: MessagePump) -> int:
+    """Messages of *pump* that went to the error queue (failed every retry, or poison)."""
+    return pump.stats.failed + pump.stats.poison
+
+
+class HealthWriter:
+    """Writes one endpoint instance's heartbeats and its queues' samples on its own thread.
+
+    :param endpoint: the endpoint's name.
+    :param transport: the transport of its queues (the tables are in the same database).
+    :param pumps: the running pumps (the input queue's, the instance-specific queue's).
+    :param settings: the endpoint's settings (``heartbeat_interval``, ``metrics_interval``).
+    """
+
+    def __init__(
+        self,
+        endpoint: str,
+        transport: Transport,
+        pumps: Sequence[MessagePump],
+        settings: EndpointSettings,
+    ) -> None:
+        assert settings.heartbeat_interval is not None
+        self.endpoint = endpoint
+        self.transport = transport
+        self.pumps = list(pumps)
+        self.interval = float(settings.heartbeat_interval)
+        self.metrics_interval = float(settings.metrics_interval)
+        #: This instance's key in both tables.
+        self.instance_id = str(uuid.uuid4())
+        self.started_at = time.time()
+        self._concurrency = sum(pump.concurrency for pump in self.pumps)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._tables_ready = False
+        self._failing = False
+        self._last_sample = float("-inf")
+        self._pruned = float("-inf")
+        # per queue: processed and failed counted in samples already written
+        self._sampled = {str(pump.queue): (0, 0) for pump in self.pumps}
+        self._beats: collections.deque[tuple[float, int, int]] = collections.deque()
+        engine = transport.engine
+        # Connections of its own: the transport's kept ones are for the pump's threads.
+        self._connections = connections.ThreadConnections(
+            engine,
+            dialects.for_dialect(engine).begin,
+            sql.for_dialect(engine.dialect).autocommit,
+            db.translate_error,
+        )
+
+    def start(self) -> None:
+        """Start the thread; its first beat is at once."""
+        self._thread = threading.Thread(
+            target=self._run, name=f"{self.endpoint} health", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread, write a last sample and mark the instance stopped.
+
+        A beat still running after :data:`STOP_WAIT` seconds (the database hangs) is left to
+        its thread; the instance then turns stale rather than stopped.
+        """
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(STOP_WAIT)
+            if thread.is_alive():
+                log.warning(
+                    "queue %s: the last heartbeat is still being written after %g s; "
+                    "the instance will show stale, not stopped",
+                    self.endpoint,
+                    STOP_WAIT,
+                )
+                return
+        self._write(final=True)
+
+    def _run(self) -> None:
+        try:
+            while True:
+                self._write(final=False)
+                if self._stop.wait(self.interval):
+                    return
+        finally:
+            self._connections.close()  # the connection this thread kept
+
+    def _write(self, *, final: bool) -> None:
+        engine = self.transport.engine
+        try:
+            if not self._tables_ready:
+                health.create_tables(engine)
+                self._tables_ready = True
+            now = time.monotonic()
+            if final or now - self._last_sample >= self.metrics_interval:
+                self._sample()
+                self._last_sample = now
+            if not final and now - self._pruned >= health.PRUNE_INTERVAL:
+                health.prune(engine)
+                self._pruned = now
+            # the thread's beats run alone in autocommit on the connection it keeps; the last
+            # one, on the stopping thread, in a transaction on one of the pool's
+            health.beat(
+                engine,
+                self._heartbeat(now),
+                state=health.STOPPED if final else health.RUNNING,
+                alone=None if final else self._connections,
+            )
+        except Exception as error:
+            if not self._failing:  # once per outage, not once per beat
+                log.warning(
+                    "queue %s: cannot write the heartbeat of endpoint %s (instance %s); "
+                    "trying again next beat: %s",
+                    self.endpoint,
+                    self.endpoint,
+                    self.instance_id,
+                    error,
+                )
+            self._failing = True
+            return
+        if self._failing:
+            log.warning("queue %s: heartbeats are written again", self.endpoint)
+        self._failing = False
+
+    def _heartbeat(self, now: float) -> health.Heartbeat:
+        processed = sum(pump.stats.handled for pump in self.pumps)
+        failed = sum(_failed(pump) for pump in self.pumps)
+        self._beats.append((now, processed, failed))
+        while len(self._beats) > 2 and self._beats[1][0] <= now - RATE_WINDOW:
+            self._beats.popleft()
+        first_at, first_processed, first_failed = self._beats[0]
+        span = now - first_at
+        return health.Heartbeat(
+            instance_id=self.instance_id,
+            endpoint=self.endpoint,
+            host=socket.gethostname(),
+            process_id=os.getpid(),
+            started_at=self.started_at,
+            beat_interval=self.interval,
+            concurrency=self._concurrency,
+            in_flight=sum(pump.stats.in_flight for pump in self.pumps),
+            processed=processed,
+            failed=failed,
+            processed_rate=(processed - first_processed) * 60.0 / span if span > 0 else 0.0,
+            failed_rate=(failed - first_failed) * 60.0 / span if span > 0 else 0.0,
+        )
+
+    def _sample(self) -> None:
+        """One sample per pumped queue; the counters advance only once it is written."""
+        at = time.time()
+        samples = []
+        counted = {}
+        for pump in self.pumps:
+            queue = str(pump.queue)
+            processed, failed = pump.stats.handled, _failed(pump)
+            try:
+                depth, oldest = health.read_head(self.transport, queue)
+            except Exception as error:
+                log.warning("queue %s: cannot read its depth for the metrics: %s", queue, error)
+                depth, oldest = None, None
+            before = self._sampled[queue]
+            samples.append(
+                (
+                    queue,
+                    health.QueueSample(
+                        at, depth, oldest, processed - before[0], failed - before[1]
+                    ),
+                )
+            )
+            counted[queue] = (processed, failed)
+        health.write_samples(self.transport.engine, self.instance_id, samples)
+        self._sampled.update(counted)
