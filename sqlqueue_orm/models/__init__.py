@@ -1,4 +1,4 @@
-"""Declarative models: the queue table factory and the shared tables (outbox, rate limits, ...).
+"""Declarative models: the queue table factory and the shared tables (outbox, rate limits, failure groups, ...).
 
 Queue tables are created at run time with names only the user knows, so they live in their own
 :class:`~sqlalchemy.MetaData` (``QUEUE_METADATA``), never in :data:`Base.metadata`, which holds
@@ -8,6 +8,7 @@ ledger) live in contrib and join the same metadata when their module is imported
 
 from sqlqueue_orm.models.base import NAMING_CONVENTION as NAMING_CONVENTION
 from sqlqueue_orm.models.base import Base as Base
+from sqlqueue_orm.models.failure_group import FailureGroupEntry as FailureGroupEntry
 from sqlqueue_orm.models.outbox import OutboxData as OutboxData
 from sqlqueue_orm.models.outbox_delivery import OutboxDelivery as OutboxDelivery
 from sqlqueue_orm.models.queue_table import QUEUE_METADATA as QUEUE_METADATA
