@@ -1,4 +1,4 @@
-"""Declarative models: the queue table factory and the shared tables (outbox, rate limits, failure groups, ...).
+"""Declarative models: the queue table factory and the shared tables (outbox, rate limits, ...).
 
 Queue tables are created at run time with names only the user knows, so they live in their own
 :class:`~sqlalchemy.MetaData` (``QUEUE_METADATA``), never in :data:`Base.metadata`, which holds

@@ -233,12 +233,13 @@ class ErrorQueue:
 
     def message_of(self, row: sa.Row[Any]) -> IncomingMessage:
         """The message of a row of :meth:`select_messages` (never raises for its headers)."""
-        native_id = row[0] if isinstance(row[0], uuid.UUID) else uuid.UUID(str(row[0]))
-        body = row[3] if len(row) > 3 else None
+        values = tuple(row)
+        native_id = values[0] if isinstance(values[0], uuid.UUID) else uuid.UUID(str(values[0]))
+        body = values[3] if len(values) > 3 else None
         return IncomingMessage.from_row(
             native_id,
-            int(row[1]),
-            row[2],
+            int(values[1]),
+            values[2],
             None if body is None else bytes(body),
             False,
             str(self.address),

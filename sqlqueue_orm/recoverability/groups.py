@@ -77,7 +77,7 @@ NONE_LABEL = "(none)"
 UNREADABLE_LABEL = "(headers cannot be read)"
 
 TABLE = failure_group.failure_group_table()
-_ID_PATTERN = re.compile(r"[0-9a-f]{%d}" % failure_group.GROUP_LENGTH)
+_ID_PATTERN = re.compile(f"[0-9a-f]{{{failure_group.GROUP_LENGTH}}}")
 # A Python frame: File "/srv/app/handlers.py", line 12, in handle
 _PYTHON_FRAME = re.compile(r'^\s*File "(?P<file>[^"]*)", line \d+, in (?P<function>.+?)\s*$')
 # A .NET frame: at Sales.Handler.Handle(PlaceOrder message) in C:\src\Handler.cs:line 42
@@ -372,8 +372,13 @@ class FailureGroups:
         """:meth:`ErrorQueue.retry` every message of group *id*; return how many were sent."""
         chosen = self.ids(id)
         sent = self.errors.retry(chosen)
-        log.info("queue %s: failure group %s: %d of %d message(s) sent back",
-                 self.errors.name, id, sent, len(chosen))
+        log.info(
+            "queue %s: failure group %s: %d of %d message(s) sent back",
+            self.errors.name,
+            id,
+            sent,
+            len(chosen),
+        )
         self.refresh()  # the entries of the messages sent back go
         return sent
 
@@ -381,8 +386,13 @@ class FailureGroups:
         """:meth:`ErrorQueue.delete` every message of group *id*; return how many were deleted."""
         chosen = self.ids(id)
         deleted = self.errors.delete(chosen)
-        log.info("queue %s: failure group %s: %d of %d message(s) deleted",
-                 self.errors.name, id, deleted, len(chosen))
+        log.info(
+            "queue %s: failure group %s: %d of %d message(s) deleted",
+            self.errors.name,
+            id,
+            deleted,
+            len(chosen),
+        )
         self.refresh()
         return deleted
 

@@ -1,4 +1,4 @@
-"""Finding failed messages: filters, keyset paging through every row, and "all that match".
+r"""Finding failed messages: filters, keyset paging through every row, and "all that match".
 
 ::
 
@@ -16,10 +16,11 @@ and nothing is shown twice; a row that arrives with a higher ``RowVersion`` show
 Each filter narrows in SQL first, then is checked exactly on the rows found: the message id
 (``NServiceBus.MessageId``, or the row's ``Id``), a header (``name=value``, the whole value, case
 sensitive) and the endpoint are first looked for as text in the Headers column (the longest run
-of characters that JSON writes only one way, so ``\\/`` or ``\\u00e9`` escapes are no hurdle), the body
-text as bytes in the Body column (UTF-8; :attr:`DialectSupport.body_contains`), a group through
-``sqlqueue_failure_groups`` (:mod:`~sqlqueue_orm.recoverability.groups`). The exception type and
-the time of failure are checked in Python, as :meth:`ErrorQueue.list` checks them.
+of characters every JSON writer writes unescaped, so escapes such as ``\u00e9`` are no hurdle),
+the body text as bytes in the Body column (UTF-8; :attr:`DialectSupport.body_contains`), a
+group through ``sqlqueue_failure_groups`` (:mod:`~sqlqueue_orm.recoverability.groups`). The
+exception type and the time of failure are checked in Python, as :meth:`ErrorQueue.list` checks
+them.
 :meth:`ErrorSearch.matching_ids` returns the ids of every match at that moment, bounded: a retry
 of them (:meth:`ErrorQueue.retry`) sends each of those messages back once.
 """
@@ -165,7 +166,7 @@ class ErrorSearch:
     def _statement(self, wanted: ErrorFilter, after: int | None, batch: int) -> sa.Select[Any]:
         table = self.errors.table()
         statement = self.errors.select_messages()
-        conditions: list[sa.ColumnElement[bool]] = []
+        conditions: list[sa.ColumnElement[bool] | sa.TextClause] = []
         if after is not None:
             conditions.append(table.c.RowVersion > after)
         in_headers = []
@@ -173,9 +174,12 @@ class ErrorSearch:
             guid = _guid_text(wanted.message_id)
             run = _plain_run(wanted.message_id)
             if guid is not None and run is not None:  # the row's Id, or a GUID MessageId
-                conditions.append(sa.or_(
-                    table.c.Id == uuid.UUID(guid), table.c.Headers.contains(run, autoescape=True)
-                ))
+                conditions.append(
+                    sa.or_(
+                        table.c.Id == uuid.UUID(guid),
+                        table.c.Headers.contains(run, autoescape=True),
+                    )
+                )
             elif guid is None:
                 in_headers.append(wanted.message_id)
         if wanted.header is not None:
