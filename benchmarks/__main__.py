@@ -41,6 +41,8 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, harness.Settings]
     parser.add_argument("--migrate-rows", type=int, help="rows of the v1 table to migrate")
     parser.add_argument("--burn-down", type=int,
                         help="backlog the batched pump burns down (default 1,000,000)")
+    parser.add_argument("--failed-messages", type=int,
+                        help="error-queue size of scenario groups (default 100,000)")
     parser.add_argument("--peer-messages", type=int, help="messages per kombu/PGQueuer cell")
     parser.add_argument("--no-peers", action="store_true", help="skip kombu and PGQueuer")
     parser.add_argument("--no-write", action="store_true", help="print only; write no files")
@@ -48,11 +50,13 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, harness.Settings]
     settings = harness.Settings(only=args.only, peers=not args.no_peers)
     if args.quick:
         settings = dataclasses.replace(settings, messages=2_000, deep=100_000, peer_messages=500,
-                                       migrate_rows=100_000, burn_down=100_000)
+                                       migrate_rows=100_000, burn_down=100_000,
+                                       failed_messages=10_000)
     for field, value in (("messages", args.messages), ("deep", args.deep),
                          ("migrate_rows", args.migrate_rows),
                          ("peer_messages", args.peer_messages),
-                         ("burn_down", args.burn_down)):
+                         ("burn_down", args.burn_down),
+                         ("failed_messages", args.failed_messages)):
         if value is not None:
             if value < 1:
                 parser.error(f"--{field.replace('_', '-')} {value} must be at least 1")

@@ -23,7 +23,7 @@ from sqlqueue_orm import OutgoingMessage, Transport
 #: What ``--only`` can name.
 NAMES = (
     "send", "receive", "outbox", "depth", "migrate", "pump", "instrumentation", "batch",
-    "snapshot",
+    "snapshot", "groups",
 )
 
 _FILL_CHUNK = 5_000
@@ -48,6 +48,8 @@ class Settings:
     only: frozenset[str] = frozenset(NAMES)
     #: Backlog the batched pump burns down (scenario ``batch``).
     burn_down: int = 1_000_000
+    #: Messages of the error queue the failure groups are timed on (scenario ``groups``).
+    failed_messages: int = 100_000
 
 
 class Run:

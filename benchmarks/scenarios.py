@@ -27,6 +27,7 @@ from benchmarks import (
     baselines,
     bench_batch,
     bench_endpoint,
+    bench_failure_groups,
     bench_snapshot,
     instrumentation,
     peers,
@@ -374,7 +375,7 @@ ENDPOINT_SCENARIOS: list[tuple[str, Callable[[Run], None]]] = [
 ALL: list[tuple[str, Callable[[Run], None]]] = [
     ("send", send), ("receive", receive), ("outbox", outbox), ("depth", depth),
     ("migrate", migrate), ("instrumentation", instrumentation.instrumentation_cost),
-    ("snapshot", snapshot),
+    ("snapshot", snapshot), ("groups", bench_failure_groups.groups_scenario),
 ]
 
 

@@ -30,7 +30,8 @@ headers cannot be read groups under ``(headers cannot be read)``.
 Keys are computed once per message, in Python, and kept in ``sqlqueue_failure_groups``
 (:mod:`sqlqueue_orm.models.failure_group`): each listing first adds the entries of the messages
 that have none (an anti-join on the row's ``Id``, so rows whose identity committed late are not
-missed) and deletes those whose message is gone; counting is then a ``GROUP BY`` in SQL joined
+missed) and, when there are more entries than messages, deletes those whose message is gone;
+counting is then a ``GROUP BY`` in SQL joined
 with the error queue, so a listing costs one pass in the database rather than reading every
 header of the queue in Python. :meth:`FailureGroups.retry` and :meth:`FailureGroups.delete` take
 the group's messages as they are at that moment and hand them to :meth:`ErrorQueue.retry` /
@@ -248,10 +249,6 @@ class FailureGroups:
         ensure_table(engine)
         queue_table = self.errors.table()
         mine = TABLE.c.queue == self.queue
-        gone = sa.delete(TABLE).where(
-            mine,
-            ~sa.exists().where(queue_table.c.Id == TABLE.c.id),
-        )
         missing = (
             self.errors.select_messages(body=False)
             .where(~sa.exists().where(mine, TABLE.c.id == queue_table.c.Id))
@@ -260,17 +257,46 @@ class FailureGroups:
         )
         added = 0
         with db.wrap_db_errors(self.queue):
-            with engine.begin() as connection:
-                connection.execute(gone)
             while True:
                 with engine.begin() as connection:
                     rows = connection.execute(missing).all()
-                    if not rows:
-                        return added
                     entries = [entry(self.queue, self.errors.message_of(row)) for row in rows]
-                    added += self._insert(connection, entries)
+                    if entries:
+                        added += self._insert(connection, entries)
                 if len(rows) < _FILL_BATCH:
-                    return added
+                    break
+            self._prune()
+        return added
+
+    def _prune(self) -> None:
+        """Delete the entries whose message is gone, when there are any.
+
+        Every message has its entry once filled, so more entries than messages means some are
+        stale. The ids are compared in Python: a ``NOT EXISTS`` on the queue's ``Id`` (no
+        index there in NServiceBus's SQL Server layout, nor on SQLite) would scan the queue
+        once per entry.
+        """
+        queue_table = self.errors.table()
+        mine = TABLE.c.queue == self.queue
+        engine = self.errors.transport.engine
+        with engine.connect() as connection:
+            entries = connection.execute(sa.select(sa.func.count()).where(mine)).scalar_one()
+            messages = connection.execute(
+                sa.select(sa.func.count()).select_from(queue_table)
+            ).scalar_one()
+            if int(entries) <= int(messages):
+                return
+            present = {_uuid(row[0]) for row in connection.execute(sa.select(queue_table.c.Id))}
+            stale = [
+                _uuid(row[0])
+                for row in connection.execute(sa.select(TABLE.c.id).where(mine))
+                if _uuid(row[0]) not in present
+            ]
+        for start in range(0, len(stale), _FILL_BATCH):
+            with engine.begin() as connection:
+                connection.execute(
+                    sa.delete(TABLE).where(mine, TABLE.c.id.in_(stale[start : start + _FILL_BATCH]))
+                )
 
     def _insert(self, connection: Connection, entries: list[dict[str, Any]]) -> int:
         """Insert *entries*; one another process inserted first is skipped."""
@@ -312,7 +338,11 @@ class FailureGroups:
                 sa.func.max(TABLE.c.failed_at),
                 sa.func.max(TABLE.c[_LABELS[by]]),
             )
-            .select_from(TABLE.join(queue_table, queue_table.c.Id == TABLE.c.id))
+            .select_from(
+                queue_table.join(
+                    TABLE, sa.and_(TABLE.c.queue == self.queue, TABLE.c.id == queue_table.c.Id)
+                )
+            )
             .where(TABLE.c.queue == self.queue)
             .group_by(key)
         )
@@ -354,7 +384,11 @@ class FailureGroups:
         queue_table = self.errors.table()
         statement = (
             sa.select(queue_table.c.Id)
-            .select_from(TABLE.join(queue_table, queue_table.c.Id == TABLE.c.id))
+            .select_from(
+                queue_table.join(
+                    TABLE, sa.and_(TABLE.c.queue == self.queue, TABLE.c.id == queue_table.c.Id)
+                )
+            )
             .where(
                 TABLE.c.queue == self.queue,
                 sa.or_(*(TABLE.c[column] == wanted for column in GROUPINGS.values())),
