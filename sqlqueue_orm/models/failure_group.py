@@ -3,8 +3,8 @@
 ================== ========================= ===================== ==================
 column             SQL Server                PostgreSQL            SQLite
 ================== ========================= ===================== ==================
-queue              nvarchar(450) PK          varchar(450) PK       VARCHAR(450) PK
 id                 uniqueidentifier PK       uuid PK               CHAR(32) PK
+queue              nvarchar(450) PK          varchar(450) PK       VARCHAR(450) PK
 message_id         nvarchar(450) NULL        varchar(450) NULL     VARCHAR(450)
 exception_type     nvarchar(450) NULL        varchar(450) NULL     VARCHAR(450)
 stack_group        varchar(16) NOT NULL      varchar(16) NOT NULL  VARCHAR(16)
@@ -16,12 +16,12 @@ message_type_group varchar(16) NOT NULL      varchar(16) NOT NULL  VARCHAR(16)
 failed_at          datetime2 NULL            timestamp NULL        DATETIME
 ================== ========================= ===================== ==================
 
-One row per message of an error queue (``queue`` is the error queue's address as text, ``id``
-the row's native ``Id``), written the first time the groups are asked for after the message
-arrived: rows without an entry are found by an anti-join (never by a "highest RowVersion seen",
-since identity values commit out of order) and entries whose message is gone are deleted then.
-The ``*_group`` columns are the group ids (:mod:`sqlqueue_orm.recoverability.groups` says how
-they are made); the texts are cut at 450 characters and only shown. ``failed_at`` is
+One row per message of an error queue (``id`` is the row's native ``Id``, ``queue`` the error
+queue's address as text; the key is both, in that order), written the first time the groups are
+asked for after the message arrived: messages without an entry are found by comparing ids
+(never by a "highest RowVersion seen", since identity values commit out of order) and entries
+whose message is gone are deleted then. The ``*_group`` columns are the group ids
+(:mod:`sqlqueue_orm.recoverability.groups` says how they are made); the texts are cut at 450 characters and only shown. ``failed_at`` is
 ``NServiceBus.TimeOfFailure`` in UTC, naive. The table is created on first use when missing;
 revision ``0013_failure_groups`` creates it for databases migrated with Alembic.
 """
@@ -49,8 +49,9 @@ class FailureGroupEntry(Base):
 
     __tablename__ = TABLE_NAME
 
-    queue: Mapped[str] = mapped_column(sa.Unicode(TEXT_LENGTH), primary_key=True)
+    # The message's id first: a message's entry is found by it.
     id: Mapped[uuid.UUID] = mapped_column(sa.Uuid(), primary_key=True)
+    queue: Mapped[str] = mapped_column(sa.Unicode(TEXT_LENGTH), primary_key=True)
     message_id: Mapped[str | None] = mapped_column(sa.Unicode(TEXT_LENGTH), nullable=True)
     exception_type: Mapped[str | None] = mapped_column(sa.Unicode(TEXT_LENGTH), nullable=True)
     stack_group: Mapped[str] = mapped_column(sa.String(GROUP_LENGTH), nullable=False)

@@ -29,11 +29,11 @@ headers cannot be read groups under ``(headers cannot be read)``.
 
 Keys are computed once per message, in Python, and kept in ``sqlqueue_failure_groups``
 (:mod:`sqlqueue_orm.models.failure_group`): each listing first adds the entries of the messages
-that have none (an anti-join on the row's ``Id``, so rows whose identity committed late are not
-missed) and, when there are more entries than messages, deletes those whose message is gone;
-counting is then a ``GROUP BY`` in SQL joined
-with the error queue, so a listing costs one pass in the database rather than reading every
-header of the queue in Python. :meth:`FailureGroups.retry` and :meth:`FailureGroups.delete` take
+that have none (the queue's ids and the entries' compared as sets, so rows whose identity
+committed late are not missed, as they would be after a "highest ``RowVersion`` seen") and
+deletes those whose message is gone; counting is then a ``GROUP BY`` in SQL joined with the
+error queue, so a listing reads two columns of ids and one join rather than every header of the
+queue in Python. :meth:`FailureGroups.retry` and :meth:`FailureGroups.delete` take
 the group's messages as they are at that moment and hand them to :meth:`ErrorQueue.retry` /
 :meth:`ErrorQueue.delete`: one transaction per message, so two operators retrying one group send
 each message once.
@@ -244,59 +244,66 @@ class FailureGroups:
 
         Returns how many entries were added. Safe to run from several processes at once
         (an entry another one added first is skipped).
+
+        The two sets of ids (the queue's and the entries') are read and compared in Python:
+        an anti-join in SQL would probe the queue's ``Id``, which has no index in NServiceBus's
+        SQL Server layout nor on SQLite, and PostgreSQL's planner, misled by the statistics of
+        a table that has just been filled, picks a nested loop over it; reading two columns of
+        ids costs the same every time.
         """
         engine = self.errors.transport.engine
         ensure_table(engine)
         queue_table = self.errors.table()
         mine = TABLE.c.queue == self.queue
-        missing = (
-            self.errors.select_messages(body=False)
-            .where(~sa.exists().where(mine, TABLE.c.id == queue_table.c.Id))
-            .order_by(queue_table.c.RowVersion)
-            .limit(_FILL_BATCH)
-        )
-        added = 0
         with db.wrap_db_errors(self.queue):
-            while True:
+            with engine.connect() as connection:
+                present = {_uuid(row[0]) for row in connection.execute(sa.select(queue_table.c.Id))}
+                known = {
+                    _uuid(row[0]) for row in connection.execute(sa.select(TABLE.c.id).where(mine))
+                }
+            missing = present - known
+            added = self._fill(missing) if missing else 0
+            stale = sorted(known - present)
+            for start in range(0, len(stale), _FILL_BATCH):
                 with engine.begin() as connection:
-                    rows = connection.execute(missing).all()
-                    entries = [entry(self.queue, self.errors.message_of(row)) for row in rows]
-                    if entries:
-                        added += self._insert(connection, entries)
-                if len(rows) < _FILL_BATCH:
-                    break
-            self._prune()
+                    connection.execute(
+                        sa.delete(TABLE).where(
+                            mine, TABLE.c.id.in_(stale[start : start + _FILL_BATCH])
+                        )
+                    )
         return added
 
-    def _prune(self) -> None:
-        """Delete the entries whose message is gone, when there are any.
-
-        Every message has its entry once filled, so more entries than messages means some are
-        stale. The ids are compared in Python: a ``NOT EXISTS`` on the queue's ``Id`` (no
-        index there in NServiceBus's SQL Server layout, nor on SQLite) would scan the queue
-        once per entry.
-        """
-        queue_table = self.errors.table()
-        mine = TABLE.c.queue == self.queue
+    def _fill(self, missing: set[uuid.UUID]) -> int:
+        """Write the entries of the messages *missing* has (those gone meanwhile are skipped)."""
         engine = self.errors.transport.engine
-        with engine.connect() as connection:
-            entries = connection.execute(sa.select(sa.func.count()).where(mine)).scalar_one()
-            messages = connection.execute(
-                sa.select(sa.func.count()).select_from(queue_table)
-            ).scalar_one()
-            if int(entries) <= int(messages):
-                return
-            present = {_uuid(row[0]) for row in connection.execute(sa.select(queue_table.c.Id))}
-            stale = [
-                _uuid(row[0])
-                for row in connection.execute(sa.select(TABLE.c.id).where(mine))
-                if _uuid(row[0]) not in present
-            ]
-        for start in range(0, len(stale), _FILL_BATCH):
+        queue_table = self.errors.table()
+        added = 0
+        if len(missing) <= _FILL_BATCH:  # the usual case: a few new messages, found by id
+            statement = self.errors.select_messages(body=False).where(
+                queue_table.c.Id.in_(sorted(missing))
+            )
             with engine.begin() as connection:
-                connection.execute(
-                    sa.delete(TABLE).where(mine, TABLE.c.id.in_(stale[start : start + _FILL_BATCH]))
-                )
+                rows = connection.execute(statement).all()
+                entries = [entry(self.queue, self.errors.message_of(row)) for row in rows]
+                return self._insert(connection, entries) if entries else 0
+        after: int | None = None  # many: one pass over the queue, a page at a time
+        while True:
+            statement = self.errors.select_messages(body=False)
+            if after is not None:
+                statement = statement.where(queue_table.c.RowVersion > after)
+            statement = statement.order_by(queue_table.c.RowVersion).limit(_FILL_BATCH)
+            with engine.begin() as connection:
+                rows = connection.execute(statement).all()
+                entries = [
+                    entry(self.queue, self.errors.message_of(row))
+                    for row in rows
+                    if _uuid(row[0]) in missing
+                ]
+                if entries:
+                    added += self._insert(connection, entries)
+            if len(rows) < _FILL_BATCH:
+                return added
+            after = int(rows[-1][1])
 
     def _insert(self, connection: Connection, entries: list[dict[str, Any]]) -> int:
         """Insert *entries*; one another process inserted first is skipped."""
