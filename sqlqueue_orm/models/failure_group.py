@@ -23,7 +23,8 @@ asked for after the message arrived: messages without an entry are found by comp
 whose message is gone are deleted then. The ``*_group`` columns are the group ids
 (:mod:`sqlqueue_orm.recoverability.groups` says how they are made); the texts are cut at 450
 characters and only shown. ``failed_at`` is ``NServiceBus.TimeOfFailure`` in UTC, naive. The
-table is created on first use when missing; revision ``0013_failure_groups`` creates it for databases migrated with Alembic.
+table is created on first use when missing; revision ``0013_failure_groups`` creates it for
+databases migrated with Alembic.
 """
 
 from __future__ import annotations
