@@ -78,6 +78,7 @@ NONE_LABEL = "(none)"
 UNREADABLE_LABEL = "(headers cannot be read)"
 
 TABLE = failure_group.failure_group_table()
+_TEXT = sa.String(36)
 _ID_PATTERN = re.compile(f"[0-9a-f]{{{failure_group.GROUP_LENGTH}}}")
 # A Python frame: File "/srv/app/handlers.py", line 12, in handle
 _PYTHON_FRAME = re.compile(r'^\s*File "(?P<file>[^"]*)", line \d+, in (?P<function>.+?)\s*$')
@@ -257,13 +258,13 @@ class FailureGroups:
         mine = TABLE.c.queue == self.queue
         with db.wrap_db_errors(self.queue):
             with engine.connect() as connection:
-                present = {_uuid(row[0]) for row in connection.execute(sa.select(queue_table.c.Id))}
-                known = {
-                    _uuid(row[0]) for row in connection.execute(sa.select(TABLE.c.id).where(mine))
-                }
-            missing = present - known
+                # As text (32 hex digits, whatever form the database casts to): strings hash
+                # and compare in C, uuid.UUID objects in Python.
+                present = _hex(connection.execute(sa.select(sa.cast(queue_table.c.Id, _TEXT))))
+                known = _hex(connection.execute(sa.select(sa.cast(TABLE.c.id, _TEXT)).where(mine)))
+            missing = {_uuid(each) for each in present - known}
             added = self._fill(missing) if missing else 0
-            stale = sorted(known - present)
+            stale = sorted(_uuid(each) for each in known - present)
             for start in range(0, len(stale), _FILL_BATCH):
                 with engine.begin() as connection:
                     connection.execute(
@@ -334,8 +335,11 @@ class FailureGroups:
         :raises ConfigurationError: *by* is not one of :data:`GROUPINGS`.
         """
         column = _grouping(by)
-        self.refresh()
-        queue_table = self.errors.table()
+        self.refresh()  # the entries are now those of the queue's messages: no join needed
+        return self._counted(by, column)
+
+    def _counted(self, by: str, column: str) -> list[FailureGroup]:
+        """The groups of grouping *by* (its column *column*) as the entries count them."""
         key = TABLE.c[column]
         statement = (
             sa.select(
@@ -344,11 +348,6 @@ class FailureGroups:
                 sa.func.min(TABLE.c.failed_at),
                 sa.func.max(TABLE.c.failed_at),
                 sa.func.max(TABLE.c[_LABELS[by]]),
-            )
-            .select_from(
-                queue_table.join(
-                    TABLE, sa.and_(TABLE.c.queue == self.queue, TABLE.c.id == queue_table.c.Id)
-                )
             )
             .where(TABLE.c.queue == self.queue)
             .group_by(key)
@@ -375,8 +374,9 @@ class FailureGroups:
         :raises ConfigurationError: naming *id* when no group has it.
         """
         wanted = _checked(id, self.errors.name)
-        for by in GROUPINGS:
-            for group in self.list(by):
+        self.refresh()
+        for by, column in GROUPINGS.items():
+            for group in self._counted(by, column):
                 if group.id == wanted:
                     return group
         raise _unknown(id, self.errors.name)
@@ -436,6 +436,11 @@ class FailureGroups:
         )
         self.refresh()
         return deleted
+
+
+def _hex(result: sa.Result[Any]) -> set[str]:
+    """The ids of a one-column result of text ids, as 32 lower-case hex digits."""
+    return {str(value).replace("-", "").lower() for value in result.scalars()}
 
 
 def _uuid(value: Any) -> uuid.UUID:
