@@ -41,6 +41,7 @@ each message once.
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import datetime as dt
 import hashlib
@@ -338,7 +339,7 @@ class FailureGroups:
         self.refresh()  # the entries are now those of the queue's messages: no join needed
         return self._counted(by, column)
 
-    def _counted(self, by: str, column: str) -> list[FailureGroup]:
+    def _counted(self, by: str, column: str) -> builtins.list[FailureGroup]:
         """The groups of grouping *by* (its column *column*) as the entries count them."""
         key = TABLE.c[column]
         statement = (
