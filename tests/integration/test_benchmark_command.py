@@ -17,7 +17,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def test_every_scenario_runs_on_sqlite_and_prints_the_table():
     completed = subprocess.run(
         [sys.executable, "-m", "benchmarks", "--databases", "sqlite", "--messages", "20",
-         "--deep", "200", "--migrate-rows", "200", "--no-peers", "--no-write"],
+         "--deep", "200", "--migrate-rows", "200", "--failed-messages", "200", "--no-peers",
+         "--no-write"],
         cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
     )
     assert completed.returncode == 0, completed.stderr[-2000:]
@@ -26,7 +27,8 @@ def test_every_scenario_runs_on_sqlite_and_prints_the_table():
     for scenario in ("send 1/txn", "send 20/txn", "receive 10/txn, 4 consumer(s)",
                      "unit of work, 1 send", "outbox dispatcher, backlog", "peek, 200 waiting",
                      "receive 1/txn, 200 waiting", "migrate v1 table, 200 rows",
-                     "send 1/txn, instrumentation", "receive 1/call, instrumentation"):
+                     "send 1/txn, instrumentation", "receive 1/call, instrumentation",
+                     "error queue, 200 failed in 20 groups"):
         assert f"| sqlite | {scenario} |" in table, scenario
     assert "| raw autocommit |" in table and "| raw BEGIN/stmt/COMMIT |" in table
     for mode in ("NONE", "TRANSACTION_SCOPE"):  # the modes SQLite runs
