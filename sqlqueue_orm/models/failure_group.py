@@ -4,7 +4,7 @@
 column             SQL Server                PostgreSQL            SQLite
 ================== ========================= ===================== ==================
 id                 uniqueidentifier PK       uuid PK               CHAR(32) PK
-queue              nvarchar(450) PK          varchar(450) PK       VARCHAR(450) PK
+queue              nvarchar(400) PK          varchar(400) PK       VARCHAR(400) PK
 message_id         nvarchar(450) NULL        varchar(450) NULL     VARCHAR(450)
 exception_type     nvarchar(450) NULL        varchar(450) NULL     VARCHAR(450)
 stack_group        varchar(16) NOT NULL      varchar(16) NOT NULL  VARCHAR(16)
@@ -13,7 +13,7 @@ endpoint           nvarchar(450) NULL        varchar(450) NULL     VARCHAR(450)
 endpoint_group     varchar(16) NOT NULL      varchar(16) NOT NULL  VARCHAR(16)
 message_type       nvarchar(450) NULL        varchar(450) NULL     VARCHAR(450)
 message_type_group varchar(16) NOT NULL      varchar(16) NOT NULL  VARCHAR(16)
-failed_at          datetime2 NULL            timestamp NULL        DATETIME
+failed_at          datetime NULL             timestamp NULL        DATETIME
 ================== ========================= ===================== ==================
 
 One row per message of an error queue (``id`` is the row's native ``Id``, ``queue`` the error
@@ -41,6 +41,8 @@ from sqlqueue_orm.models.base import Base
 TABLE_NAME = "sqlqueue_failure_groups"
 #: Longest text stored (nvarchar(450): 900 bytes, SQL Server's key limit).
 TEXT_LENGTH = 450
+#: Longest error-queue address (the key, with the 16-byte id, stays within SQL Server's 900 bytes).
+QUEUE_LENGTH = 400
 #: Length of a group id (hex digits).
 GROUP_LENGTH = 16
 
@@ -52,7 +54,7 @@ class FailureGroupEntry(Base):
 
     # The message's id first: a message's entry is found by it.
     id: Mapped[uuid.UUID] = mapped_column(sa.Uuid(), primary_key=True)
-    queue: Mapped[str] = mapped_column(sa.Unicode(TEXT_LENGTH), primary_key=True)
+    queue: Mapped[str] = mapped_column(sa.Unicode(QUEUE_LENGTH), primary_key=True)
     message_id: Mapped[str | None] = mapped_column(sa.Unicode(TEXT_LENGTH), nullable=True)
     exception_type: Mapped[str | None] = mapped_column(sa.Unicode(TEXT_LENGTH), nullable=True)
     stack_group: Mapped[str] = mapped_column(sa.String(GROUP_LENGTH), nullable=False)

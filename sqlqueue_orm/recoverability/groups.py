@@ -236,6 +236,11 @@ class FailureGroups:
     def __init__(self, errors: ErrorQueue) -> None:
         self.errors = errors
         self.queue = str(errors.address)
+        if len(self.queue) > failure_group.QUEUE_LENGTH:
+            raise exceptions.ConfigurationError(
+                f"error queue {errors.name!r}: failure groups take addresses of at most "
+                f"{failure_group.QUEUE_LENGTH} characters"
+            )
 
     def __repr__(self) -> str:
         return f"FailureGroups({self.errors.name!r})"
