@@ -45,6 +45,8 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, harness.Settings]
     parser.add_argument("--migrate-rows", type=int, help="rows of the v1 table to migrate")
     parser.add_argument("--burn-down", type=int,
                         help="backlog the batched pump burns down (default 1,000,000)")
+    parser.add_argument("--failed-messages", type=int,
+                        help="error-queue size of scenario groups (default 100,000)")
     parser.add_argument("--peer-messages", type=int, help="messages per kombu/PGQueuer cell")
     parser.add_argument("--wakeup-samples", type=int,
                         help="idle messages of the wake-up cell (default 400)")
@@ -62,13 +64,15 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, harness.Settings]
         settings = dataclasses.replace(settings, messages=2_000, deep=100_000, peer_messages=500,
                                        migrate_rows=100_000, burn_down=100_000,
                                        wakeup_samples=100, wakeup_seconds=3.0, sender_rounds=5,
-                                       sender_seconds=1.5)
+                                       sender_seconds=1.5,
+                                       failed_messages=10_000)
     for field, value in (("messages", args.messages), ("deep", args.deep),
                          ("migrate_rows", args.migrate_rows),
                          ("peer_messages", args.peer_messages),
                          ("burn_down", args.burn_down),
                          ("wakeup_samples", args.wakeup_samples),
-                         ("sender_rounds", args.sender_rounds)):
+                         ("sender_rounds", args.sender_rounds),
+                         ("failed_messages", args.failed_messages)):
         if value is not None:
             if value < 1:
                 parser.error(f"--{field.replace('_', '-')} {value} must be at least 1")

@@ -23,7 +23,7 @@ from sqlqueue_orm import OutgoingMessage, Transport
 #: What ``--only`` can name.
 NAMES = (
     "send", "receive", "outbox", "depth", "migrate", "pump", "instrumentation", "batch",
-    "snapshot", "wakeup", "heartbeat",
+    "snapshot", "wakeup", "heartbeat", "groups",
 )
 
 _FILL_CHUNK = 5_000
@@ -54,6 +54,8 @@ class Settings:
     wakeup_seconds: float = 10.0
     sender_rounds: int = 9
     sender_seconds: float = 3.0
+    #: Messages of the error queue the failure groups are timed on (scenario ``groups``).
+    failed_messages: int = 100_000
 
 
 class Run:

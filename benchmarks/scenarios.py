@@ -28,6 +28,7 @@ from benchmarks import (
     bench_batch,
     bench_endpoint,
     bench_heartbeat,
+    bench_failure_groups,
     bench_snapshot,
     bench_wakeup,
     instrumentation,
@@ -378,6 +379,7 @@ ALL: list[tuple[str, Callable[[Run], None]]] = [
     ("send", send), ("receive", receive), ("outbox", outbox), ("depth", depth),
     ("migrate", migrate), ("instrumentation", instrumentation.instrumentation_cost),
     ("snapshot", snapshot), ("heartbeat", bench_heartbeat.heartbeat_scenario),
+    ("groups", bench_failure_groups.groups_scenario),
 ]
 
 

@@ -6,7 +6,7 @@ Idempotent, online and offline: tables an endpoint already created at start-up a
 Downgrade drops both.
 
 Revision ID: 0014_endpoint_health
-Revises: 0012_rate_limits
+Revises: 0013_failure_groups
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from sqlqueue_orm.migration import shared
 from sqlqueue_orm.models import endpoint_health
 
 revision = "0014_endpoint_health"
-down_revision: str | None = "0012_rate_limits"
+down_revision: str | None = "0013_failure_groups"
 branch_labels = None
 depends_on = None
 

@@ -3,16 +3,22 @@
 ::
 
     sqlqueue errors list [--json] [--queue ERRORQ] [--exception-type T] [--endpoint E]
+                         [--message-id M] [--header NAME=VALUE] [--search TEXT] [--group ID]
+                         [--limit N] [--after CURSOR]
     sqlqueue errors show ID
-    sqlqueue errors retry ID... | --all [--failed-queue Q]
-    sqlqueue errors delete ID...
+    sqlqueue errors groups [--by type|endpoint|message-type] [--json]
+    sqlqueue errors retry ID... | --group ID | --all [--failed-queue Q] [filters] [--most N]
+    sqlqueue errors delete ID... | --group ID | --all filters [--most N]
 
 ``ID`` is the row id the list prints (the native ``Id``, a GUID). ``--queue`` names the error
 queue on every sub-command (default ``error``). ``retry`` sends each message back to its
 ``NServiceBus.FailedQ`` with the failure headers removed, one transaction per message
 (:class:`~sqlqueue_orm.recoverability.error_queue.ErrorQueue`); ``--all --failed-queue Q``
-retries only the messages that failed in ``Q``. An id that is not a GUID, or not in the queue,
-is bad input: one line naming it, exit status 2, and nothing is changed.
+retries only the messages that failed in ``Q``; ``--group ID`` the messages of a failure group
+and ``--all`` with filters every message that matches them (refused when more than ``--most``
+do). Groups and filters: :mod:`sqlqueue_orm.cli.errors_groups`. An id that is not a GUID, or not
+in the queue, and a group id no message has, are bad input: one line naming it, exit status 2,
+and nothing is changed.
 """
 
 from __future__ import annotations
@@ -22,10 +28,11 @@ import base64
 import json
 import shlex
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from sqlqueue_orm import exceptions, headers
-from sqlqueue_orm.cli import arguments, listings
+from sqlqueue_orm.cli import arguments, errors_groups, listings
 from sqlqueue_orm.recoverability.error_queue import ErrorQueue, FailedMessage, parse_id
 
 #: The error queue of every sub-command unless ``--queue`` names another.
@@ -86,11 +93,9 @@ def _line(failed: FailedMessage) -> str:
 
 
 def list_command(args: argparse.Namespace) -> int:
-    """``errors list``: one line (or JSON object) per failed message, oldest first."""
+    """``errors list``: one line (or JSON object) per failed message, oldest first, a page."""
     errors = _error_queue(args)
-    found = errors.list(
-        limit=args.limit, exception_type=args.exception_type, endpoint=args.endpoint
-    )
+    found, after = errors_groups.list_page(args, errors)
     listings.show(
         found,
         as_json=args.json,
@@ -98,6 +103,8 @@ def list_command(args: argparse.Namespace) -> int:
         line=_line,
         none=f"no failed messages found in error queue {errors.name!r}",
     )
+    if after is not None:
+        print(f"more: add --after {after} for the next page", file=sys.stderr)
     return 0
 
 
@@ -128,11 +135,17 @@ def show_command(args: argparse.Namespace) -> int:
 def retry_command(args: argparse.Namespace) -> int:
     """``errors retry``: send messages back to the queue they failed in."""
     errors = _error_queue(args)
-    if args.all == bool(args.ids):
-        raise exceptions.ConfigurationError("give message ids or --all (not both)")
+    if (args.all or args.group is not None) == bool(args.ids):
+        raise exceptions.ConfigurationError("give message ids, --group ID or --all")
     if args.failed_queue is not None and not args.all:
         raise exceptions.ConfigurationError("--failed-queue goes with --all")
-    if args.all:
+    chosen = errors_groups.chosen_ids(args, errors)
+    if chosen is not None:
+        ids: Sequence[str] = chosen
+        if args.failed_queue is not None:
+            allowed = set(errors.retryable_ids(args.failed_queue))
+            ids = [each for each in chosen if each in allowed]
+    elif args.all:
         ids = errors.retryable_ids(args.failed_queue)
     else:
         _known(args, errors, args.ids)
@@ -148,12 +161,20 @@ def retry_command(args: argparse.Namespace) -> int:
 
 
 def delete_command(args: argparse.Namespace) -> int:
-    """``errors delete ID...``: delete messages for good."""
+    """``errors delete``: delete messages for good."""
     errors = _error_queue(args)
-    _known(args, errors, args.ids)
-    count = errors.delete(args.ids)
+    if (args.all or args.group is not None) == bool(args.ids):
+        raise exceptions.ConfigurationError("give message ids, --group ID or --all with filters")
+    chosen = errors_groups.chosen_ids(args, errors)
+    if chosen is None and args.all:
+        raise exceptions.ConfigurationError("delete --all needs a filter (--header, --search, "
+                                            "--group, ...)")
+    ids: Sequence[str] = args.ids if chosen is None else chosen
+    if chosen is None:
+        _known(args, errors, args.ids)
+    count = errors.delete(ids)
     print(f"{count} message(s) deleted from {errors.name}")
-    return 0 if count == len(args.ids) else 1
+    return 0 if count == len(ids) else 1
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -163,10 +184,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     commands = parser.add_subparsers(dest="errors_command", required=True, metavar="COMMAND")
 
-    def add(name: str, help_text: str) -> argparse.ArgumentParser:
-        sub = commands.add_parser(name, help=help_text)
+    def add_queue(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--queue", default=DEFAULT_QUEUE,
                          help=f"the error queue (default: {DEFAULT_QUEUE})")
+
+    def add(name: str, help_text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_text)
+        add_queue(sub)
         return sub
 
     sub = add("list", "failed messages, oldest first")
@@ -175,6 +199,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     sub.add_argument("--endpoint", help="the endpoint that failed it (ProcessingEndpoint)")
     sub.add_argument("--limit", type=arguments.positive_int, default=100,
                      help="most messages shown (default 100)")
+    errors_groups.add_filters(sub)
+    sub.add_argument("--after", metavar="CURSOR",
+                     help="the next page: the cursor the previous page printed")
     sub.set_defaults(func=list_command)
 
     sub = add("show", "one failed message: headers, exception, body")
@@ -185,8 +212,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     sub.add_argument("ids", nargs="*", metavar="ID", help="ids printed by errors list")
     sub.add_argument("--all", action="store_true", help="every message of the error queue")
     sub.add_argument("--failed-queue", help="with --all: only those that failed in this queue")
+    errors_groups.add_choice(sub)
     sub.set_defaults(func=retry_command)
 
     sub = add("delete", "delete messages for good")
-    sub.add_argument("ids", nargs="+", metavar="ID", help="ids printed by errors list")
+    sub.add_argument("ids", nargs="*", metavar="ID", help="ids printed by errors list")
+    sub.add_argument("--all", action="store_true",
+                     help="every message that matches the filters (one is needed)")
+    errors_groups.add_choice(sub)
     sub.set_defaults(func=delete_command)
+
+    errors_groups.register(commands, add_queue)

@@ -297,6 +297,9 @@ class DialectSupport:
         'ALTER TABLE {{table}} ADD COLUMN "BodyString" TEXT GENERATED ALWAYS AS '
         "({expression}) VIRTUAL"
     )
+    #: A condition true when the Body column (``{body}``: its quoted name) holds the bytes
+    #: ``:needle`` (the error queue's search by body text); ``""``: the dialect cannot.
+    body_contains: str = ""
     #: Table hint of every outbox claim (SQLAlchemy drops ``with_for_update()`` on SQL Server).
     claim_hint: str | None = None
     #: Table hint of a read of committed rows only, skipping rows still being written (a Spark

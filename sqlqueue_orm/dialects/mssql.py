@@ -322,6 +322,7 @@ FLOW = base.FlowStatements(
 
 SUPPORT = MssqlSupport(
     hot_path=HOT_PATH,
+    body_contains="CHARINDEX(:needle, {body}) > 0",
     session_lock=SESSION_LOCK,
     stream_fence=STREAM_FENCE,
     delayed_store=DELAYED_STORE,

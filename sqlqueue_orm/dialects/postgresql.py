@@ -368,6 +368,7 @@ FLOW = base.FlowStatements(
 
 SUPPORT = PostgresqlSupport(
     hot_path=HOT_PATH,
+    body_contains="position(:needle IN {body}) > 0",
     notify_wakeup=NOTIFY_WAKEUP,
     session_lock=SESSION_LOCK,
     stream_fence=STREAM_FENCE,

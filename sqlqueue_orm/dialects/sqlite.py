@@ -279,6 +279,7 @@ def _setup(engine: Engine, in_memory: bool, synchronous: str, file: str, timeout
 
 SUPPORT = SqliteSupport(
     hot_path=HOT_PATH,
+    body_contains="instr({body}, :needle) > 0",
     stream_fence=STREAM_FENCE,
     delayed_store=DELAYED_STORE,
     delayed_move=DELAYED_MOVE,

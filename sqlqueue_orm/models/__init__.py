@@ -12,6 +12,7 @@ from sqlqueue_orm.models.endpoint_control import ControlAction as ControlAction
 from sqlqueue_orm.models.endpoint_control import EndpointControl as EndpointControl
 from sqlqueue_orm.models.endpoint_health import EndpointHeartbeat as EndpointHeartbeat
 from sqlqueue_orm.models.endpoint_health import QueueMetricSample as QueueMetricSample
+from sqlqueue_orm.models.failure_group import FailureGroupEntry as FailureGroupEntry
 from sqlqueue_orm.models.outbox import OutboxData as OutboxData
 from sqlqueue_orm.models.outbox_delivery import OutboxDelivery as OutboxDelivery
 from sqlqueue_orm.models.queue_table import QUEUE_METADATA as QUEUE_METADATA

@@ -210,9 +210,40 @@ class ErrorQueue:
                 break
         return found
 
-    def _table(self) -> sa.Table:
+    def table(self) -> sa.Table:
+        """The error queue's table."""
         return queue_table(
             self.address.table, db.schema_argument(self.address), self.transport.engine.dialect
+        )
+
+    def select_messages(self, *, body: bool = True) -> sa.Select[Any]:
+        """``SELECT Id, RowVersion, Headers (as read on this dialect)[, Body]`` of the queue.
+
+        Add ``where`` and ``order_by``; turn each row into a message with :meth:`message_of`.
+        """
+        engine = self.transport.engine
+        table = self.table()
+        text = sql.for_dialect(engine.dialect)
+        quoted = engine.dialect.identifier_preparer.quote(table.c.Headers.name)
+        raw: sa.ColumnElement[Any] = sa.literal_column(text.headers_read.format(headers=quoted))
+        columns: list[sa.ColumnElement[Any]] = [table.c.Id, table.c.RowVersion, raw]
+        if body:
+            columns.append(table.c.Body)
+        return sa.select(*columns).select_from(table)
+
+    def message_of(self, row: sa.Row[Any]) -> IncomingMessage:
+        """The message of a row of :meth:`select_messages` (never raises for its headers)."""
+        values = tuple(row)
+        native_id = values[0] if isinstance(values[0], uuid.UUID) else uuid.UUID(str(values[0]))
+        body = values[3] if len(values) > 3 else None
+        return IncomingMessage.from_row(
+            native_id,
+            int(values[1]),
+            values[2],
+            None if body is None else bytes(body),
+            False,
+            str(self.address),
+            sql.for_dialect(self.transport.engine.dialect).headers_encoding,
         )
 
     def get(self, id: str) -> FailedMessage | None:
@@ -222,31 +253,16 @@ class ErrorQueue:
         """
         native_id = parse_id(id)
         engine = self.transport.engine
-        table = self._table()
-        text = sql.for_dialect(engine.dialect)
-        quoted = engine.dialect.identifier_preparer.quote(table.c.Headers.name)
-        raw: sa.ColumnElement[Any] = sa.literal_column(text.headers_read.format(headers=quoted))
-        statement = sa.select(table.c.Id, table.c.RowVersion, raw, table.c.Body).where(
-            table.c.Id == native_id
-        )
+        statement = self.select_messages().where(self.table().c.Id == native_id)
         with db.wrap_db_errors(str(self.address)), engine.connect() as connection:
             row = connection.execute(statement).first()
         if row is None:
             return None
-        message = IncomingMessage.from_row(
-            native_id,
-            int(row[1]),
-            row[2],
-            None if row[3] is None else bytes(row[3]),
-            False,
-            str(self.address),
-            text.headers_encoding,
-        )
-        return FailedMessage.from_message(message)
+        return FailedMessage.from_message(self.message_of(row))
 
     def count(self) -> int:
         """How many messages the error queue holds (an exact count)."""
-        statement = sa.select(sa.func.count()).select_from(self._table())
+        statement = sa.select(sa.func.count()).select_from(self.table())
         with db.wrap_db_errors(str(self.address)), self.transport.engine.connect() as connection:
             return int(connection.execute(statement).scalar_one())
 

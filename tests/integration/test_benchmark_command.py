@@ -34,8 +34,9 @@ def _assert_wakeup_cells(table: str, database: str) -> None:
 def test_every_scenario_runs_on_sqlite_and_prints_the_table():
     completed = subprocess.run(
         [sys.executable, "-m", "benchmarks", "--databases", "sqlite", "--messages", "20",
-         "--deep", "200", "--migrate-rows", "200", "--no-peers", "--no-write", *TINY_WAKEUP],
-        cwd=ROOT, capture_output=True, text=True, timeout=150, check=False,
+         "--deep", "200", "--migrate-rows", "200", "--failed-messages", "200", "--no-peers",
+         "--no-write", *TINY_WAKEUP],
+        cwd=ROOT, capture_output=True, text=True, timeout=180, check=False,
     )
     assert completed.returncode == 0, completed.stderr[-2000:]
     table = completed.stdout
@@ -43,7 +44,8 @@ def test_every_scenario_runs_on_sqlite_and_prints_the_table():
     for scenario in ("send 1/txn", "send 20/txn", "receive 10/txn, 4 consumer(s)",
                      "unit of work, 1 send", "outbox dispatcher, backlog", "peek, 200 waiting",
                      "receive 1/txn, 200 waiting", "migrate v1 table, 200 rows",
-                     "send 1/txn, instrumentation", "receive 1/call, instrumentation"):
+                     "send 1/txn, instrumentation", "receive 1/call, instrumentation",
+                     "error queue, 200 failed in 20 groups"):
         assert f"| sqlite | {scenario} |" in table, scenario
     assert "| raw autocommit |" in table and "| raw BEGIN/stmt/COMMIT |" in table
     assert "| sqlqueue_orm in transport.begin() |" in table  # beside engine.begin()'s

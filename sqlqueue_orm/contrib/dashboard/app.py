@@ -37,6 +37,7 @@ from sqlqueue_orm import exceptions
 from sqlqueue_orm.contrib.dashboard import (
     control,
     endpoints,
+    groups,
     metrics,
     rendering,
     sampling,
@@ -167,6 +168,7 @@ def create_app(
     )
     pages = _Pages(dashboard)
     endpoint_pages = endpoints.EndpointPages(pages)
+    group_pages = groups.GroupPages(pages, MAX_CHOSEN)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -186,6 +188,11 @@ def create_app(
         Route("/errors/retry", pages.retry, methods=["POST"], name="retry"),
         Route("/errors/retry-all", pages.retry_all, methods=["POST"], name="retry_all"),
         Route("/errors/delete", pages.delete, methods=["POST"], name="delete"),
+        Route("/errors/groups", group_pages.groups, name="groups"),
+        Route("/errors/groups/confirm", group_pages.confirm, name="group_confirm"),
+        Route("/errors/groups/retry", group_pages.retry, methods=["POST"], name="group_retry"),
+        Route("/errors/groups/delete", group_pages.delete, methods=["POST"], name="group_delete"),
+        Route("/errors/matching", group_pages.matching, name="matching"),
         Route("/outbox", pages.outbox, name="outbox"),
         Route("/delayed", pages.delayed, name="delayed"),
         *control.ControlPages(pages).routes(),
@@ -345,12 +352,13 @@ class _Pages:
             since = _utc_time("since", params.get("since"))
             until = _utc_time("until", params.get("until"))
             limit = _limit(params.get("limit"))
-        except BadInput as error:
+            wanted, after = groups.search_filter(params, since, until)
+        except (BadInput, exceptions.ConfigurationError) as error:
             return self.problem(request, 400, str(error))
 
-        def read() -> tuple[int, Sequence[sources.FailedMessage], list[str], list[str]]:
+        def read() -> tuple[int, groups.Page, list[str], list[str]]:
             queue = self.dashboard.error_queue()
-            listed = queue.list(limit=limit, since=since, until=until, **filters)
+            listed = groups.ErrorSearch(queue).page(wanted, after=after, limit=limit)
             everything = queue.list(limit=MAX_CHOSEN)  # the choices of the filters
             types = sorted({m.exception_type for m in everything if m.exception_type})
             endpoints = sorted({m.processing_endpoint for m in everything
@@ -362,10 +370,11 @@ class _Pages:
         except exceptions.SqlQueueError as error:
             return self.problem(request, _status(error), str(error))
         return self.render(
-            request, "errors.html", total=total, messages=listed, types=types,
+            request, "errors.html", total=total, messages=listed.messages, types=types,
             endpoints=endpoints, limit=limit, filters={
                 **filters, "since": params.get("since") or "", "until": params.get("until") or "",
-            },
+                **{name: params.get(name) or "" for name in groups.FILTER_PARAMS[:4]},
+            }, next=listed.next, after=after, searching=wanted.active,
         )
 
     async def error_message(self, request: Request) -> Response:

@@ -1,0 +1,205 @@
+"""Failure groups and search on a large error queue.
+
+Scenario ``groups`` of ``python -m benchmarks`` (``--only groups``; ``--failed-messages N`` sets the
+error queue's size, default 100,000 in 20 groups, ``--quick`` 10,000). The queue is filled
+untimed with failed messages as an endpoint writes them (a traceback, the exception's message
+holding the message's number, a time of failure each), then timed through the very calls the
+CLI and the dashboard make:
+
+* ``groups, first listing``: the first :meth:`FailureGroups.list` fingerprints every message
+  once (parses its headers in Python, writes ``sqlqueue_failure_groups``): a one-time cost;
+* ``groups by type`` and ``groups by endpoint``: a listing once every message has its entry
+  (the anti-joins that find new and gone messages, and a ``GROUP BY`` joined with the queue);
+* ``filtered page``: one page of 100 of the errors page by a header (``Tenant=t7``, a
+  twentieth of the rows), by body text, by a message id, and a page of one group;
+* beside them, the ways not taken: ``groups in Python`` (every header read and fingerprinted on
+  each listing, no side table) and, on PostgreSQL, ``groups in SQL, no fingerprint`` (``GROUP BY``
+  on ``headers::jsonb`` of the type and an md5 of the raw stack trace, which cannot drop what
+  varies, so it splits every group by message text).
+
+Each timed call runs :data:`ROUNDS` times, the variants alternating round by round; the median
+is reported (p50) beside the target (under one second), as "rate" the rows the call covered
+per second. Timings on a shared machine vary: compare within one run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import statistics
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from benchmarks.workload import Result
+from sqlqueue_orm import OutgoingMessage, headers
+from sqlqueue_orm.recoverability import groups as failure_groups
+from sqlqueue_orm.recoverability.error_queue import ErrorQueue, FailedMessage
+from sqlqueue_orm.recoverability.groups import FailureGroups
+from sqlqueue_orm.recoverability.search import ErrorFilter, ErrorSearch
+
+if TYPE_CHECKING:
+    from benchmarks.harness import Run
+
+#: Timed rounds of each call (the median is reported).
+ROUNDS = 5
+GROUPS = 20
+PAGE = 100
+TARGET = "target < 1 s"
+SCENARIO = "error queue, {n:,} failed in {g} groups"
+_CHUNK = 5_000
+
+
+def _trace(kind: str, function: str, number: int) -> str:
+    return (
+        "Traceback (most recent call last):\n"
+        '  File "/srv/app/sqlqueue_orm/receiving/pump.py", line 311, in _handle\n'
+        "    handler(message)\n"
+        f'  File "/srv/app/orders/handlers.py", line {40 + number % 7}, in {function}\n'
+        f"    raise {kind}(f'order {{number}} rejected')\n"
+        f"{kind}: order {number} rejected <Order at 0x{number:x}>\n"
+    )
+
+
+def _message(number: int) -> OutgoingMessage:
+    group = number % GROUPS
+    kind = ("ValueError", "KeyError", "TimeoutError", "PermissionError")[group % 4]
+    function = f"handle_{group // 4}"
+    return OutgoingMessage(
+        f'{{"order": {number}, "customer": "customer-{number % 997}"}}'.encode(),
+        headers={
+            headers.FAILED_QUEUE: f"endpoint_{group % 5}",
+            headers.TIME_OF_FAILURE: headers.format_time(
+                dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=number)
+            ),
+            headers.EXCEPTION_TYPE: f"builtins.{kind}",
+            headers.EXCEPTION_MESSAGE: f"order {number} rejected",
+            headers.EXCEPTION_HELP_LINK: None,
+            headers.EXCEPTION_STACK_TRACE: _trace(kind, function, number),
+            headers.PROCESSING_ENDPOINT: f"endpoint_{group % 5}",
+            headers.ENCLOSED_MESSAGE_TYPES: f"Orders.Message{group % 3}, Orders",
+            "Tenant": f"t{number % 20}",
+        },
+    )
+
+
+def _fill(run: Run, queue: str, count: int) -> None:
+    for start in range(0, count, _CHUNK):
+        size = min(_CHUNK, count - start)
+        run.transport.send_many(queue, [_message(start + i) for i in range(size)])
+
+
+def _python_groups(errors: ErrorQueue) -> dict[str, int]:
+    """The way not taken: every header parsed and fingerprinted on each listing."""
+    found: Counter[str] = Counter()
+    after = None
+    while True:
+        page = errors.transport.browse(errors.name, 5_000, after=after)
+        for row in page:
+            failed = FailedMessage.from_message(row)
+            key, _label = failure_groups.stack_fingerprint(
+                failed.exception_type, failed.headers.get(headers.EXCEPTION_STACK_TRACE)
+            )
+            found[key] += 1
+        if len(page) < 5_000:
+            return dict(found)
+        after = page[-1].row_version
+
+
+def _sql_groups(errors: ErrorQueue) -> int:
+    """The way not taken on PostgreSQL: GROUP BY in SQL on the JSON text, no fingerprint."""
+    table = errors.transport._table_queue(errors.name).quoted_table.replace("%%", "%")
+    statement = (
+        "SELECT headers::jsonb ->> 'NServiceBus.ExceptionInfo.ExceptionType', "
+        "md5(headers::jsonb ->> 'NServiceBus.ExceptionInfo.StackTrace'), count(*), "
+        "min(headers::jsonb ->> 'NServiceBus.TimeOfFailure'), "
+        f"max(headers::jsonb ->> 'NServiceBus.TimeOfFailure') FROM {table} GROUP BY 1, 2"
+    )
+    with errors.transport.engine.connect() as connection:
+        return len(connection.exec_driver_sql(statement).all())
+
+
+def groups_scenario(run: Run) -> None:
+    """Fill an error queue with ``failed_messages`` rows; time groups and filtered pages."""
+    count = run.settings.failed_messages
+    queue = run.new_queue("errors")
+    run.log(f"  {run.database.name:10} groups: filling {count:,} failed messages (untimed)")
+    _fill(run, queue, count)
+    errors = ErrorQueue(run.transport, queue)
+    scenario = SCENARIO.format(n=count, g=GROUPS)
+
+    started = time.perf_counter()
+    first = FailureGroups(errors).list()
+    seconds = time.perf_counter() - started
+    if len(first) != GROUPS or sum(g.count for g in first) != count:
+        raise AssertionError(f"groups: {len(first)} groups of {sum(g.count for g in first)}")
+    run.add(
+        Result(
+            run.database.name,
+            scenario,
+            "groups, first listing (fills)",
+            count,
+            seconds,
+            count / seconds,
+            seconds * 1000,
+            seconds * 1000,
+            note="one-time: fingerprints every message",
+        )
+    )
+
+    target_group = first[0]
+    sample = ErrorSearch(errors).page(ErrorFilter(), after=str(count // 2), limit=1).messages
+    middle_id = sample[0].message_id if sample else ""
+    calls: list[tuple[str, int, Callable[[], object]]] = [
+        ("groups by type", count, lambda: FailureGroups(errors).list("type")),
+        ("groups by endpoint", count, lambda: FailureGroups(errors).list("endpoint")),
+        (
+            "filtered page: header",
+            PAGE,
+            lambda: _page(errors, ErrorFilter(header=("Tenant", "t7"))),
+        ),
+        ("filtered page: body text", PAGE, lambda: _page(errors, ErrorFilter(text='customer-99"'))),
+        ("filtered page: message id", 1, lambda: _page(errors, ErrorFilter(message_id=middle_id))),
+        ("filtered page: group", PAGE, lambda: _page(errors, ErrorFilter(group=target_group.id))),
+        ("groups in Python, no side table", count, lambda: _python_groups(errors)),
+    ]
+    if run.transport.engine.dialect.name == "postgresql":
+        calls.append(("groups in SQL, no fingerprint", count, lambda: _sql_groups(errors)))
+    latencies: dict[str, list[float]] = {name: [] for name, _, _ in calls}
+    for _round in range(ROUNDS):
+        for name, _rows, call in calls:
+            began = time.perf_counter()
+            call()
+            latencies[name].append(time.perf_counter() - began)
+    for name, rows, _call in calls:
+        median = statistics.median(latencies[name])
+        result = Result(
+            run.database.name,
+            scenario,
+            name,
+            rows,
+            median,
+            rows / median,
+            median * 1000,
+            max(latencies[name]) * 1000,
+            note=f"median of {ROUNDS} rounds",
+        )
+        if not name.startswith("groups in"):
+            result = _aimed(result, median)
+        run.add(result)
+    run.transport.purge_all(queue)
+    FailureGroups(errors).refresh()  # the entries of the purged messages go
+
+
+def _page(errors: ErrorQueue, wanted: ErrorFilter) -> int:
+    found = ErrorSearch(errors).page(wanted, limit=PAGE).messages
+    if not found:
+        raise AssertionError(f"groups: nothing found for {wanted}")
+    return len(found)
+
+
+def _aimed(result: Result, median: float) -> Result:
+    return dataclasses.replace(
+        result, target=TARGET, measured=f"{median * 1000:,.0f} ms", met=median < 1.0
+    )
