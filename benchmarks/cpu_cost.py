@@ -2,9 +2,9 @@
 
 Wall-clock ratios are noisy on a shared machine; the CPU time this process spends per message
 is not (much). For each path it runs ours and the raw driver (the very statements
-``TableQueue`` renders, rows built before the clock for the raw send) on the same queue, and
-prints µs of process time per message for both (the least of the rounds: noise only ever adds)
-and their difference: what our layer costs.
+``TableQueue`` renders; the raw send builds its headers with the ``json`` module) on the same
+queue, and prints µs of process time per message for both (the least of the rounds: noise only
+ever adds) and their difference: what our layer costs.
 SQLite runs in-process, so its figures include SQLite's own work (the same on both sides).
 
 ``python -m benchmarks.cpu_cost [--messages 3000] [--rounds 3] [--databases sqlite,postgresql]``
@@ -18,6 +18,9 @@ from collections.abc import Callable
 
 from benchmarks import baselines, servers, workload
 from sqlqueue_orm import OutgoingMessage, Transport
+
+#: Messages per ``send_many`` (and per raw ``executemany``) in the batch cells.
+_BATCH = 500
 
 
 def _cpu(operation: Callable[[], object], count: int) -> float:
@@ -53,8 +56,13 @@ def _round(transport: Transport, database: servers.Database, messages: int) -> d
         found[name] = _cpu(lambda: send(next(items)), messages)
 
     def raw_sends(name: str, raw: baselines.RawQueue) -> None:
-        rows = iter(raw.rows(workload.outgoing(0, messages)))
-        found[name] = _cpu(lambda: raw.send([next(rows)]), messages)
+        items = iter(workload.outgoing(0, messages))
+        found[name] = _cpu(lambda: raw.send_messages([next(items)]), messages)
+
+    def batches(name: str, send: Callable[[list[OutgoingMessage]], object]) -> None:
+        items = workload.outgoing(0, messages - messages % _BATCH or _BATCH)
+        chunks = iter([items[i:i + _BATCH] for i in range(0, len(items), _BATCH)])
+        found[name] = _cpu(lambda: send(next(chunks)), len(items) // _BATCH) / _BATCH
 
     def receives(name: str, receive: Callable[[], object]) -> None:
         transport.send_many(queue, workload.outgoing(0, messages))  # untimed fill
@@ -76,6 +84,8 @@ def _round(transport: Transport, database: servers.Database, messages: int) -> d
     raw_sends("send raw autocommit", raw_auto)
     sends("send in tx ours", send_in_tx)
     raw_sends("send raw BEGIN/COMMIT", raw_tx)
+    batches("send 500 ours", lambda chunk: transport.send_many(queue, chunk))
+    batches("send 500 raw", raw_tx.send_messages)
     transport.purge_all(queue)
     receives("recv ours", lambda: transport.receive(queue))
     receives("recv raw autocommit", lambda: raw_auto.receive(1))
@@ -98,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
     pairs = (("send ours", "send raw autocommit"), ("recv ours", "recv raw autocommit"),
              ("recv in tx ours", "recv raw BEGIN/COMMIT"),
              ("recv in begin ours", "recv raw BEGIN/COMMIT"),
-             ("send in tx ours", "send raw BEGIN/COMMIT"))
+             ("send in tx ours", "send raw BEGIN/COMMIT"), ("send 500 ours", "send 500 raw"))
     with servers.temporary_directory() as directory:
         for name in args.databases.split(","):
             database = servers.sqlite(directory) if name == "sqlite" else servers.postgresql()

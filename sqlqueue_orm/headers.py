@@ -141,7 +141,7 @@ def serialize(headers: Mapping[str, str | None]) -> str:
                 "strings or None"
             )
     # "/" only ever appears inside JSON strings, so a plain replace is exact (RFC 8259 allows \/).
-    return _ENCODER.encode(headers if type(headers) is dict else dict(headers)).replace(
+    return _encode_object(headers if type(headers) is dict else dict(headers)).replace(
         "/", "\\/"
     )
 
@@ -184,6 +184,35 @@ _encode_text: Callable[[str], str] = json.encoder.encode_basestring
 #: Built once: json.dumps with options builds a new encoder on every call. No circular check:
 #: the values are strings or None (checked above).
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False)
+
+
+def _object_encoder() -> Callable[[dict[str, str | None]], str]:
+    """``_ENCODER.encode`` for a flat dict of strings and None, minus its per-call set-up.
+
+    ``JSONEncoder.encode`` builds json's C encoder anew on every call, a cost beside the
+    encoding itself for a dozen short headers: this builds it once, with the arguments
+    ``JSONEncoder.iterencode`` gives it for ``_ENCODER``, so the text is the same byte for byte
+    (``test_headers`` compares them on generated header sets). Where json has no C encoder,
+    or one that writes otherwise, ``_ENCODER.encode`` itself.
+    """
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return _ENCODER.encode
+    try:
+        chunks = make(
+            None, _ENCODER.default, json.encoder.encode_basestring, None, ":", ",",
+            False, False, True,
+        )
+        join = "".join
+        sample = {"a/b": "\u00fc\n", "c": None}
+        if join(chunks(sample, 0)) != _ENCODER.encode(sample):
+            return _ENCODER.encode
+    except Exception:  # a json whose C encoder takes other arguments: the public way
+        return _ENCODER.encode
+    return lambda values: join(chunks(values, 0))
+
+
+_encode_object = _object_encoder()
 
 
 def deserialize(text: str | bytes) -> dict[str, str | None]:

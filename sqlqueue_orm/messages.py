@@ -42,6 +42,18 @@ class PreparedMessage:
     ttbr_ms: int | None
 
 
+def _prepared(
+    native_id: uuid.UUID, message_id: str, text: str, body: bytes | None, ttbr_ms: int | None
+) -> PreparedMessage:
+    """``PreparedMessage(...)`` with every field set at once (see ``IncomingMessage.from_row``)."""
+    prepared = object.__new__(PreparedMessage)
+    object.__setattr__(prepared, "__dict__", {
+        "id": native_id, "message_id": message_id, "headers": text, "body": body,
+        "ttbr_ms": ttbr_ms,
+    })
+    return prepared
+
+
 @dataclasses.dataclass
 class OutgoingMessage:
     """A message to send.
@@ -65,6 +77,27 @@ class OutgoingMessage:
 
         :raises InvalidMessage: naming the bad body, header or TTBR.
         """
+        given, body = self.headers, self.body
+        # The usual send (bytes or no body, no TTBR, the caller's headers without MessageId and
+        # TimeSent) in one step: no copy of the headers, their JSON from serialize_sent's cache.
+        # Anything else, and anything to refuse, takes the general way below.
+        if (
+            (body is None or type(body) is bytes)
+            and self.time_to_be_received is None
+            and type(given) is dict
+            and headers.MESSAGE_ID not in given
+            and headers.TIME_SENT not in given
+            and type(self.id) is uuid.UUID
+        ):
+            message_id = self.message_id or str(uuid.uuid4())
+            if type(message_id) is str and message_id.strip():
+                time_sent = headers.now_text() if now is None else headers.format_time(now)
+                text = headers.serialize_sent(given, message_id, time_sent)
+                return _prepared(self.id, message_id, text, body, None)
+        return self._prepare(now)
+
+    def _prepare(self, now: dt.datetime | None) -> PreparedMessage:
+        """:meth:`prepare` of any message: every check, every header it may add."""
         out = dict(self.headers)
         # The usual send: prepare adds only MessageId and TimeSent, after the caller's headers,
         # whose JSON is then cached (see headers.serialize_sent).
@@ -105,7 +138,7 @@ class OutgoingMessage:
             text = headers.serialize_sent(self.headers, message_id, time_sent)
         else:
             text = headers.serialize(out)
-        return PreparedMessage(self.id, message_id, text, data, ttbr_ms)
+        return _prepared(self.id, message_id, text, data, ttbr_ms)
 
     def _ttbr_ms(self) -> int | None:
         value = self.time_to_be_received

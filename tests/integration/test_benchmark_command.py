@@ -10,8 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import subprocess
 import sys
+import uuid
+
+from benchmarks import baselines, servers, workload
+from sqlqueue_orm import OutgoingMessage, Transport
 
 from benchmarks import bench_wakeup, headline, workload
 
@@ -128,6 +133,32 @@ def test_the_cpu_cost_command_prints_every_path_beside_raw():
     )
     assert completed.returncode == 0, completed.stderr[-2000:]
     for path in ("send ours", "recv ours", "recv in tx ours", "recv in begin ours",
-                 "send in tx ours", "prepare only"):
+                 "send in tx ours", "send 500 ours", "send 500 raw", "prepare only"):
         assert path in completed.stdout, completed.stdout
-    assert completed.stdout.count("ours - raw") == 5
+    assert completed.stdout.count("ours - raw") == 6
+
+
+def test_the_raw_send_stores_byte_for_byte_the_headers_ours_stores(tmp_path):
+    """The raw loop builds its rows itself (json module), in the format prepare() writes."""
+    database = servers.sqlite(str(tmp_path))
+    given = {**workload.NSB_HEADERS, "a/b": "\u00fc\n\"\\", "none": None}
+    messages = [OutgoingMessage(workload.body(number), headers=given, message_id=f"m/{number}")
+                for number in range(3)]
+    with Transport(database.url) as transport:
+        for queue in ("raw", "ours"):
+            transport.create_queue(queue)
+        raw = baselines.RawQueue(database, "raw", autocommit=False)
+        raw.send_messages(messages)
+        raw.close()
+        transport.send_many("ours", [dataclasses.replace(item, id=uuid.uuid4())
+                                     for item in messages])
+        stored = {queue: [(_without_time_sent(message.raw_headers), message.body)
+                          for message in transport.browse(queue, 10)]
+                  for queue in ("raw", "ours")}
+    assert stored["raw"] == stored["ours"]
+    assert len(stored["raw"]) == 3 and '"a\\/b":"\u00fc\\n\\"\\\\"' in stored["raw"][0][0]
+
+
+def _without_time_sent(text: str | bytes) -> str:
+    assert isinstance(text, str)
+    return re.sub(r'"NServiceBus\.TimeSent":"[^"]*"', '"NServiceBus.TimeSent":""', text)

@@ -226,3 +226,33 @@ def test_serialize_sent_checks_values_the_cache_has_not_seen():
     assert headers.serialize_sent({}, "i/d", "t") == (
         '{"NServiceBus.MessageId":"i\\/d","NServiceBus.TimeSent":"t"}'
     )
+
+
+def _reference(values: dict[str, str | None]) -> str:
+    """NServiceBus's format as the standard json module writes it: the wire format's definition."""
+    return json.dumps(values, ensure_ascii=False, separators=(",", ":")).replace("/", "\\/")
+
+
+_WIRE_TEXT = st.text(
+    st.characters(codec="utf-8") | st.sampled_from('/\\"\x00\x1f\x7f\u2028\u00a0\u00fc€𝄞'),
+    max_size=40,
+) | st.text(max_size=5000)
+
+
+@given(
+    st.dictionaries(_WIRE_TEXT.filter(lambda key: key not in _SENT_KEYS), st.none() | _WIRE_TEXT,
+                    max_size=30),
+    _WIRE_TEXT.filter(str.strip),
+)
+def test_serialize_writes_the_json_modules_text_byte_for_byte(values, message_id):
+    """Unicode, control characters, quotes, backslashes, slashes, nulls, long values."""
+    assert headers.serialize(values) == _reference(values)
+    now = "2026-05-01 12:00:00:000000 Z"
+    sent = headers.serialize_sent(values, message_id, now)
+    assert sent == _reference({**values, headers.MESSAGE_ID: message_id, headers.TIME_SENT: now})
+
+
+def test_serialize_writes_a_lone_surrogate_and_every_control_character_as_json_does():
+    values = {chr(code): f"v{chr(code)}" for code in range(0x20)}
+    values.update({"\ud800": "x\udfff", "a/b": None, "long": "é/" * 10_000})
+    assert headers.serialize(values) == _reference(values)

@@ -5,9 +5,12 @@ import uuid
 
 import pydantic
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sqlqueue_orm import IncomingMessage, OutgoingMessage, headers
 from sqlqueue_orm.exceptions import InvalidMessage
+from sqlqueue_orm.messages import PreparedMessage
 
 
 class OrderPlaced(pydantic.BaseModel):
@@ -102,3 +105,44 @@ def test_from_row_builds_what_the_constructor_builds():
     with pytest.raises(dataclasses.FrozenInstanceError):
         built.body = b"other"  # type: ignore[misc]
     assert hash(built.id) == hash(native) and "row_version=7" in repr(built)
+
+
+_SENT_KEYS = (headers.MESSAGE_ID, headers.TIME_SENT)
+_HEADER_TEXT = st.text(st.characters(codec="utf-8") | st.sampled_from('/\\"\x00\u2028'))
+
+
+@given(
+    st.dictionaries(_HEADER_TEXT.filter(lambda key: key not in _SENT_KEYS),
+                    st.none() | _HEADER_TEXT, max_size=12),
+    _HEADER_TEXT.filter(bool),
+    st.none() | st.binary(max_size=64),
+    st.datetimes(timezones=st.just(dt.UTC)),
+)
+def test_the_usual_send_prepares_what_the_general_way_prepares(given_headers, message_id, body,
+                                                               now):
+    """The one-step prepare of a usual send: the same row, field for field, or the same refusal."""
+    message = OutgoingMessage(body, headers=given_headers, message_id=message_id)
+    if not message_id.strip():
+        with pytest.raises(InvalidMessage):
+            message.prepare(now=now)
+        with pytest.raises(InvalidMessage):
+            message._prepare(now)
+        return
+    prepared = message.prepare(now=now)
+    assert prepared == message._prepare(now)
+    assert prepared.headers == headers.serialize(
+        {**given_headers, headers.MESSAGE_ID: message_id,
+         headers.TIME_SENT: headers.format_time(now)}
+    )
+    assert vars(prepared).keys() == {field.name for field in dataclasses.fields(PreparedMessage)}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        prepared.body = b"other"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("message_id", [None, ""])
+def test_the_usual_send_without_a_message_id_gets_a_new_one_each_time(message_id):
+    message = OutgoingMessage(b"x", headers={"a": "b"}, message_id=message_id)
+    first, second = message.prepare(), message.prepare()
+    assert uuid.UUID(first.message_id) and first.message_id != second.message_id
+    assert first.id == second.id == message.id
+    assert headers.deserialize(first.headers)[headers.MESSAGE_ID] == first.message_id
