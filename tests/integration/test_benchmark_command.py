@@ -15,10 +15,8 @@ import subprocess
 import sys
 import uuid
 
-from benchmarks import baselines, servers, workload
+from benchmarks import baselines, bench_wakeup, headline, servers, workload
 from sqlqueue_orm import OutgoingMessage, Transport
-
-from benchmarks import bench_wakeup, headline, workload
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 #: The wake-up scenario at its smallest: a few idle messages, short rounds.
