@@ -174,18 +174,20 @@ class NotifyWakeup:
     #: The server process of this session (a pooler in transaction mode changes it).
     backend_pid: str
     #: In the error of a trigger the role may not create (it does not own the table).
-    cannot_create_marker: str
+    cannot_create_markers: tuple[str, ...]
 
     @staticmethod
     def table_key(schema: str, name: str) -> int:
-        """The queue's second lock key: a stable signed 32-bit hash of *schema*.*name*.
+        """The queue's second lock key: a stable 31-bit hash of *schema*.*name*.
 
         Computed in Python, not by the server, so the trigger (the key baked in at install)
         and the waiters agree without a catalog lookup per registration; the names are the
         catalog's (:attr:`table_identity`), so two spellings of one address share a key.
+        Never negative: the catalog prints a negative literal as a cast, which would not
+        compare equal with the statement installed.
         """
         digest = hashlib.blake2b(f"{schema}.{name}".encode(), digest_size=4).digest()
-        return int.from_bytes(digest, "big", signed=True)
+        return int.from_bytes(digest, "big") & 0x7FFF_FFFF
 
     def trigger_is_current(self, definition: str, source: str, table_key: int) -> bool:
         """Whether a trigger's *definition* and its function's *source* are the current ones."""

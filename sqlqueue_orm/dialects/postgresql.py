@@ -161,7 +161,8 @@ $$""",
         "WHERE c.oid = CAST(:table AS regclass)"
     ),
     backend_pid="SELECT pg_backend_pid()",
-    cannot_create_marker="must be owner",
+    # (42501: not the table's owner, or no CREATE on the schema for the function)
+    cannot_create_markers=("InsufficientPrivilege", "must be owner", "permission denied"),
 )
 
 # -- one Spark ingester per queue, and its stream's offsets ------------------------------------

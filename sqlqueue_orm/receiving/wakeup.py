@@ -100,7 +100,8 @@ def ensure_trigger(
             connection.exec_driver_sql(statements.drop_trigger.format(table=quoted))
             connection.exec_driver_sql(statements.trigger_statement(quoted, key))
     except exceptions.SqlQueueError as error:
-        if required or statements.cannot_create_marker not in str(error):
+        refused = any(marker in str(error) for marker in statements.cannot_create_markers)
+        if required or not refused:
             raise
         log.warning(
             "queue %s: cannot create the NOTIFY wake-up trigger (%s); sends from other "

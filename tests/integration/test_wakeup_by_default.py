@@ -252,3 +252,100 @@ def test_behind_pgbouncer_in_transaction_mode_the_default_polls_and_handles_ever
                 endpoint.stop()
         finally:
             pooled.dispose()
+
+
+OLD_TRIGGER = (  # what notify=True installed before: a NOTIFY for every sending statement
+    "CREATE TRIGGER sqlqueue_wakeup AFTER INSERT ON {table} "
+    "FOR EACH STATEMENT EXECUTE FUNCTION sqlqueue_wakeup_notify()"
+)
+
+
+def trigger_definition(engine: sa.Engine, queue: str) -> tuple[str, str] | None:
+    statements = dialects.for_dialect(engine).notify_wakeup
+    assert statements is not None
+    quoted = engine.dialect.identifier_preparer.quote(queue)
+    with engine.connect() as connection:
+        row = connection.execute(
+            sa.text(statements.trigger_catalog),
+            {"table": quoted, "trigger": statements.trigger},
+        ).first()
+    return None if row is None else (str(row[0]), str(row[1]))
+
+
+@only("postgresql")
+def test_the_old_trigger_is_replaced_and_a_current_one_is_left_alone(database, notifications):
+    """The unconditional trigger of ``notify=True`` is replaced at start; a start that finds
+    the current trigger does not touch it, so it does not queue behind a transaction holding
+    the table (CREATE and DROP TRIGGER would wait for it)."""
+    transport = database.transport()
+    transport.create_queue("upgraded")
+    quoted = database.engine.dialect.identifier_preparer.quote("upgraded")
+    statements = dialects.for_dialect(database.engine).notify_wakeup
+    with database.engine.begin() as connection:
+        connection.exec_driver_sql(statements.create_function)
+        connection.exec_driver_sql(OLD_TRIGGER.format(table=quoted))
+    transport.send("upgraded", OutgoingMessage(Job(number=0)))
+    assert notifications.count(1.0) == 1  # the old trigger: nobody waits, yet it notifies
+    first = Endpoint("upgraded", transport, peek_delay=PEEK_DELAY, delayed_delivery=False)
+    first.handle(Job, lambda job, context: None)
+    first.start()
+    first.stop()
+    current = trigger_definition(database.engine, "upgraded")
+    assert current is not None and "pg_try_advisory_xact_lock_shared" in current[0]
+    notifications.count(0.2)
+    transport.send("upgraded", OutgoingMessage(Job(number=1)))
+    assert notifications.count(0.5) == 0  # nobody waits: no NOTIFY
+    with database.engine.connect() as holder:  # a long transaction writing to the queue
+        holder.begin()
+        holder.exec_driver_sql(f"LOCK TABLE {quoted} IN ROW EXCLUSIVE MODE")
+        second = Endpoint(  # (creating the queue's indexes would wait for it too)
+            "upgraded", transport, peek_delay=PEEK_DELAY, delayed_delivery=False,
+            create_queues=False,
+        )
+        second.handle(Job, lambda job, context: None)
+        starting = threading.Thread(target=second.start, daemon=True)
+        starting.start()
+        starting.join(15)
+        started = not starting.is_alive()
+        holder.rollback()
+    starting.join(15)
+    second.stop()
+    assert started, "the start waited for the transaction holding the table"
+    assert trigger_definition(database.engine, "upgraded") == current
+
+
+@only("postgresql")
+def test_a_role_that_may_not_create_the_trigger_warns_once_and_polls(database, caplog):
+    """Not the table's owner: one warning naming the queue; the endpoint still handles what
+    is sent (in-process wake-ups and polling)."""
+    transport = database.transport()
+    transport.create_queue("owned")
+    role = f"sender_{uuid.uuid4().hex[:8]}"
+    with database.engine.begin() as connection:
+        connection.exec_driver_sql(f"CREATE ROLE {role} LOGIN PASSWORD 'x'")
+        connection.exec_driver_sql(f"GRANT ALL ON ALL TABLES IN SCHEMA public TO {role}")
+        connection.exec_driver_sql(f"GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {role}")
+    url = sa.make_url(database.url).set(username=role, password="x")
+    engine = db.create_engine(url.render_as_string(hide_password=False))
+    try:
+        limited = Transport(engine)
+        handled = threading.Event()
+        endpoint = Endpoint(
+            "owned", limited, peek_delay=0.5, create_queues=False, delayed_delivery=False
+        )
+        endpoint.handle(Job, lambda job, context: handled.set())
+        with caplog.at_level("WARNING"):
+            endpoint.start()
+        try:
+            warnings = [r.getMessage() for r in caplog.records if "trigger" in r.getMessage()]
+            assert len(warnings) == 1 and "owned" in warnings[0], warnings
+            assert trigger_definition(database.engine, "owned") is None
+            limited.send("owned", OutgoingMessage(Job(number=1)))
+            assert handled.wait(10)
+        finally:
+            endpoint.stop()
+    finally:
+        engine.dispose()
+        with database.engine.begin() as connection:
+            connection.exec_driver_sql(f"DROP OWNED BY {role}")
+            connection.exec_driver_sql(f"DROP ROLE {role}")
