@@ -45,12 +45,12 @@ class CommitWatcher:
         engine: Engine,
         address: addressing.QueueAddress,
         statement: str,
-        interval: float = INTERVAL,
+        interval: float | None = None,
     ) -> None:
         self.engine = engine
         self.address = address
         self.statement = statement
-        self.interval = interval
+        self.interval = INTERVAL if interval is None else interval
         #: Set once the watching connection is open.
         self.listening = threading.Event()
         self._nudge: Callable[[], None] = _nothing

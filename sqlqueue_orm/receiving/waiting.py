@@ -36,7 +36,10 @@ log = logging.getLogger(__name__)
 
 
 class PollingOnly:
-    """No wake-up from other processes: the pump polls in bursts (a pooler was detected)."""
+    """No wake-up from other processes: the pump polls in bursts.
+
+    For ``wakeup="poll"``, or where a pooler in transaction mode was detected.
+    """
 
     polls = True
 
@@ -90,7 +93,9 @@ def prepare(
 
     :raises ConfigurationError: ``notify=True`` where the database or the connection cannot.
     """
-    if settings.wakeup == "poll" or settings.notify is False:
+    if settings.wakeup == "poll":
+        return PollingOnly()
+    if settings.notify is False:
         return None
     required = settings.notify is True
     support = dialects.for_dialect(engine)

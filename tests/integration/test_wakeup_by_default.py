@@ -189,7 +189,9 @@ def test_a_killed_waiting_endpoint_leaves_no_send_notifying(database, notificati
     transport.create_queue("killed")
     process = subprocess.Popen(
         [sys.executable, "-c", ENDPOINT_PROCESS, database.url],
-        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()},
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
     )
     try:
         assert wait_until(lambda: waiters(database.engine, "killed") == 1, 30)
@@ -224,7 +226,7 @@ def test_behind_pgbouncer_in_transaction_mode_the_default_polls_and_handles_ever
         try:
             transport = Transport(pooled)
             transport.create_queue("pooled")
-            with pytest.raises(exceptions.ConfigurationError, match="pooled|pooler"):
+            with pytest.raises(exceptions.ConfigurationError, match="pooler in transaction mode"):
                 Endpoint("pooled", transport, notify=True).start()
             handled: list[int] = []
             endpoint = Endpoint("pooled", transport, peek_delay=0.5)
@@ -299,7 +301,10 @@ def test_the_old_trigger_is_replaced_and_a_current_one_is_left_alone(database, n
         holder.begin()
         holder.exec_driver_sql(f"LOCK TABLE {quoted} IN ROW EXCLUSIVE MODE")
         second = Endpoint(  # (creating the queue's indexes would wait for it too)
-            "upgraded", transport, peek_delay=PEEK_DELAY, delayed_delivery=False,
+            "upgraded",
+            transport,
+            peek_delay=PEEK_DELAY,
+            delayed_delivery=False,
             create_queues=False,
         )
         second.handle(Job, lambda job, context: None)

@@ -1,0 +1,165 @@
+"""What the PostgreSQL wake-up trigger costs concurrent senders, measured side by side.
+
+    python scripts/wakeup_trigger_cost.py [--rounds 7] [--seconds 2] [--senders 4] [--durable]
+
+Four sender processes (one connection each) INSERT one row per transaction into one queue
+table for ``--seconds``; rounds alternate between the trigger variants, and each variant's
+median of the rounds is printed with its ratio to "no trigger":
+
+* no trigger;
+* the conditional trigger, nobody waiting (the default: only the ``WHEN`` test runs);
+* the conditional trigger, one endpoint registered as waiting (every send notifies);
+* the old unconditional trigger (``pg_notify`` on every sending statement).
+
+A throwaway cluster (fsync off; ``--durable``: PostgreSQL's defaults, each commit waits for its
+WAL flush), or ``$SQLQUEUE_BENCH_POSTGRES_URL``. Figures from a shared machine are noisy:
+re-run on a quiet one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import statistics
+import sys
+import time
+import uuid
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import sqlalchemy as sa
+
+from sqlqueue_orm import Transport, db, dialects
+from sqlqueue_orm.receiving import wakeup
+
+QUEUE = "cost"
+OLD_TRIGGER = (
+    "CREATE TRIGGER {trigger} AFTER INSERT ON {table} "
+    "FOR EACH STATEMENT EXECUTE FUNCTION {function}()"
+)
+
+
+def _sender(url: str, table: str, seconds: float, go: Any, results: Any) -> None:
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    raw = engine.raw_connection()
+    driver: Any = raw.driver_connection
+    driver.autocommit = True
+    statement = (
+        f"INSERT INTO {table} (id, expires, headers, body) "
+        "VALUES (gen_random_uuid(), NULL, '{{}}', '\\x00'::bytea)"
+    )
+    driver.execute(statement)  # warm: the plan, the connection
+    go.wait()
+    count = 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        driver.execute(statement)
+        count += 1
+    results.put(count)
+    raw.close()
+
+
+def _round(url: str, table: str, seconds: float, senders: int) -> float:
+    spawn = multiprocessing.get_context("spawn")
+    go, results = spawn.Event(), spawn.Queue()
+    processes = [
+        spawn.Process(target=_sender, args=(url, table, seconds, go, results))
+        for _ in range(senders)
+    ]
+    for process in processes:
+        process.start()
+    time.sleep(1.0)  # every sender connected and warm
+    go.set()
+    total = sum(results.get(timeout=seconds + 60) for _ in processes)
+    for process in processes:
+        process.join(30)
+    return total / seconds
+
+
+def main() -> None:
+    """Measure and print the medians."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--senders", type=int, default=4)
+    parser.add_argument("--durable", action="store_true")
+    args = parser.parse_args()
+    server = os.environ.get("SQLQUEUE_BENCH_POSTGRES_URL")
+    if not server:
+        from tests import pg_cluster
+
+        server = pg_cluster.start(durable=args.durable).url()
+    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
+    name = f"sqlqueue_cost_{uuid.uuid4().hex[:8]}"
+    with admin.connect() as connection:
+        connection.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    url = sa.make_url(server).set(database=name).render_as_string(hide_password=False)
+    engine = db.create_engine(url)
+    transport = Transport(engine)
+    transport.create_queue(QUEUE)
+    address = transport._address(QUEUE)
+    statements = dialects.for_dialect(engine).notify_wakeup
+    assert statements is not None
+    table = str(engine.dialect.identifier_preparer.quote(QUEUE))
+    with engine.connect() as connection:
+        key = wakeup.queue_key(connection, address)
+    waiter = engine.raw_connection()
+    waiter_driver: Any = waiter.driver_connection
+    waiter_driver.autocommit = True
+
+    def none() -> None:
+        wakeup.remove_trigger(engine, address)
+
+    def conditional() -> None:
+        wakeup.ensure_trigger(engine, address, required=True)
+
+    def waiting() -> None:
+        conditional()
+        slot = waiter_driver.execute(statements.register_statement(key)).fetchone()[0]
+        assert slot is not None
+
+    def old() -> None:
+        none()
+        with engine.begin() as connection:
+            connection.exec_driver_sql(statements.create_function)
+            connection.exec_driver_sql(
+                OLD_TRIGGER.format(
+                    trigger=statements.trigger, table=table, function=statements.function
+                )
+            )
+
+    variants = {
+        "no trigger": none,
+        "conditional, nobody waiting": conditional,
+        "conditional, one waiter registered": waiting,
+        "old unconditional pg_notify": old,
+    }
+    rates: dict[str, list[float]] = {label: [] for label in variants}
+    for number in range(args.rounds):
+        order = list(variants) if number % 2 == 0 else list(reversed(variants))
+        for label in order:
+            variants[label]()
+            rates[label].append(_round(url, table, args.seconds, args.senders))
+            waiter_driver.execute("SELECT pg_advisory_unlock_all()")
+            with engine.begin() as connection:
+                connection.exec_driver_sql(f"TRUNCATE {table}")
+        print(f"round {number + 1}: " + ", ".join(f"{rates[k][-1]:,.0f}" for k in variants))
+    base = statistics.median(rates["no trigger"])
+    print(
+        f"\n{args.senders} senders, one INSERT per transaction, {args.rounds} rounds of "
+        f"{args.seconds:g} s, {'durable' if args.durable else 'fsync off'}; load "
+        f"{os.getloadavg()[0]:.1f}"
+    )
+    for label, values in rates.items():
+        median = statistics.median(values)
+        print(f"{label:<38} {median:9,.0f} sends/s  {median / base:5.3f}x")
+    waiter.close()
+    engine.dispose()
+    with admin.connect() as connection:
+        connection.exec_driver_sql(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+if __name__ == "__main__":
+    main()
