@@ -19,6 +19,7 @@ re-run on a quiet one.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import multiprocessing
 import os
 import statistics
@@ -48,7 +49,7 @@ def _sender(url: str, table: str, seconds: float, go: Any, results: Any) -> None
     driver.autocommit = True
     statement = (
         f"INSERT INTO {table} (id, expires, headers, body) "
-        "VALUES (gen_random_uuid(), NULL, '{{}}', '\\x00'::bytea)"
+        "VALUES (gen_random_uuid(), NULL, '{}', '\\x00'::bytea)"
     )
     driver.execute(statement)  # warm: the plan, the connection
     go.wait()
@@ -78,6 +79,43 @@ def _round(url: str, table: str, seconds: float, senders: int) -> float:
     return total / seconds
 
 
+def _backend_cpu(pid: int) -> float:
+    """CPU seconds (user + system) the server process *pid* has used (Linux ``/proc``)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def server_cpu(url: str, table: str, variants: dict[str, Any], sends: int, rounds: int) -> None:
+    """Server CPU per send of one connection, per variant: steadier than rates on a busy box."""
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    raw = engine.raw_connection()
+    driver: Any = raw.driver_connection
+    driver.autocommit = True
+    pid = driver.execute("SELECT pg_backend_pid()").fetchone()[0]
+    statement = (
+        f"INSERT INTO {table} (id, expires, headers, body) "
+        "VALUES (gen_random_uuid(), NULL, '{}', '\\x00'::bytea)"
+    )
+    costs: dict[str, list[float]] = {label: [] for label in variants}
+    for number in range(rounds):
+        order = list(variants) if number % 2 == 0 else list(reversed(variants))
+        for label in order:
+            variants[label]()
+            driver.execute(statement)
+            before = _backend_cpu(pid)
+            for _ in range(sends):
+                driver.execute(statement)
+            costs[label].append((_backend_cpu(pid) - before) / sends * 1e6)
+    print(f"\nserver CPU per send, one connection, {sends:,} sends x {rounds} rounds (median):")
+    base = statistics.median(costs[next(iter(costs))])
+    for label, values in costs.items():
+        median = statistics.median(values)
+        print(f"{label:<38} {median:7.1f} us  {median / base:5.3f}x")
+    raw.close()
+    engine.dispose()
+
+
 def main() -> None:
     """Measure and print the medians."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -85,6 +123,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--senders", type=int, default=4)
     parser.add_argument("--durable", action="store_true")
+    parser.add_argument("--cpu-sends", type=int, default=5_000, help="0: skip the CPU figures")
     args = parser.parse_args()
     server = os.environ.get("SQLQUEUE_BENCH_POSTGRES_URL")
     if not server:
@@ -110,9 +149,11 @@ def main() -> None:
     waiter_driver.autocommit = True
 
     def none() -> None:
+        waiter_driver.execute("SELECT pg_advisory_unlock_all()")  # no waiter left registered
         wakeup.remove_trigger(engine, address)
 
     def conditional() -> None:
+        waiter_driver.execute("SELECT pg_advisory_unlock_all()")
         wakeup.ensure_trigger(engine, address, required=True)
 
     def waiting() -> None:
@@ -130,6 +171,39 @@ def main() -> None:
                 )
             )
 
+    def slots(count: int) -> Any:
+        def install() -> None:
+            narrower = dataclasses.replace(statements, slots=count)
+            none()
+            with engine.begin() as connection:
+                connection.exec_driver_sql(statements.create_function)
+                connection.exec_driver_sql(narrower.trigger_statement(table, key))
+
+        return install
+
+    def never() -> None:  # the trigger's own overhead, no lock tried
+        none()
+        with engine.begin() as connection:
+            connection.exec_driver_sql(statements.create_function)
+            connection.exec_driver_sql(statements.create_trigger.format(table=table, when="true"))
+
+    if args.cpu_sends:
+        server_cpu(
+            url,
+            table,
+            {
+                "no trigger": none,
+                "a trigger whose WHEN is false": never,
+                "conditional, 1 slot": slots(1),
+                "conditional, 2 slots": slots(2),
+                "conditional, 4 slots": slots(4),
+                "conditional, a waiter registered": waiting,
+                "old unconditional pg_notify": old,
+            },
+            args.cpu_sends,
+            args.rounds,
+        )
+        waiter_driver.execute("SELECT pg_advisory_unlock_all()")
     variants = {
         "no trigger": none,
         "conditional, nobody waiting": conditional,

@@ -148,7 +148,7 @@ $$""",
     unregister="SELECT pg_advisory_unlock({slot}, {table_key})",
     # "SQ" in the high bytes: the first slot's key; the slots follow it.
     slot_namespace=0x5351_0000,
-    slots=4,
+    slots=2,
     listen=f"LISTEN {_CHANNEL}",
     trigger_catalog=(
         "SELECT pg_get_triggerdef(t.oid), p.prosrc FROM pg_trigger AS t "

@@ -71,6 +71,7 @@ class NotifyWaiter:
         self.listening = threading.Event()
         self._register = statements.register_statement(key)
         self._wake: Callable[[], None] = _nothing
+        self._nudge: Callable[[], None] = _nothing
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         #: Guards the connection and the slot held (the loop thread and the listener's).
@@ -88,8 +89,12 @@ class NotifyWaiter:
         return self._slot is not None
 
     def start(self, wake: Callable[[], None], nudge: Callable[[], None]) -> None:
-        """Listen on a daemon thread, calling *wake* for each notification of the queue."""
+        """Listen on a daemon thread: *wake* for each notification of the queue.
+
+        *nudge* (peek, and register when idle) once the connection listens.
+        """
         self._wake = wake
+        self._nudge = nudge
         self._thread = threading.Thread(
             target=self._run, name=f"{self.address.table} listener", daemon=True
         )
@@ -178,7 +183,9 @@ class NotifyWaiter:
                 self._driver = driver
                 self._slot = None
             self.listening.set()
-            self._wake()  # anything sent while we were not listening
+            # Peek, and register when idle: the pump may be asleep, unregistered, since before
+            # this connection (a peek, not a send's wake-up: that would unregister it at once).
+            self._nudge()
             table = self.address.table
             readable = [driver.fileno(), self._pipe[0]]
             while not self._stopping.is_set():

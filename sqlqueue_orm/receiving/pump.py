@@ -412,15 +412,12 @@ class MessagePump:
     def _idle_delay(self) -> float:
         """Seconds to sleep after an empty peek: ``burst_delay`` in a burst, else ``peek_delay``.
 
-        Only with ``wakeup="poll"``: there no notification ends the sleep early, so while
-        messages keep arriving the pump peeks again soon.
+        Only with ``wakeup="poll"`` (or a pooler detected): there no notification ends the
+        sleep early, so while messages keep arriving the pump peeks again soon.
         """
         settings = self.settings
         polls = settings.wakeup == "poll" or (self._listener is not None and self._listener.polls)
-        if (
-            polls
-            and time.monotonic() - self._last_found < settings.burst_window
-        ):
+        if polls and time.monotonic() - self._last_found < settings.burst_window:
             return settings.burst_delay
         return settings.peek_delay
 

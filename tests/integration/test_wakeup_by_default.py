@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -354,3 +355,44 @@ def test_a_role_that_may_not_create_the_trigger_warns_once_and_polls(database, c
         with database.engine.begin() as connection:
             connection.exec_driver_sql(f"DROP OWNED BY {role}")
             connection.exec_driver_sql(f"DROP ROLE {role}")
+
+
+@only("sqlite")
+def test_an_idle_sqlite_endpoint_holds_no_read_transaction(database):
+    """The commit watcher reads ``PRAGMA data_version`` and nothing else: an idle endpoint does
+    not pin the WAL, so a checkpoint can copy all of it back and truncate it."""
+    transport = database.transport()
+    transport.create_queue("watched")
+    endpoint = Endpoint("watched", transport, peek_delay=PEEK_DELAY, delayed_delivery=False)
+    endpoint.handle_raw(lambda body, context: None)
+    endpoint.start()
+    try:
+        assert endpoint._pump is not None and endpoint._pump.drained.wait(10)
+        time.sleep(0.2)  # asleep, the watcher reading every few ms
+        checkpointer = sqlite3.connect(sa.make_url(database.url).database, isolation_level=None)
+        try:
+            busy, _, _ = checkpointer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        finally:
+            checkpointer.close()
+        assert busy == 0
+    finally:
+        endpoint.stop()
+
+
+@only("sqlite")
+def test_sqlqueue_run_takes_a_wakeup_mode_and_names_a_bad_one(database):
+    from tests.endpoint_app import send_jobs
+    from tests.integration.cli_process import sqlqueue
+    from tests.outbox_app import REPO
+
+    endpoint = ["--url", database.url, "run", "tests.endpoint_app:endpoint"]
+    bad = sqlqueue(*endpoint, "--wakeup", "sometimes", cwd=REPO)
+    assert bad.returncode == 2
+    [line] = bad.stderr.splitlines()
+    assert "'sometimes' is not one of auto, required, poll, off" in line, line
+    transport = database.transport()
+    transport.create_queue("jobs")
+    send_jobs(transport, "jobs", 5)
+    done = sqlqueue(*endpoint, "--wakeup", "off", "--once", cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert "handled 5" in done.stdout
