@@ -201,6 +201,8 @@ class NotifyWakeup:
                 _squeezed(self.slot_check.format(slot=slot, table_key=table_key)) in normalised
                 for slot in self.slot_keys()
             )
+            # no more slots than ours either: each costs every send a lock try
+            and normalised.count(_squeezed(self.slot_check.split("(")[0]) + "(") == self.slots
         )
 
     def slot_keys(self) -> tuple[int, ...]:

@@ -77,7 +77,8 @@ def ensure_trigger(
     replaced. Return the queue's key (:func:`queue_key`), or None when the role may not create
     the trigger (not the table's owner): one warning, and the endpoint polls.
 
-    :param required: raise instead of warning when the trigger cannot be created.
+    :param required: raise :class:`ConfigurationError` instead of warning when the trigger
+        cannot be created.
     """
     statements = _statements(engine)
     quoted = _quoted_table(engine, address)
@@ -100,14 +101,20 @@ def ensure_trigger(
             connection.exec_driver_sql(statements.drop_trigger.format(table=quoted))
             connection.exec_driver_sql(statements.trigger_statement(quoted, key))
     except exceptions.SqlQueueError as error:
-        refused = any(marker in str(error) for marker in statements.cannot_create_markers)
-        if required or not refused:
+        if not any(marker in str(error) for marker in statements.cannot_create_markers):
             raise
+        cause = str(error).splitlines()[0]
+        if required:
+            raise exceptions.ConfigurationError(
+                f"queue {address}: notify=True needs the NOTIFY wake-up trigger, which this "
+                f"role may not create ({cause}); `sqlqueue verify --wakeup QUEUE` shows the "
+                "statements to run as the table's owner"
+            ) from error
         log.warning(
             "queue %s: cannot create the NOTIFY wake-up trigger (%s); sends from other "
             "processes are found by polling, every peek_delay",
             address,
-            str(error).splitlines()[0],
+            cause,
         )
         return None
     log.info("queue %s: NOTIFY wake-up trigger installed", address)

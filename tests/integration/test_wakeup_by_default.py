@@ -335,6 +335,9 @@ def test_a_role_that_may_not_create_the_trigger_warns_once_and_polls(database, c
     engine = db.create_engine(url.render_as_string(hide_password=False))
     try:
         limited = Transport(engine)
+        required = Endpoint("owned", limited, notify=True, create_queues=False)
+        with pytest.raises(exceptions.ConfigurationError, match="may not create"):
+            required.start()
         handled = threading.Event()
         endpoint = Endpoint(
             "owned", limited, peek_delay=0.5, create_queues=False, delayed_delivery=False

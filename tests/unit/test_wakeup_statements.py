@@ -42,3 +42,8 @@ def test_a_trigger_is_current_only_with_this_tables_key_and_every_slot():
         "EXECUTE FUNCTION sqlqueue_wakeup_notify()"
     )
     assert not WAKEUP.trigger_is_current(old, source, key)
+    wider = WAKEUP.trigger_statement("public.orders", key).replace(
+        "WHEN (NOT (",
+        f"WHEN (NOT (pg_try_advisory_xact_lock_shared({WAKEUP.slot_namespace + 9}, {key}) AND ",
+    )
+    assert not WAKEUP.trigger_is_current(wider, source, key)
