@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: Seconds between two reads of the commit counter while the pump sleeps.
-INTERVAL = 0.002
+INTERVAL = 0.004
 
 
 def _nothing() -> None:
