@@ -47,9 +47,8 @@ def main() -> int:
                     # A few seconds of traffic so the chart has something to draw.
                     transport.create_queue("sales")
                     for n in range(16):
-                        transport.send_many(
-                            "sales", [OutgoingMessage(f"order {n}-{i}") for i in range(40)]
-                        )
+                        transport.send_many("sales", [OutgoingMessage(f"order {n}-{i}")
+                                                      for i in range(40)])
                         time.sleep(0.25)
                     for _ in range(16):
                         transport.receive("sales", 30)

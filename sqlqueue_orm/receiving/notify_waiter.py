@@ -79,9 +79,9 @@ class NotifyWaiter:
         self._driver: Any = None
         self._slot: int | None = None
         self._pause = 0.0
-        self._pipe = os.pipe()
-        os.set_blocking(self._pipe[1], False)
-        self._pipe_open = True
+        #: Pokes the listening thread (opened by :meth:`start`, closed by :meth:`stop`).
+        self._pipe = (-1, -1)
+        self._pipe_open = False
 
     @property
     def registered(self) -> bool:
@@ -95,6 +95,9 @@ class NotifyWaiter:
         """
         self._wake = wake
         self._nudge = nudge
+        self._pipe = os.pipe()
+        os.set_blocking(self._pipe[1], False)
+        self._pipe_open = True
         self._thread = threading.Thread(
             target=self._run, name=f"{self.address.table} listener", daemon=True
         )
