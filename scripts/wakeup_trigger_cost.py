@@ -1,15 +1,19 @@
-"""What the PostgreSQL wake-up trigger costs concurrent senders, measured side by side.
+"""What the PostgreSQL wake-up trigger costs senders, measured side by side.
 
-    python scripts/wakeup_trigger_cost.py [--rounds 7] [--seconds 2] [--senders 4] [--durable]
+    python scripts/wakeup_trigger_cost.py [--interleaved 20000] [--cpu-sends 10000]
+                                          [--rounds 7] [--seconds 2] [--senders 4] [--durable]
 
-Four sender processes (one connection each) INSERT one row per transaction into one queue
-table for ``--seconds``; rounds alternate between the trigger variants, and each variant's
-median of the rounds is printed with its ratio to "no trigger":
+Three figures, each comparing the trigger variants (no trigger; the conditional trigger with
+nobody waiting, the default, where only the ``WHEN`` test runs; the conditional trigger with an
+endpoint registered as waiting, where every send notifies; the old unconditional ``pg_notify``):
 
-* no trigger;
-* the conditional trigger, nobody waiting (the default: only the ``WHEN`` test runs);
-* the conditional trigger, one endpoint registered as waiting (every send notifies);
-* the old unconditional trigger (``pg_notify`` on every sending statement).
+* ``--interleaved``: the median time of a single-row send of one connection, four queue tables
+  (one per variant) written in turn statement by statement, so whatever else the machine does
+  falls on every variant alike (the steadiest figure on a busy machine);
+* ``--cpu-sends``: the server CPU per send of one connection (Linux ``/proc``), variants
+  alternating by round, slot counts 1, 2 and 4 included;
+* ``--rounds`` x ``--seconds``: the rate of ``--senders`` processes, one INSERT per transaction,
+  variants alternating by round, medians and their ratio to "no trigger".
 
 A throwaway cluster (fsync off; ``--durable``: PostgreSQL's defaults, each commit waits for its
 WAL flush), or ``$SQLQUEUE_BENCH_POSTGRES_URL``. Figures from a shared machine are noisy:
@@ -116,6 +120,67 @@ def server_cpu(url: str, table: str, variants: dict[str, Any], sends: int, round
     engine.dispose()
 
 
+def interleaved(url: str, sends: int) -> None:
+    """Median time per single-row send of one connection, the variants' tables taking turns.
+
+    Four queue tables, one per variant, written in turn statement by statement: whatever else
+    the machine does falls on every variant alike.
+    """
+    engine = db.create_engine(url)
+    transport = Transport(engine)
+    statements = dialects.for_dialect(engine).notify_wakeup
+    assert statements is not None
+    names = {
+        "no trigger": "t_none",
+        "conditional, nobody waiting": "t_conditional",
+        "conditional, a waiter registered": "t_waited",
+        "old unconditional pg_notify": "t_old",
+    }
+    waiter = engine.raw_connection()
+    waiter_driver: Any = waiter.driver_connection
+    waiter_driver.autocommit = True
+    for label, name in names.items():
+        transport.create_queue(name)
+        address = transport._address(name)
+        if label.startswith("conditional"):
+            wakeup.ensure_trigger(engine, address, required=True)
+        if label.endswith("registered"):
+            with engine.connect() as connection:
+                key = wakeup.queue_key(connection, address)
+            assert waiter_driver.execute(statements.register_statement(key)).fetchone()[0]
+        if label.startswith("old"):
+            quoted = str(engine.dialect.identifier_preparer.quote(name))
+            with engine.begin() as connection:
+                connection.exec_driver_sql(statements.create_function)
+                connection.exec_driver_sql(
+                    OLD_TRIGGER.format(
+                        trigger=statements.trigger, table=quoted, function=statements.function
+                    )
+                )
+    raw = sa.create_engine(url, poolclass=sa.pool.NullPool).raw_connection()
+    driver: Any = raw.driver_connection
+    driver.autocommit = True
+    inserts = {
+        label: f"INSERT INTO {name} (id, expires, headers, body) "
+        "VALUES (gen_random_uuid(), NULL, '{}', '\\x00'::bytea)"
+        for label, name in names.items()
+    }
+    times: dict[str, list[float]] = {label: [] for label in names}
+    for _ in range(sends):
+        for label, statement in inserts.items():
+            began = time.perf_counter()
+            driver.execute(statement)
+            times[label].append(time.perf_counter() - began)
+    print(f"\nmedian time per send, one connection, {sends:,} sends each, tables in turn:")
+    base = statistics.median(times["no trigger"])
+    for label, values in times.items():
+        median = statistics.median(values)
+        print(f"{label:<38} {median * 1e6:7.1f} us  {median / base:5.3f}x")
+    raw.close()
+    waiter.close()
+    engine.dispose()
+
+
 def main() -> None:
     """Measure and print the medians."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -124,6 +189,9 @@ def main() -> None:
     parser.add_argument("--senders", type=int, default=4)
     parser.add_argument("--durable", action="store_true")
     parser.add_argument("--cpu-sends", type=int, default=5_000, help="0: skip the CPU figures")
+    parser.add_argument(
+        "--interleaved", type=int, default=5_000, help="sends per table taking turns (0: skip)"
+    )
     args = parser.parse_args()
     server = os.environ.get("SQLQUEUE_BENCH_POSTGRES_URL")
     if not server:
@@ -187,6 +255,8 @@ def main() -> None:
             connection.exec_driver_sql(statements.create_function)
             connection.exec_driver_sql(statements.create_trigger.format(table=table, when="true"))
 
+    if args.interleaved:
+        interleaved(url, args.interleaved)
     if args.cpu_sends:
         server_cpu(
             url,
