@@ -292,7 +292,7 @@ SUPPORT = SqliteSupport(
     embedded=True,
     peek_counts_held_rows=True,
     single_writer=True,
-    # changes when another connection commits; reads the file header, no table
+    # changes when another connection commits; reads no table
     commit_counter="PRAGMA data_version",
     missing_table_markers=("no such table",),
     missing_column_markers=("no such column", "has no column named"),

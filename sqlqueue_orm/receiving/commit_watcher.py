@@ -5,7 +5,7 @@
 the purpose changes when any other connection commits to the database file. When the pump goes
 idle it reads the value once, before its confirming peek; then, while it sleeps, a thread of
 this module reads it every :data:`INTERVAL` seconds, and a change makes the pump peek. The
-statement reads the file header only and holds no read transaction once it returns (the
+statement reads no table and holds no read transaction once it returns (the
 connection is in autocommit), so it pins no WAL. While the pump has work the thread only
 waits.
 
