@@ -449,22 +449,20 @@ def _trigger_drifts(
     ).first()
     if row is None and not expected_here:
         return []
+    schema, name = connection.execute(sa.text(wakeup.table_identity), {"table": quoted}).one()
+    key = wakeup.table_key(str(schema), str(name))
     repair = (
         wakeup.create_function.strip(),
         wakeup.drop_trigger.format(table=quoted),
-        wakeup.create_trigger.format(table=quoted),
+        wakeup.trigger_statement(quoted, key),
     )
-    expected = "AFTER INSERT FOR EACH STATEMENT calling " + wakeup.function
+    expected = (
+        "AFTER INSERT FOR EACH STATEMENT calling " + wakeup.function + " while an endpoint waits"
+    )
     if row is None:
         return [Drift(shown, "trigger", wakeup.trigger, "missing", expected, repair)]
     definition, source = str(row[0]), str(row[1] or "")
-    shape_ok = (
-        "AFTER INSERT ON" in definition
-        and "FOR EACH STATEMENT" in definition
-        and f"{wakeup.function}()" in definition
-        and _normalised(wakeup.notify_call) in _normalised(source)
-    )
-    if shape_ok:
+    if wakeup.trigger_is_current(definition, source, key):
         return []
     return [Drift(shown, "trigger", wakeup.trigger, definition, expected, repair)]
 

@@ -72,6 +72,22 @@ ENDPOINT_HELP = (
 )
 
 
+#: ``--wakeup``: each mode's settings (EndpointSettings.notify and .wakeup).
+WAKEUP_MODES: dict[str, dict[str, Any]] = {
+    "auto": {"notify": None, "wakeup": "auto"},
+    "required": {"notify": True, "wakeup": "auto"},
+    "poll": {"notify": None, "wakeup": "poll"},
+    "off": {"notify": False, "wakeup": "auto"},
+}
+
+
+def wakeup_mode(text: str) -> str:
+    """Argument type: one of :data:`WAKEUP_MODES`."""
+    if text not in WAKEUP_MODES:
+        raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(WAKEUP_MODES)}")
+    return text
+
+
 def register(subparsers: Any) -> None:
     """Add ``run`` to the ``sqlqueue`` command line."""
     sub = subparsers.add_parser(
@@ -88,6 +104,14 @@ def register(subparsers: Any) -> None:
         type=arguments.bounded_int(1, 1_000),
         metavar="N",
         help="messages handled at once (default: the endpoint's setting)",
+    )
+    sub.add_argument(
+        "--wakeup",
+        type=wakeup_mode,
+        metavar="MODE",
+        help="how the idle endpoint hears of other processes' sends: auto (where the database "
+        "and connection can), required, poll (burst polling, behind PgBouncer), off "
+        "(default: the endpoint's setting)",
     )
     sub.add_argument("--once", action="store_true", help="stop when the queue is drained")
     # its endpoint creates its queues at start-up: a new SQLite file is made for them
@@ -128,6 +152,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     endpoint = _resolve(args.endpoint, args)
     if args.concurrency is not None:
         endpoint.settings = endpoint.settings.replace(concurrency=args.concurrency)
+    if args.wakeup is not None:
+        endpoint.settings = endpoint.settings.replace(**WAKEUP_MODES[args.wakeup])
     if not args.verbose:
         logging.getLogger("sqlqueue_orm.receiving").setLevel(logging.INFO)
     done = threading.Event()

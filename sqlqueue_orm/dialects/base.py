@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import hashlib
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -126,6 +127,11 @@ class SqlText:
     peek_from_floor: str | None = None
 
 
+def _squeezed(text: str) -> str:
+    """*text* without white space, in lower case (catalog text compared with ours)."""
+    return "".join(text.split()).lower()
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class NotifyWakeup:
     """Idle receivers woken by ``LISTEN``/``NOTIFY`` (:mod:`sqlqueue_orm.receiving.wakeup`).
@@ -146,11 +152,81 @@ class NotifyWakeup:
     #: Serializes installers of the function (``:key``: the function's name).
     install_lock: str
     drop_trigger: str
+    #: ``{table}`` and ``{when}``: the slots' checks (:meth:`trigger_statement`).
     create_trigger: str
+    #: The trigger's test of one slot, ``{slot}`` and ``{table_key}`` integer literals: false
+    #: when a waiter holds it; joined with :attr:`slot_join` for every slot.
+    slot_check: str
+    slot_join: str
+    #: Registers a waiter on one slot (true: registered), one expression per slot tried in
+    #: turn; :attr:`unregister` releases it.
+    register: str
+    unregister: str
+    #: The first slot's key; the slots are ``slot_namespace + 0 .. slots - 1``.
+    slot_namespace: int
+    slots: int
     #: Run on the listener's own connection, in autocommit.
     listen: str
     #: The trigger ``:trigger`` on ``:table`` (quoted): its definition and its function's source.
     trigger_catalog: str
+    #: The schema and name of the table ``:table`` (quoted) as the catalog spells them.
+    table_identity: str
+    #: The server process of this session (a pooler in transaction mode changes it).
+    backend_pid: str
+    #: In the error of a trigger the role may not create (it does not own the table).
+    cannot_create_markers: tuple[str, ...]
+
+    @staticmethod
+    def table_key(schema: str, name: str) -> int:
+        """The queue's second lock key: a stable 31-bit hash of *schema*.*name*.
+
+        Computed in Python, not by the server, so the trigger (the key baked in at install)
+        and the waiters agree without a catalog lookup per registration; the names are the
+        catalog's (:attr:`table_identity`), so two spellings of one address share a key.
+        Never negative: the catalog prints a negative literal as a cast, which would not
+        compare equal with the statement installed.
+        """
+        digest = hashlib.blake2b(f"{schema}.{name}".encode(), digest_size=4).digest()
+        return int.from_bytes(digest, "big") & 0x7FFF_FFFF
+
+    def trigger_is_current(self, definition: str, source: str, table_key: int) -> bool:
+        """Whether a trigger's *definition* and its function's *source* are the current ones."""
+        normalised = _squeezed(definition)
+        return (
+            "AFTER INSERT ON" in definition
+            and "FOR EACH STATEMENT" in definition
+            and f"{self.function}()" in definition
+            and _squeezed(self.notify_call) in _squeezed(source)
+            and all(
+                _squeezed(self.slot_check.format(slot=slot, table_key=table_key)) in normalised
+                for slot in self.slot_keys()
+            )
+            # no more slots than ours either: each costs every send a lock try
+            and normalised.count(_squeezed(self.slot_check.split("(")[0]) + "(") == self.slots
+        )
+
+    def slot_keys(self) -> tuple[int, ...]:
+        """The first key of each waiter slot."""
+        return tuple(self.slot_namespace + slot for slot in range(self.slots))
+
+    def trigger_condition(self, table_key: int) -> str:
+        """The trigger's ``WHEN`` test, *table_key* baked in: every slot free of waiters."""
+        return self.slot_join.join(
+            self.slot_check.format(slot=slot, table_key=int(table_key))
+            for slot in self.slot_keys()
+        )
+
+    def trigger_statement(self, table: str, table_key: int) -> str:
+        """``CREATE TRIGGER`` on *table* (quoted) for the table's key *table_key*."""
+        return self.create_trigger.format(table=table, when=self.trigger_condition(table_key))
+
+    def register_statement(self, table_key: int) -> str:
+        """One ``SELECT`` trying each slot in turn: the slot's key taken, or NULL for none."""
+        tries = " ".join(
+            f"WHEN {self.register.format(slot=slot, table_key=int(table_key))} THEN {slot}"
+            for slot in self.slot_keys()
+        )
+        return f"SELECT CASE {tries} END"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -274,6 +350,9 @@ class DialectSupport:
     single_writer: bool = False
     #: How idle receivers are woken by ``LISTEN``/``NOTIFY`` (``None``: they are not).
     notify_wakeup: NotifyWakeup | None = None
+    #: A statement whose value changes when another connection commits to the database file,
+    #: reading no table (``None``: none): idle receivers watch it for other processes' sends.
+    commit_counter: str | None = None
     #: Whether the peek still counts a row whose receive has not committed (PostgreSQL's MVCC
     #: and SQLite's WAL readers do; SQL Server's peek reads past locked rows): the pump then
     #: subtracts the rows its own handlers hold.

@@ -117,6 +117,12 @@ _NOTIFY_CALL = f"pg_notify('{_CHANNEL}', TG_TABLE_NAME)"
 #: A statement-level ``AFTER INSERT`` trigger on each queue table notifies one channel with the
 #: table's name: every writer's sends (.NET endpoints included) wake the endpoints listening.
 #: The payload is the table name only: a wake-up is a hint, and a spurious one costs one peek.
+#: The trigger fires only while an idle endpoint is registered as waiting: a waiter holds a
+#: session-level exclusive advisory lock on one of the queue's slots (two-int keys, a key space
+#: apart from the bigint locks used elsewhere), and the trigger's ``WHEN`` tries a shared
+#: transaction-level lock on every slot. Senders' shared locks never conflict with each other;
+#: a failed try means a waiter holds that slot, so the sender notifies (at its commit). The
+#: check runs in ``WHEN``: with nobody waiting no PL/pgSQL runs at all.
 NOTIFY_WAKEUP = base.NotifyWakeup(
     channel=_CHANNEL,
     trigger=_TRIGGER,
@@ -134,14 +140,29 @@ $$""",
     drop_trigger=f"DROP TRIGGER IF EXISTS {_TRIGGER} ON {{table}}",
     create_trigger=(
         f"CREATE TRIGGER {_TRIGGER} AFTER INSERT ON {{table}} "
-        f"FOR EACH STATEMENT EXECUTE FUNCTION {_FUNCTION}()"
+        f"FOR EACH STATEMENT WHEN (NOT ({{when}})) EXECUTE FUNCTION {_FUNCTION}()"
     ),
+    slot_check="pg_try_advisory_xact_lock_shared({slot}, {table_key})",
+    slot_join=" AND ",
+    register="pg_try_advisory_lock({slot}, {table_key})",
+    unregister="SELECT pg_advisory_unlock({slot}, {table_key})",
+    # "SQ" in the high bytes: the first slot's key; the slots follow it.
+    slot_namespace=0x5351_0000,
+    slots=2,
     listen=f"LISTEN {_CHANNEL}",
     trigger_catalog=(
         "SELECT pg_get_triggerdef(t.oid), p.prosrc FROM pg_trigger AS t "
         "JOIN pg_proc AS p ON p.oid = t.tgfoid "
         "WHERE t.tgrelid = CAST(:table AS regclass) AND t.tgname = :trigger"
     ),
+    table_identity=(
+        "SELECT n.nspname, c.relname FROM pg_class AS c "
+        "JOIN pg_namespace AS n ON n.oid = c.relnamespace "
+        "WHERE c.oid = CAST(:table AS regclass)"
+    ),
+    backend_pid="SELECT pg_backend_pid()",
+    # (42501: not the table's owner, or no CREATE on the schema for the function)
+    cannot_create_markers=("InsufficientPrivilege", "must be owner", "permission denied"),
 )
 
 # -- one Spark ingester per queue, and its stream's offsets ------------------------------------

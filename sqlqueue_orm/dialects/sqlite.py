@@ -293,6 +293,8 @@ SUPPORT = SqliteSupport(
     embedded=True,
     peek_counts_held_rows=True,
     single_writer=True,
+    # changes when another connection commits; reads no table
+    commit_counter="PRAGMA data_version",
     missing_table_markers=("no such table",),
     missing_column_markers=("no such column", "has no column named"),
     transient_markers=(*base.GENERIC_TRANSIENT, _LOCKED),

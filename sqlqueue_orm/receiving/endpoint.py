@@ -42,9 +42,19 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Connection, Engine
 
-from sqlqueue_orm import addressing, dialects, exceptions, headers
+from sqlqueue_orm import addressing, exceptions, headers
 from sqlqueue_orm.pubsub import publishing
-from sqlqueue_orm.receiving import control, flow, forwarding, health, modes, mover, pump, wakeup
+from sqlqueue_orm.receiving import (
+    control,
+    flow,
+    forwarding,
+    health,
+    modes,
+    mover,
+    pump,
+    waiting,
+    wakeup,
+)
 from sqlqueue_orm.receiving.handling import (
     RELATED_TO,
     HandlerContext,
@@ -325,14 +335,12 @@ class Endpoint:
             if self.settings.auto_subscribe:
                 for event_type in self._handling.events:
                     self.subscribe(event_type)
-            notify = (
-                self.settings.notify and dialects.for_dialect(self.transport.engine).listen_notify
-            )
+            waiters: list[wakeup.IdleWaiter | None] = []
             for queue in queues:
                 if self.settings.purge_expired_at_startup:
                     self.transport.purge_expired(queue)
-                if notify:
-                    wakeup.install_trigger(self.transport.engine, self.transport._address(queue))
+                address = self.transport._address(queue)
+                waiters.append(waiting.prepare(self.transport.engine, address, self.settings))
             self._pump = pump.MessagePump(self._handling, mode)
             self._instance_pump = None
             if instance is not None:
@@ -346,8 +354,8 @@ class Endpoint:
                 self.name, self.transport.engine, self._pump, self._pumps()[1:]
             )
             self._control.prepare(create=self.settings.create_queues)
-            for each in self._pumps():
-                each.start(notify=notify)
+            for each, waiter in zip(self._pumps(), waiters, strict=True):
+                each.start(waiter)
             self._control.start()
             if self.settings.delayed_delivery:
                 self._mover = mover.DelayedMessageMover(self._handling)

@@ -261,7 +261,7 @@ class MessagePump:
         self._active: set[_Receipt] = set()
         self._threads: list[threading.Thread] = []
         self._loop_thread: threading.Thread | None = None
-        self._listener: wakeup.NotifyListener | None = None
+        self._listener: wakeup.IdleWaiter | None = None
         self._local_wakeups: wakeup.LocalWakeups | None = None
         self._address: addressing.QueueAddress | None = None
         #: When a peek last found messages (monotonic seconds): a burst lasts from there.
@@ -278,10 +278,10 @@ class MessagePump:
         """Whether the pump was started and has not stopped."""
         return self._loop_thread is not None and not self._stopped.is_set()
 
-    def start(self, notify: bool = False) -> None:
+    def start(self, waiter: wakeup.IdleWaiter | None = None) -> None:
         """Start the worker threads and the peek loop (all daemon threads), and the wake-ups.
 
-        :param notify: also listen for PostgreSQL notifications (the trigger is installed).
+        :param waiter: hears other processes' sends while idle (:mod:`~.receiving.waiting`).
         """
         transport = self.handling.transport
         self._peek_counts_held_rows = dialects.for_dialect(
@@ -290,9 +290,9 @@ class MessagePump:
         self._address = transport._address(self.queue)
         self._local_wakeups = wakeup.local_wakeups(transport)
         self._local_wakeups.register(self._address.table, self.wake)
-        if notify:
-            self._listener = wakeup.NotifyListener(transport.engine, self._address, self.wake)
-            self._listener.start()
+        self._listener = waiter
+        if waiter is not None:
+            waiter.start(self.wake, self._wake.set)
         for number in range(self.concurrency):
             thread = threading.Thread(
                 target=self._work, name=f"{self.queue} worker {number}", daemon=True
@@ -360,6 +360,8 @@ class MessagePump:
                 batch = _Batch(size)
                 for _ in range(size):
                     self._tickets.put(batch)
+                if self._listener is not None:  # after the tickets: adds no latency
+                    self._listener.busy()
                 while not batch.done.wait(0.5):
                     if self._stopping.is_set():
                         break
@@ -370,7 +372,7 @@ class MessagePump:
                     # peek and receive for as long as a handler runs; pause instead, until a
                     # send wakes the pump or one of its handlers ends (its row is gone, or
                     # back after a rollback), at most EMPTY_RECEIVE_PAUSE.
-                    sent = self._sleep(min(self._idle_delay(), EMPTY_RECEIVE_PAUSE), ended)
+                    sent = self._sleep(min(self._idle_delay(), EMPTY_RECEIVE_PAUSE), ended, False)
         except Exception:  # a bug: say so loudly rather than die silently
             log.critical("queue %s: the pump loop failed", self.queue, exc_info=True)
         finally:
@@ -388,13 +390,18 @@ class MessagePump:
         with self._condition:
             return sum(1 for receipt in self._active if receipt.holding)
 
-    def _sleep(self, timeout: float, ended: int) -> bool:
+    def _sleep(self, timeout: float, ended: int, idle: bool = True) -> bool:
         """Wait up to *timeout* s; return whether a send woke the pump.
 
         A handler that held a row and ends wakes it too (its row is gone, or back in the queue
         after a rollback), and if one ended since *ended* (:attr:`_ended` before the peek)
-        this returns at once.
+        this returns at once. *idle*: the waiter may register first, then the loop peeks again.
         """
+        if idle and self._listener is not None:
+            waited = self._listener.idle(timeout)
+            if waited is None:
+                return False  # registered as waiting: one more peek, then the sleep
+            timeout = waited
         with self._condition:
             if self._ended != ended:
                 return False
@@ -409,14 +416,12 @@ class MessagePump:
     def _idle_delay(self) -> float:
         """Seconds to sleep after an empty peek: ``burst_delay`` in a burst, else ``peek_delay``.
 
-        Only with ``wakeup="poll"``: there no notification ends the sleep early, so while
-        messages keep arriving the pump peeks again soon.
+        Only with ``wakeup="poll"`` (or a pooler detected): there no notification ends the
+        sleep early, so while messages keep arriving the pump peeks again soon.
         """
         settings = self.settings
-        if (
-            settings.wakeup == "poll"
-            and time.monotonic() - self._last_found < settings.burst_window
-        ):
+        polls = settings.wakeup == "poll" or (self._listener is not None and self._listener.polls)
+        if polls and time.monotonic() - self._last_found < settings.burst_window:
             return settings.burst_delay
         return settings.peek_delay
 

@@ -98,10 +98,15 @@ class EndpointSettings:
         made with ``reply_to_this_instance=True`` come back to this instance. ``None``: none.
     :param instance_concurrency: messages of the instance-specific queue handled at once, by
         workers of its own (default 1).
-    :param notify: PostgreSQL only: wake up on ``NOTIFY`` from a trigger on the queue table
-        (installed at start-up) instead of waiting for the next peek. Off by default: the
-        trigger slows every concurrent send (the figures are in docs/endpoint.md).
-        Sends of this process wake its endpoints on every database regardless.
+    :param notify: wake an idle endpoint at once for other processes' sends (.NET endpoints
+        and raw INSERTs included), instead of at its next peek. ``None`` (default): wherever
+        the database and the connection can: PostgreSQL through a conditional ``NOTIFY``
+        trigger (installed at start-up; it notifies only while an endpoint of the queue is
+        idle and waiting), SQLite in a file by watching ``PRAGMA data_version``; not behind a
+        pooler in transaction mode (detected at start: polling in bursts then), nor on SQL
+        Server. ``True``: required (a :class:`ConfigurationError` at start where impossible).
+        ``False``: off (in-process wake-ups and polling only). Sends of this process wake its
+        endpoints on every database regardless. See docs/endpoint.md, "Wake-up and latency".
     :param batch_size: messages one transaction receives (one receive statement with this row
         limit) and handles, each under its own SAVEPOINT, committing once (1: no batching). Only
         TRANSACTION_SCOPE and OUTBOX can batch; see ``docs/scale.md``.
@@ -123,10 +128,10 @@ class EndpointSettings:
     :param key_fifo: handle the messages of one key strictly in queue order (needs
         ``key_concurrency=1``).
     :param key_window: oldest messages one receive looks at to find a key with a free slot.
-    :param wakeup: ``"auto"`` (default): wake on this process's sends, and on ``NOTIFY`` with
-        *notify*. ``"poll"``: for connections through a pooler in transaction mode
+    :param wakeup: ``"auto"`` (default): wake on this process's sends, and as *notify*
+        says. ``"poll"``: for connections through a pooler in transaction mode
         (PgBouncer ``pool_mode = transaction``), where a ``LISTEN`` does not survive the
-        transaction: never listen (*notify* must be off), and poll in bursts instead: for
+        transaction: never listen (*notify* must not be True), and poll in bursts instead: for
         *burst_window* seconds after a peek found messages, an empty peek waits only
         *burst_delay* before the next, so a stream of sends is picked up as it arrives; once
         the window passes without a message, peeks are *peek_delay* apart again.
@@ -159,7 +164,7 @@ class EndpointSettings:
     max_backoff: float = 10.0
     purge_expired_at_startup: bool = False
     create_queues: bool = True
-    notify: bool = False
+    notify: bool | None = None
     wakeup: str = "auto"
     burst_delay: float = 0.02
     burst_window: float = 2.0
@@ -268,6 +273,10 @@ class EndpointSettings:
         if self.wakeup not in WAKEUP_MODES:
             raise exceptions.ConfigurationError(
                 f"wakeup {self.wakeup!r} must be one of {', '.join(WAKEUP_MODES)}"
+            )
+        if self.notify is not None and not isinstance(self.notify, bool):
+            raise exceptions.ConfigurationError(
+                f"notify {self.notify!r} must be None (where possible), True or False"
             )
         if self.wakeup == "poll" and self.notify:
             raise exceptions.ConfigurationError(

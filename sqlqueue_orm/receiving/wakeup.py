@@ -12,13 +12,16 @@ On PostgreSQL (its statements are ``dialects.postgresql.NOTIFY_WAKEUP``, reached
 A statement-level ``AFTER INSERT`` trigger on the queue table calls ``pg_notify`` with the
 table's name, so every writer's sends (.NET endpoints included) wake the endpoints listening;
 PostgreSQL delivers the notification when the sending transaction commits, once per
-transaction and payload. :class:`NotifyListener` holds one connection of its own in
-``LISTEN`` and wakes the pump, which peeks at once instead of at the end of its peek delay.
+transaction and payload. The trigger fires only while an idle endpoint is registered as
+waiting (a session advisory lock on one of the queue's slots, tested in the trigger's
+``WHEN``): under load nobody waits and the sends pay no ``pg_notify``.
+:class:`~sqlqueue_orm.receiving.notify_waiter.NotifyWaiter` LISTENs and registers;
+:func:`ensure_trigger` installs the trigger at start when it is missing or out of date.
 Polling stays as the fallback: a lost notification (the listener reconnecting) costs at most
 one peek delay.
 
-The cost: ``pg_notify`` serialises the commits of notifying transactions on one lock; see
-``docs/endpoint.md`` for the figure measured on concurrent sends.
+The cost: ``pg_notify`` serialises the commits of notifying transactions on one lock, paid
+only while somebody waits; see ``docs/endpoint.md``.
 """
 
 from __future__ import annotations
@@ -26,10 +29,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 
 from sqlqueue_orm import addressing, db, dialects, exceptions
 from sqlqueue_orm.models.queue_table import queue_table
@@ -53,17 +56,74 @@ def _quoted_table(engine: Engine, address: addressing.QueueAddress) -> str:
     return str(engine.dialect.identifier_preparer.format_table(table))
 
 
-def install_trigger(engine: Engine, address: addressing.QueueAddress) -> None:
-    """Create the NOTIFY trigger on the queue table (PostgreSQL; replaces an older one)."""
+def queue_key(connection: Connection, address: addressing.QueueAddress) -> int:
+    """The queue's table key (``NotifyWakeup.table_key``), of the names in the catalog."""
+    statements = _statements(connection.engine)
+    quoted = _quoted_table(connection.engine, address)
+    schema, name = connection.execute(
+        sa.text(statements.table_identity), {"table": quoted}
+    ).one()
+    return statements.table_key(str(schema), str(name))
+
+
+def ensure_trigger(
+    engine: Engine, address: addressing.QueueAddress, *, required: bool = False
+) -> int | None:
+    """Install the conditional NOTIFY trigger on the queue table unless it is there already.
+
+    The catalog is read first: ``CREATE TRIGGER`` and ``DROP TRIGGER`` take strong table locks,
+    so a start must not queue behind a long transaction when the right trigger is in place.
+    Installers take turns on the install lock. An older trigger (the unconditional one) is
+    replaced. Return the queue's key (:func:`queue_key`), or None when the role may not create
+    the trigger (not the table's owner): one warning, and the endpoint polls.
+
+    :param required: raise :class:`ConfigurationError` instead of warning when the trigger
+        cannot be created.
+    """
     statements = _statements(engine)
     quoted = _quoted_table(engine, address)
-    with db.wrap_db_errors(str(address)), engine.begin() as connection:
-        # serialise concurrent installers: CREATE OR REPLACE FUNCTION races on pg_proc
-        connection.execute(sa.text(statements.install_lock), {"key": statements.function})
-        connection.exec_driver_sql(statements.create_function)
-        connection.exec_driver_sql(statements.drop_trigger.format(table=quoted))
-        connection.exec_driver_sql(statements.create_trigger.format(table=quoted))
+    catalog = sa.text(statements.trigger_catalog)
+    parameters = {"table": quoted, "trigger": statements.trigger}
+    with db.wrap_db_errors(str(address)), engine.connect() as connection:
+        key = queue_key(connection, address)
+        row = connection.execute(catalog, parameters).first()
+        connection.rollback()
+        if row is not None and statements.trigger_is_current(row[0], row[1] or "", key):
+            return key
+    try:
+        with db.wrap_db_errors(str(address)), engine.begin() as connection:
+            # serialise installers: CREATE OR REPLACE FUNCTION races on pg_proc
+            connection.execute(sa.text(statements.install_lock), {"key": statements.function})
+            row = connection.execute(catalog, parameters).first()
+            if row is not None and statements.trigger_is_current(row[0], row[1] or "", key):
+                return key  # another installer was first
+            connection.exec_driver_sql(statements.create_function)
+            connection.exec_driver_sql(statements.drop_trigger.format(table=quoted))
+            connection.exec_driver_sql(statements.trigger_statement(quoted, key))
+    except exceptions.SqlQueueError as error:
+        if not any(marker in str(error) for marker in statements.cannot_create_markers):
+            raise
+        cause = str(error).splitlines()[0]
+        if required:
+            raise exceptions.ConfigurationError(
+                f"queue {address}: notify=True needs the NOTIFY wake-up trigger, which this "
+                f"role may not create ({cause}); `sqlqueue verify --wakeup QUEUE` shows the "
+                "statements to run as the table's owner"
+            ) from error
+        log.warning(
+            "queue %s: cannot create the NOTIFY wake-up trigger (%s); sends from other "
+            "processes are found by polling, every peek_delay",
+            address,
+            cause,
+        )
+        return None
     log.info("queue %s: NOTIFY wake-up trigger installed", address)
+    return key
+
+
+def install_trigger(engine: Engine, address: addressing.QueueAddress) -> None:
+    """Create (or replace) the NOTIFY trigger on the queue table (:func:`ensure_trigger`)."""
+    ensure_trigger(engine, address, required=True)
 
 
 def remove_trigger(engine: Engine, address: addressing.QueueAddress) -> None:
@@ -72,6 +132,31 @@ def remove_trigger(engine: Engine, address: addressing.QueueAddress) -> None:
     quoted = _quoted_table(engine, address)
     with db.wrap_db_errors(str(address)), engine.begin() as connection:
         connection.exec_driver_sql(statements.drop_trigger.format(table=quoted))
+
+
+class IdleWaiter(Protocol):
+    """How an idle pump learns of other processes' sends (:mod:`~.waiting` makes one).
+
+    The pump calls :meth:`idle` from its loop thread each time a peek found nothing, before it
+    sleeps, and :meth:`busy` once it handed out receive tasks again.
+    """
+
+    #: Set while the waiter can hear other processes' sends.
+    listening: threading.Event
+    #: Whether the pump polls in bursts instead (``wakeup="poll"``, or a pooler detected).
+    polls: bool
+
+    def start(self, wake: Callable[[], None], nudge: Callable[[], None]) -> None:
+        """Begin: *wake* for a send to the queue, *nudge* for "something changed: peek"."""
+
+    def stop(self) -> None:
+        """Stop listening and unregister (within a second or two)."""
+
+    def idle(self, delay: float) -> float | None:
+        """A peek found nothing: seconds to sleep, or None to peek once more first."""
+
+    def busy(self) -> None:
+        """The pump has work again: stop waiting (sends need not wake it)."""
 
 
 class LocalWakeups:
@@ -109,72 +194,3 @@ def local_wakeups(transport: Any) -> LocalWakeups:
             transport._sqlqueue_local_wakeups = wakeups
             transport.sent_hooks.append(wakeups.sent)
         return wakeups
-
-
-class NotifyListener:
-    """A thread with one connection in ``LISTEN``, calling *wake* for the queue's table.
-
-    It reconnects (after ``retry_delay`` seconds) when its connection is lost; meanwhile the
-    pump polls.
-    """
-
-    def __init__(
-        self,
-        engine: Engine,
-        address: addressing.QueueAddress,
-        wake: Callable[[], None],
-        retry_delay: float = 1.0,
-    ) -> None:
-        self.engine = engine
-        self.address = address
-        self.wake = wake
-        self.retry_delay = retry_delay
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.listening = threading.Event()
-
-    def start(self) -> None:
-        """Start listening on a daemon thread."""
-        self._thread = threading.Thread(
-            target=self._run, name=f"{self.address.table} listener", daemon=True
-        )
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop listening (within a second)."""
-        self._stopping.set()
-        if self._thread is not None:
-            self._thread.join(2.0)
-
-    def _run(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                self._listen()
-            except Exception as error:
-                self.listening.clear()
-                if self._stopping.is_set():
-                    return
-                log.warning(
-                    "queue %s: NOTIFY listener lost its connection, polling meanwhile: %s",
-                    self.address,
-                    error,
-                )
-                self._stopping.wait(self.retry_delay)
-
-    def _listen(self) -> None:
-        raw = self.engine.raw_connection()
-        try:
-            driver: Any = raw.driver_connection
-            driver.autocommit = True
-            driver.execute(_statements(self.engine).listen)
-            self.listening.set()
-            self.wake()  # anything sent while we were not listening
-            while not self._stopping.is_set():
-                for notify in driver.notifies(timeout=0.5):
-                    if notify.payload == self.address.table:
-                        self.wake()
-        finally:
-            try:
-                raw.invalidate()  # never hand a LISTENing connection back to the pool
-            except Exception as error:
-                log.debug("queue %s: closing the listener connection: %s", self.address, error)

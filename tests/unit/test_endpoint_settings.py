@@ -39,6 +39,8 @@ def test_defaults_are_nservicebus_defaults():
         ({"instance_concurrency": 0}, "instance_concurrency 0"),
         ({"wakeup": "listen"}, "wakeup 'listen' must be one of auto, poll"),
         ({"wakeup": "poll", "notify": True}, "notify=True listens for NOTIFY"),
+        ({"notify": "yes"}, "notify 'yes' must be None"),
+        ({"notify": 1}, "notify 1 must be None"),
         ({"burst_delay": 0.001}, "burst_delay 0.001 must be from 0.005"),
         ({"burst_delay": 2.0}, r"burst_delay 2.0 must be .* to peek_delay \(1.0\)"),
         ({"burst_window": -1}, "burst_window -1"),
@@ -57,3 +59,7 @@ def test_a_long_peek_delay_is_warned(caplog):
 
 def test_a_mode_may_be_named_by_its_value():
     assert EndpointSettings(transaction_mode="none").transaction_mode is TransactionMode.NONE
+
+
+def test_the_wakeup_is_on_where_possible_by_default():
+    assert EndpointSettings().notify is None

@@ -1,0 +1,309 @@
+"""What the PostgreSQL wake-up trigger costs senders, measured side by side.
+
+    python scripts/wakeup_trigger_cost.py [--interleaved 20000] [--cpu-sends 10000]
+                                          [--rounds 7] [--seconds 2] [--senders 4] [--durable]
+
+Three figures, each comparing the trigger variants (no trigger; the conditional trigger with
+nobody waiting, the default, where only the ``WHEN`` test runs; the conditional trigger with an
+endpoint registered as waiting, where every send notifies; the old unconditional ``pg_notify``):
+
+* ``--interleaved``: the median time of a single-row send of one connection, four queue tables
+  (one per variant) written in turn statement by statement, so whatever else the machine does
+  falls on every variant alike (the steadiest figure on a busy machine);
+* ``--cpu-sends``: the server CPU per send of one connection (Linux ``/proc``), variants
+  alternating by round, slot counts 1, 2 and 4 included;
+* ``--rounds`` x ``--seconds``: the rate of ``--senders`` processes, one INSERT per transaction,
+  variants alternating by round, medians and their ratio to "no trigger".
+
+A throwaway cluster (fsync off; ``--durable``: PostgreSQL's defaults, each commit waits for its
+WAL flush), or ``$SQLQUEUE_BENCH_POSTGRES_URL``. Figures from a shared machine are noisy:
+re-run on a quiet one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import multiprocessing
+import os
+import statistics
+import sys
+import time
+import uuid
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import sqlalchemy as sa
+
+from sqlqueue_orm import Transport, db, dialects
+from sqlqueue_orm.receiving import wakeup
+
+QUEUE = "cost"
+OLD_TRIGGER = (
+    "CREATE TRIGGER {trigger} AFTER INSERT ON {table} "
+    "FOR EACH STATEMENT EXECUTE FUNCTION {function}()"
+)
+
+
+def _sender(url: str, table: str, seconds: float, go: Any, results: Any) -> None:
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    raw = engine.raw_connection()
+    driver: Any = raw.driver_connection
+    driver.autocommit = True
+    statement = (
+        f"INSERT INTO {table} (id, expires, headers, body) "
+        "VALUES (gen_random_uuid(), NULL, '{}', '\\x00'::bytea)"
+    )
+    driver.execute(statement)  # warm: the plan, the connection
+    go.wait()
+    count = 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        driver.execute(statement)
+        count += 1
+    results.put(count)
+    raw.close()
+
+
+def _round(url: str, table: str, seconds: float, senders: int) -> float:
+    spawn = multiprocessing.get_context("spawn")
+    go, results = spawn.Event(), spawn.Queue()
+    processes = [
+        spawn.Process(target=_sender, args=(url, table, seconds, go, results))
+        for _ in range(senders)
+    ]
+    for process in processes:
+        process.start()
+    time.sleep(1.0)  # every sender connected and warm
+    go.set()
+    total = sum(results.get(timeout=seconds + 60) for _ in processes)
+    for process in processes:
+        process.join(30)
+    return total / seconds
+
+
+def _backend_cpu(pid: int) -> float:
+    """CPU seconds (user + system) the server process *pid* has used (Linux ``/proc``)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def server_cpu(url: str, table: str, variants: dict[str, Any], sends: int, rounds: int) -> None:
+    """Server CPU per send of one connection, per variant: steadier than rates on a busy box."""
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    raw = engine.raw_connection()
+    driver: Any = raw.driver_connection
+    driver.autocommit = True
+    pid = driver.execute("SELECT pg_backend_pid()").fetchone()[0]
+    statement = (
+        f"INSERT INTO {table} (id, expires, headers, body) "
+        "VALUES (gen_random_uuid(), NULL, '{}', '\\x00'::bytea)"
+    )
+    costs: dict[str, list[float]] = {label: [] for label in variants}
+    for number in range(rounds):
+        order = list(variants) if number % 2 == 0 else list(reversed(variants))
+        for label in order:
+            variants[label]()
+            driver.execute(statement)
+            before = _backend_cpu(pid)
+            for _ in range(sends):
+                driver.execute(statement)
+            costs[label].append((_backend_cpu(pid) - before) / sends * 1e6)
+    print(f"\nserver CPU per send, one connection, {sends:,} sends x {rounds} rounds (median):")
+    base = statistics.median(costs[next(iter(costs))])
+    for label, values in costs.items():
+        median = statistics.median(values)
+        print(f"{label:<38} {median:7.1f} us  {median / base:5.3f}x")
+    raw.close()
+    engine.dispose()
+
+
+def interleaved(url: str, sends: int) -> None:
+    """Median time per single-row send of one connection, the variants' tables taking turns.
+
+    Four queue tables, one per variant, written in turn statement by statement: whatever else
+    the machine does falls on every variant alike.
+    """
+    engine = db.create_engine(url)
+    transport = Transport(engine)
+    statements = dialects.for_dialect(engine).notify_wakeup
+    assert statements is not None
+    names = {
+        "no trigger": "t_none",
+        "conditional, nobody waiting": "t_conditional",
+        "conditional, a waiter registered": "t_waited",
+        "old unconditional pg_notify": "t_old",
+    }
+    waiter = engine.raw_connection()
+    waiter_driver: Any = waiter.driver_connection
+    waiter_driver.autocommit = True
+    for label, name in names.items():
+        transport.create_queue(name)
+        address = transport._address(name)
+        if label.startswith("conditional"):
+            wakeup.ensure_trigger(engine, address, required=True)
+        if label.endswith("registered"):
+            with engine.connect() as connection:
+                key = wakeup.queue_key(connection, address)
+            assert waiter_driver.execute(statements.register_statement(key)).fetchone()[0]
+        if label.startswith("old"):
+            quoted = str(engine.dialect.identifier_preparer.quote(name))
+            with engine.begin() as connection:
+                connection.exec_driver_sql(statements.create_function)
+                connection.exec_driver_sql(
+                    OLD_TRIGGER.format(
+                        trigger=statements.trigger, table=quoted, function=statements.function
+                    )
+                )
+    raw = sa.create_engine(url, poolclass=sa.pool.NullPool).raw_connection()
+    driver: Any = raw.driver_connection
+    driver.autocommit = True
+    inserts = {
+        label: f"INSERT INTO {name} (id, expires, headers, body) "
+        "VALUES (gen_random_uuid(), NULL, '{}', '\\x00'::bytea)"
+        for label, name in names.items()
+    }
+    times: dict[str, list[float]] = {label: [] for label in names}
+    for _ in range(sends):
+        for label, statement in inserts.items():
+            began = time.perf_counter()
+            driver.execute(statement)
+            times[label].append(time.perf_counter() - began)
+    print(f"\nmedian time per send, one connection, {sends:,} sends each, tables in turn:")
+    base = statistics.median(times["no trigger"])
+    for label, values in times.items():
+        median = statistics.median(values)
+        print(f"{label:<38} {median * 1e6:7.1f} us  {median / base:5.3f}x")
+    raw.close()
+    waiter.close()
+    engine.dispose()
+
+
+def main() -> None:
+    """Measure and print the medians."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--senders", type=int, default=4)
+    parser.add_argument("--durable", action="store_true")
+    parser.add_argument("--cpu-sends", type=int, default=5_000, help="0: skip the CPU figures")
+    parser.add_argument(
+        "--interleaved", type=int, default=5_000, help="sends per table taking turns (0: skip)"
+    )
+    args = parser.parse_args()
+    server = os.environ.get("SQLQUEUE_BENCH_POSTGRES_URL")
+    if not server:
+        from tests import pg_cluster
+
+        server = pg_cluster.start(durable=args.durable).url()
+    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
+    name = f"sqlqueue_cost_{uuid.uuid4().hex[:8]}"
+    with admin.connect() as connection:
+        connection.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    url = sa.make_url(server).set(database=name).render_as_string(hide_password=False)
+    engine = db.create_engine(url)
+    transport = Transport(engine)
+    transport.create_queue(QUEUE)
+    address = transport._address(QUEUE)
+    statements = dialects.for_dialect(engine).notify_wakeup
+    assert statements is not None
+    table = str(engine.dialect.identifier_preparer.quote(QUEUE))
+    with engine.connect() as connection:
+        key = wakeup.queue_key(connection, address)
+    waiter = engine.raw_connection()
+    waiter_driver: Any = waiter.driver_connection
+    waiter_driver.autocommit = True
+
+    def none() -> None:
+        waiter_driver.execute("SELECT pg_advisory_unlock_all()")  # no waiter left registered
+        wakeup.remove_trigger(engine, address)
+
+    def conditional() -> None:
+        waiter_driver.execute("SELECT pg_advisory_unlock_all()")
+        wakeup.ensure_trigger(engine, address, required=True)
+
+    def waiting() -> None:
+        conditional()
+        slot = waiter_driver.execute(statements.register_statement(key)).fetchone()[0]
+        assert slot is not None
+
+    def old() -> None:
+        none()
+        with engine.begin() as connection:
+            connection.exec_driver_sql(statements.create_function)
+            connection.exec_driver_sql(
+                OLD_TRIGGER.format(
+                    trigger=statements.trigger, table=table, function=statements.function
+                )
+            )
+
+    def slots(count: int) -> Any:
+        def install() -> None:
+            narrower = dataclasses.replace(statements, slots=count)
+            none()
+            with engine.begin() as connection:
+                connection.exec_driver_sql(statements.create_function)
+                connection.exec_driver_sql(narrower.trigger_statement(table, key))
+
+        return install
+
+    def never() -> None:  # the trigger's own overhead, no lock tried
+        none()
+        with engine.begin() as connection:
+            connection.exec_driver_sql(statements.create_function)
+            connection.exec_driver_sql(statements.create_trigger.format(table=table, when="true"))
+
+    if args.interleaved:
+        interleaved(url, args.interleaved)
+    if args.cpu_sends:
+        server_cpu(
+            url,
+            table,
+            {
+                "no trigger": none,
+                "a trigger whose WHEN is false": never,
+                "conditional, 1 slot": slots(1),
+                "conditional, 2 slots": slots(2),
+                "conditional, 4 slots": slots(4),
+                "conditional, a waiter registered": waiting,
+                "old unconditional pg_notify": old,
+            },
+            args.cpu_sends,
+            args.rounds,
+        )
+        waiter_driver.execute("SELECT pg_advisory_unlock_all()")
+    variants = {
+        "no trigger": none,
+        "conditional, nobody waiting": conditional,
+        "conditional, one waiter registered": waiting,
+        "old unconditional pg_notify": old,
+    }
+    rates: dict[str, list[float]] = {label: [] for label in variants}
+    for number in range(args.rounds):
+        order = list(variants) if number % 2 == 0 else list(reversed(variants))
+        for label in order:
+            variants[label]()
+            rates[label].append(_round(url, table, args.seconds, args.senders))
+            waiter_driver.execute("SELECT pg_advisory_unlock_all()")
+            with engine.begin() as connection:
+                connection.exec_driver_sql(f"TRUNCATE {table}")
+        print(f"round {number + 1}: " + ", ".join(f"{rates[k][-1]:,.0f}" for k in variants))
+    base = statistics.median(rates["no trigger"])
+    print(
+        f"\n{args.senders} senders, one INSERT per transaction, {args.rounds} rounds of "
+        f"{args.seconds:g} s, {'durable' if args.durable else 'fsync off'}; load "
+        f"{os.getloadavg()[0]:.1f}"
+    )
+    for label, values in rates.items():
+        median = statistics.median(values)
+        print(f"{label:<38} {median:9,.0f} sends/s  {median / base:5.3f}x")
+    waiter.close()
+    engine.dispose()
+    with admin.connect() as connection:
+        connection.exec_driver_sql(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+if __name__ == "__main__":
+    main()
