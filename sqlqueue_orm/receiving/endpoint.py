@@ -316,6 +316,8 @@ class Endpoint:
         with self._lock:
             if self._pump is not None and self._pump.running:
                 raise exceptions.SqlQueueError(f"endpoint {self.name!r} is already running")
+            # settings replaced after construction (``sqlqueue run --concurrency``) apply
+            self._handling.settings = self.settings
             mode = self._mode_for(None)
             instance = self.instance_address
             queues: list[str | addressing.QueueAddress] = [self.name]

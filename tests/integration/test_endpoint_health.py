@@ -191,3 +191,19 @@ def test_rows_older_than_a_day_are_pruned_and_newer_ones_kept(database):
     assert [found.instance_id for found in health.read_endpoints(database.engine, now)] == ["new"]
     metrics = health.read_queue_metrics(database.engine, ["sales"], window=2 * day, now=now)
     assert [sample.at for sample in metrics["sales"].samples] == [now - day + 60]
+
+
+def test_settings_replaced_before_start_are_the_ones_the_endpoint_runs_with(database):
+    """``sqlqueue run --concurrency`` replaces ``endpoint.settings`` after construction."""
+    transport = database.transport()
+    endpoint = Endpoint("health-resized", transport, peek_delay=0.1, heartbeat_interval=BEAT)
+    endpoint.handle(Job, lambda job, context: None)
+    endpoint.settings = endpoint.settings.replace(concurrency=3)
+    with endpoint:
+        endpoint.start()
+        [instance] = eventually(
+            lambda: health.read_endpoints(database.engine),
+            lambda found: len(found) == 1,
+            "the heartbeat",
+        )
+    assert instance.concurrency == 3
