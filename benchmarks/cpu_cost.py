@@ -2,7 +2,8 @@
 
 Wall-clock ratios are noisy on a shared machine; the CPU time this process spends per message
 is not (much). For each path it runs ours and the raw driver (the very statements
-``TableQueue`` renders, rows built before the clock for the raw send) on the same queue, and
+``TableQueue`` renders, rows built before the clock for the raw send, each received row's
+headers parsed by ``json.loads`` in the raw receive: ``baselines.RawQueue``) on the same queue, and
 prints µs of process time per message for both (the least of the rounds: noise only ever adds)
 and their difference: what our layer costs.
 SQLite runs in-process, so its figures include SQLite's own work (the same on both sides).
