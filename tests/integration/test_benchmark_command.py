@@ -129,3 +129,14 @@ def test_the_cpu_cost_command_prints_every_path_beside_raw():
                  "send in tx ours", "prepare only"):
         assert path in completed.stdout, completed.stdout
     assert completed.stdout.count("ours - raw") == 5
+
+
+def test_the_compare_command_sets_another_library_beside_this_one():
+    completed = subprocess.run(
+        [sys.executable, "-m", "benchmarks.compare", "--before", str(ROOT), "--runs", "1",
+         "--rounds", "1", "--messages", "20"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    for path in ("recv ours (ours)", "recv ours - raw", "recv in begin ours - raw"):
+        assert f"SQLite       {path}" in completed.stdout, completed.stdout
