@@ -2,9 +2,10 @@
 
 Wall-clock ratios are noisy on a shared machine; the CPU time this process spends per message
 is not (much). For each path it runs ours and the raw driver (the very statements
-``TableQueue`` renders; the raw send builds its headers with the ``json`` module) on the same
-queue, and prints µs of process time per message for both (the least of the rounds: noise only
-ever adds) and their difference: what our layer costs.
+``TableQueue`` renders; the raw send builds its headers with the ``json`` module, the raw receive
+parses each row's headers with ``json.loads``: ``baselines.RawQueue``) on the same queue, and
+prints µs of process time per message for both (the least of the rounds: noise only ever adds)
+and their difference: what our layer costs.
 SQLite runs in-process, so its figures include SQLite's own work (the same on both sides).
 
 ``python -m benchmarks.cpu_cost [--messages 3000] [--rounds 3] [--databases sqlite,postgresql]``

@@ -20,6 +20,15 @@ from typing import Any
 
 from sqlqueue_orm import exceptions
 
+#: orjson's parser (a dependency), or None where it is not installed: :func:`_parsed`.
+_fast_loads: Callable[[str], Any] | None
+try:
+    import orjson
+
+    _fast_loads = orjson.loads
+except ImportError:  # pragma: no cover - orjson is in the project's dependencies
+    _fast_loads = None
+
 MESSAGE_ID = "NServiceBus.MessageId"
 CORRELATION_ID = "NServiceBus.CorrelationId"
 CONVERSATION_ID = "NServiceBus.ConversationId"
@@ -225,6 +234,30 @@ def deserialize(text: str | bytes) -> dict[str, str | None]:
     """
     if not isinstance(text, str):
         text = bytes(text).decode("utf-8")
+    return _parsed(text)
+
+
+def _parsed(text: str) -> dict[str, str | None]:
+    """*text* parsed and checked: what ``_checked(json.loads(text), text)`` gives, faster.
+
+    orjson parses first; its result is taken only in the one shape headers have, an object
+    whose values are all strings or nulls: there it is the very dict ``json.loads`` builds (the
+    same strings, the last of duplicate keys in the first one's place), and holds no unpaired
+    surrogate (orjson refuses them). Anything else (numbers, which orjson reads otherwise for
+    huge integers, an unpaired surrogate, NaN, any error) is parsed again by ``json.loads``,
+    so the value, or the error and its message, are exactly the standard parser's.
+    """
+    if _fast_loads is not None:
+        try:
+            value = _fast_loads(text)
+        except Exception:  # whatever it refuses, json.loads decides (and words the error)
+            value = None
+        if type(value) is dict:
+            for item in value.values():
+                if type(item) is not str and item is not None:
+                    break
+            else:
+                return value
     return _checked(json.loads(text), text)
 
 
@@ -241,7 +274,7 @@ def _checked(value: Any, text: str) -> dict[str, str | None]:
             )
     # Only a \u escape can give an unpaired surrogate. Walk the escapes (text is valid JSON, so
     # each backslash starts one): an escaped backslash before a "u" is not taken for one.
-    escape = text.find("\\")
+    escape = text.find("\\") if "\\u" in text else -1
     while escape >= 0:
         if text[escape + 1] == "u":
             _refuse_unpaired_surrogates(value)
@@ -291,7 +324,7 @@ def decode(
             name = encoding.upper().replace("-LE", "")
             return {}, kept, f"headers are not valid {name}: {error}"
     try:
-        return _checked(json.loads(text), text), text, None
+        return _parsed(text), text, None
     except RecursionError:
         return {}, text, "headers are nested too deeply to parse"
     except Exception as error:  # any reason at all: a row nobody can read must not block its queue

@@ -38,6 +38,7 @@ _ADVISORY_WINDOW = 256
 _CACHED_LIMITS = 64
 _NO_PARAMETERS: dict[str, Any] = {}
 _FROM_ZERO: dict[str, Any] = {"floor": 0}
+_UUID = uuid.UUID
 
 
 class TableQueue:
@@ -447,7 +448,7 @@ class TableQueue:
         encoding, queue, build = self._text.headers_encoding, self.name, IncomingMessage.from_row
         messages = [
             build(
-                row[0] if type(row[0]) is uuid.UUID else _to_uuid(row[0]), int(row[1]), row[3],
+                _UUID(row[0]) if type(row[0]) is str else _to_uuid(row[0]), int(row[1]), row[3],
                 row[4] if type(row[4]) is bytes else _to_bytes(row[4]), bool(row[2]), queue,
                 encoding,
             )

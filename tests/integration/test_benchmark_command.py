@@ -160,3 +160,14 @@ def test_the_raw_send_stores_byte_for_byte_the_headers_ours_stores(tmp_path):
 def _without_time_sent(text: str | bytes) -> str:
     assert isinstance(text, str)
     return re.sub(r'"NServiceBus\.TimeSent":"[^"]*"', '"NServiceBus.TimeSent":""', text)
+
+
+def test_the_compare_command_sets_another_library_beside_this_one():
+    completed = subprocess.run(
+        [sys.executable, "-m", "benchmarks.compare", "--before", str(ROOT), "--runs", "1",
+         "--rounds", "1", "--messages", "20"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    for path in ("recv ours (ours)", "recv ours - raw", "recv in begin ours - raw"):
+        assert f"SQLite       {path}" in completed.stdout, completed.stdout

@@ -22,6 +22,7 @@ from contextlib import contextmanager
 import pytest
 
 from sqlqueue_orm import OutgoingMessage, Transport, UnitOfWork, db, exceptions, verify
+from sqlqueue_orm.dialects import sqlite as sqlite_dialect
 from tests.conftest import Database, only
 from tests.integration.test_cli import sqlqueue
 
@@ -136,3 +137,21 @@ def test_a_mistyped_file_is_not_created_by_commands_that_create_nothing(tmp_path
     assert sqlqueue(url, "create-queue", "orders").returncode == 0
     assert path.exists()
     assert sqlqueue(url, "peek", "orders").stdout.strip() == "0"
+
+
+@only("sqlite")
+def test_only_statements_that_can_take_the_write_lock_run_through_the_waiting_cursor(database):
+    transport = database.transport()
+    transport.create_queue("orders")
+    for begin in (transport.begin, database.engine.begin):
+        with begin() as connection:  # BEGIN IMMEDIATE holds the lock: nothing in it waits
+            assert type(connection.connection.cursor()) is sqlite3.Cursor
+            transport.send("orders", OutgoingMessage(b"x"), connection=connection)
+    with db.reading(transport.engine) as connection, connection.begin():
+        assert type(connection.connection.cursor()) is sqlite3.Cursor  # BEGIN never wants it
+    raw = database.engine.raw_connection()
+    try:  # outside a transaction: BEGIN IMMEDIATE, or a write in autocommit, may wait
+        assert type(raw.cursor()) is sqlite_dialect.WaitingCursor
+    finally:
+        raw.close()
+    assert [message.body for message in transport.receive("orders", 5)] == [b"x", b"x"]
