@@ -19,14 +19,11 @@ peek counted rows (another process holds them, or flow control refused) is follo
 of at most :data:`EMPTY_RECEIVE_PAUSE`, not by a peek at once: on PostgreSQL that spun peeks
 and receives for as long as any handler ran.
 
-Each worker thread has a :class:`_Worker`, the state it carries from one receive to the next
-(:class:`~sqlqueue_orm.receiving.worker.WorkerState`), handed with a :class:`_Receipt` to the
-mode's :meth:`~sqlqueue_orm.receiving.modes.base.ReceiveMode.process` on every receive. A worker
-keeps its connection from one receive to the next while receive tasks keep coming, and gives it
-back to the pool when none has come for :data:`LINGER` (idle workers hold no connection):
-checking a connection out and back in for every message costs the unbatched pump a large part
-of its CPU per message. A receive that raises, or whose connection a timed-out stop closed,
-drops it; the next gets another.
+Each worker thread has a :class:`_Worker` (:class:`~sqlqueue_orm.receiving.worker.WorkerState`),
+handed with a :class:`_Receipt` to the mode's ``process`` on every receive. A worker keeps its
+connection while receive tasks keep coming and gives it back after :data:`LINGER` without one
+(a checkout per message costs the unbatched pump much of its CPU); a receive that raises, or
+whose connection a timed-out stop closed, drops it.
 
 Peek and receive each have a circuit breaker
 (:class:`~sqlqueue_orm.receiving.circuit_breaker.CircuitBreaker`); while the receive breaker
