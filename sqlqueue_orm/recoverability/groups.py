@@ -27,13 +27,14 @@ messages exists, on any machine, whatever else comes and goes. Rows written by .
 group the same way (their ``HelpLink`` and other headers may be JSON ``null``); a row whose
 headers cannot be read groups under ``(headers cannot be read)``.
 
-Keys are computed once per message, in Python, and kept in ``sqlqueue_failure_groups``
-(:mod:`sqlqueue_orm.models.failure_group`): each listing first adds the entries of the messages
-that have none (the queue's ids and the entries' compared as sets, so rows whose identity
-committed late are not missed, as they would be after a "highest ``RowVersion`` seen") and
-deletes those whose message is gone; counting is then a ``GROUP BY`` in SQL joined with the
-error queue, so a listing reads two columns of ids and one join rather than every header of the
-queue in Python. :meth:`FailureGroups.retry` and :meth:`FailureGroups.delete` take
+Keys are computed once per message, in Python (:mod:`sqlqueue_orm.models.failure_keys`), and
+kept in ``sqlqueue_failure_groups`` (:mod:`sqlqueue_orm.models.failure_group`). Our endpoints
+write a message's entry as they move it to the error queue; each listing first counts, in one
+statement, the queue's rows, the entries and their pairs, and only when these differ adds the
+entries of the messages that have none (the queue's ids and the entries' compared as sets, so
+rows whose identity committed late are not missed, as they would be after a "highest
+``RowVersion`` seen") and deletes those whose message is gone; counting is then a ``GROUP BY``
+of the entries in SQL. :meth:`FailureGroups.retry` and :meth:`FailureGroups.delete` take
 the group's messages as they are at that moment and hand them to :meth:`ErrorQueue.retry` /
 :meth:`ErrorQueue.delete`: one transaction per message, so two operators retrying one group send
 each message once.
@@ -272,7 +273,14 @@ class FailureGroups:
                 )
 
     def _insert(self, connection: Connection, entries: list[dict[str, Any]]) -> int:
-        """Insert *entries*; one another process inserted first is skipped."""
+        """Insert *entries*; one another process inserted first is skipped.
+
+        One ``executemany`` of the statement compiled once: the driver's many-rows path (psycopg
+        3 pipelines the rows). Not ``RETURNING`` (SQLAlchemy's "insertmanyvalues" pages of
+        ``VALUES (...), (...)``): psycopg converts each page's long text anew, which costs more
+        than the pipeline saves; nor one ``insert().values([...])`` per page: compiled anew
+        each time.
+        """
         savepoint = connection.begin_nested()
         try:
             connection.execute(sa.insert(TABLE), entries)
