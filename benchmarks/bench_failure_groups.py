@@ -198,13 +198,6 @@ def groups_scenario(run: Run) -> None:
     scenario = SCENARIO.format(n=count, g=GROUPS)
 
     first = _first_listing(run, scenario, "groups, first listing (fills)", errors, count)
-    dotnet = run.new_queue("errors_dotnet")
-    run.log(f"  {run.database.name:10} groups: filling {count:,} .NET failed messages (untimed)")
-    _fill_dotnet(run, dotnet, count)
-    dotnet_errors = ErrorQueue(run.transport, dotnet)
-    _first_listing(run, scenario, "groups, first listing, .NET rows", dotnet_errors, count)
-    run.transport.purge_all(dotnet)
-    FailureGroups(dotnet_errors).refresh()
 
     target_group = first[0]
     sample = ErrorSearch(errors).page(ErrorFilter(), after=str(count // 2), limit=1).messages
@@ -248,6 +241,14 @@ def groups_scenario(run: Run) -> None:
         run.add(result)
     run.transport.purge_all(queue)
     FailureGroups(errors).refresh()  # the entries of the purged messages go
+    # After the timed calls, so that the side table they count holds no dead rows of this queue.
+    dotnet = run.new_queue("errors_dotnet")
+    run.log(f"  {run.database.name:10} groups: filling {count:,} .NET failed messages (untimed)")
+    _fill_dotnet(run, dotnet, count)
+    dotnet_errors = ErrorQueue(run.transport, dotnet)
+    _first_listing(run, scenario, "groups, first listing, .NET rows", dotnet_errors, count)
+    run.transport.purge_all(dotnet)
+    FailureGroups(dotnet_errors).refresh()
 
 
 def _page(errors: ErrorQueue, wanted: ErrorFilter) -> int:
