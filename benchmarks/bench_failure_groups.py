@@ -15,7 +15,9 @@ CLI and the dashboard make:
   (one statement counting rows, entries and their pairs, then the ``GROUP BY``);
 * ``filtered page``: one page of 100 of the errors page by a header (``Tenant=t7``, a
   twentieth of the rows), by body text, by a message id, and a page of one group;
-* beside them, the ways not taken: ``groups in Python`` (every header read and fingerprinted on
+* beside them, the ways not taken: ``groups by type, ids read each time`` (both columns of ids
+  read and compared on every listing, as before the rows and entries were counted first),
+  ``groups in Python`` (every header read and fingerprinted on
   each listing, no side table) and, on PostgreSQL, ``groups in SQL, no fingerprint`` (``GROUP BY``
   on ``headers::jsonb`` of the type and an md5 of the raw stack trace, which cannot drop what
   varies, so it splits every group by message text).
@@ -36,6 +38,8 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING
+
+import sqlalchemy as sa
 
 from benchmarks.workload import Result
 from sqlqueue_orm import OutgoingMessage, headers
@@ -175,6 +179,24 @@ def _python_groups(errors: ErrorQueue) -> dict[str, int]:
         after = page[-1].row_version
 
 
+def _groups_ids_read(errors: ErrorQueue) -> int:
+    """The way taken before: every listing reads and compares both columns of ids."""
+    groups = FailureGroups(errors)
+    queue_table = errors.table()
+    entries = failure_groups.TABLE
+    text = sa.String(36)
+    with errors.transport.engine.connect() as connection:
+        present = set(connection.scalars(sa.select(sa.cast(queue_table.c.Id, text))))
+        known = set(
+            connection.scalars(
+                sa.select(sa.cast(entries.c.id, text)).where(entries.c.queue == groups.queue)
+            )
+        )
+    if len(present ^ known):
+        raise AssertionError("groups: the entries differ from the queue")
+    return len(groups._counted("type", "stack_group"))
+
+
 def _sql_groups(errors: ErrorQueue) -> int:
     """The way not taken on PostgreSQL: GROUP BY in SQL on the JSON text, no fingerprint."""
     table = errors.transport._table_queue(errors.name).quoted_table.replace("%%", "%")
@@ -214,6 +236,7 @@ def groups_scenario(run: Run) -> None:
         ("filtered page: message id", 1, lambda: _page(errors, ErrorFilter(message_id=middle_id))),
         ("filtered page: group", PAGE, lambda: _page(errors, ErrorFilter(group=target_group.id))),
         ("groups in Python, no side table", count, lambda: _python_groups(errors)),
+        ("groups by type, ids read each time", count, lambda: _groups_ids_read(errors)),
     ]
     if run.transport.engine.dialect.name == "postgresql":
         calls.append(("groups in SQL, no fingerprint", count, lambda: _sql_groups(errors)))
