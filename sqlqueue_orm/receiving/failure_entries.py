@@ -69,7 +69,11 @@ def writer(
     queue = str(transport._address(error_queue))
     if len(queue) > failure_group.QUEUE_LENGTH:
         return None
-    values = failure_keys.entry(queue, row.id, row.message_id, found)
+    try:
+        values = failure_keys.entry(queue, row.id, row.message_id, found)
+    except Exception:  # a bug in the keys must not stop the move: the listing tries again
+        log.exception("queue %s: no failure group entry for message %s", error_queue, row.id)
+        return None
 
     def write(connection: Connection) -> None:
         if not failure_keys.insert_one(connection, values):
