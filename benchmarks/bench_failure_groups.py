@@ -1,4 +1,4 @@
-"""Failure groups and search on a large error queue.
+r"""Failure groups and search on a large error queue.
 
 Scenario ``groups`` of ``python -m benchmarks`` (``--only groups``; ``--failed-messages N`` sets the
 error queue's size, default 100,000 in 20 groups, ``--quick`` 10,000). The queue is filled
@@ -7,12 +7,17 @@ holding the message's number, a time of failure each), then timed through the ve
 CLI and the dashboard make:
 
 * ``groups, first listing``: the first :meth:`FailureGroups.list` fingerprints every message
-  once (parses its headers in Python, writes ``sqlqueue_failure_groups``): a one-time cost;
+  once (parses its headers in Python, writes ``sqlqueue_failure_groups``): a one-time cost,
+  paid only for rows others write (our endpoints write the entry as they move the message);
+  ``groups, first listing, .NET rows`` the same over as many rows as a .NET endpoint writes
+  them (compact JSON, ``\/`` escapes, a .NET stack trace);
 * ``groups by type`` and ``groups by endpoint``: a listing once every message has its entry
-  (the anti-joins that find new and gone messages, and a ``GROUP BY`` joined with the queue);
+  (one statement counting rows, entries and their pairs, then the ``GROUP BY``);
 * ``filtered page``: one page of 100 of the errors page by a header (``Tenant=t7``, a
   twentieth of the rows), by body text, by a message id, and a page of one group;
-* beside them, the ways not taken: ``groups in Python`` (every header read and fingerprinted on
+* beside them, the ways not taken: ``groups by type, ids read each time`` (both columns of ids
+  read and compared on every listing, as before the rows and entries were counted first),
+  ``groups in Python`` (every header read and fingerprinted on
   each listing, no side table) and, on PostgreSQL, ``groups in SQL, no fingerprint`` (``GROUP BY``
   on ``headers::jsonb`` of the type and an md5 of the raw stack trace, which cannot drop what
   varies, so it splits every group by message text).
@@ -26,17 +31,22 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 import statistics
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import sqlalchemy as sa
+
 from benchmarks.workload import Result
 from sqlqueue_orm import OutgoingMessage, headers
+from sqlqueue_orm.messages import PreparedMessage
 from sqlqueue_orm.recoverability import groups as failure_groups
 from sqlqueue_orm.recoverability.error_queue import ErrorQueue, FailedMessage
-from sqlqueue_orm.recoverability.groups import FailureGroups
+from sqlqueue_orm.recoverability.groups import FailureGroup, FailureGroups
 from sqlqueue_orm.recoverability.search import ErrorFilter, ErrorSearch
 
 if TYPE_CHECKING:
@@ -90,6 +100,68 @@ def _fill(run: Run, queue: str, count: int) -> None:
         run.transport.send_many(queue, [_message(start + i) for i in range(size)])
 
 
+def _dotnet_row(number: int) -> PreparedMessage:
+    """Failed message *number* as a .NET endpoint writes it."""
+    group = number % GROUPS
+    trace = (
+        f"System.InvalidOperationException{group % 4}: Order {number} rejected\r\n"
+        f"   at Orders.Handler{group // 4}.<Handle>d__{number % 9}.MoveNext() in "
+        f"C:\\build\\{number % 13}\\Handler.cs:line {40 + number % 7}\r\n"
+        "   at NServiceBus.InvokeHandlerTerminator.Terminate(IInvokeHandlerContext context) in "
+        "/_/src/NServiceBus.Core/Pipeline/InvokeHandlerTerminator.cs:line 25\r\n"
+        "   at NServiceBus.LoadHandlersConnector.Invoke(IIncomingLogicalMessageContext context)"
+    )
+    found = {
+        headers.MESSAGE_ID: str(uuid.UUID(int=number + 1)),
+        headers.FAILED_QUEUE: f"Endpoint{group % 5}@[dbo]@[nsb]",
+        headers.TIME_OF_FAILURE: headers.format_time(
+            dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=number)
+        ),
+        headers.EXCEPTION_TYPE: f"System.InvalidOperationException{group % 4}",
+        headers.EXCEPTION_MESSAGE: f"Order {number} rejected",
+        headers.EXCEPTION_HELP_LINK: None,
+        headers.EXCEPTION_SOURCE: "Orders",
+        headers.EXCEPTION_STACK_TRACE: trace,
+        headers.PROCESSING_ENDPOINT: f"Endpoint{group % 5}",
+        headers.ENCLOSED_MESSAGE_TYPES: f"Orders.Message{group % 3}, Orders, Version=1.0.0.0",
+    }
+    text = json.dumps(found, separators=(",", ":")).replace("/", "\\/")
+    return PreparedMessage(uuid.uuid4(), str(found[headers.MESSAGE_ID]), text, b"{}", None)
+
+
+def _fill_dotnet(run: Run, queue: str, count: int) -> None:
+    table_queue = run.transport._table_queue(queue)
+    for start in range(0, count, _CHUNK):
+        size = min(_CHUNK, count - start)
+        with run.transport.engine.begin() as connection:
+            table_queue.send(connection, [_dotnet_row(start + i) for i in range(size)])
+
+
+def _first_listing(
+    run: Run, scenario: str, side: str, errors: ErrorQueue, count: int
+) -> list[FailureGroup]:
+    """Time the first listing of *errors* (every message fingerprinted) and check its sums."""
+    started = time.perf_counter()
+    first = FailureGroups(errors).list()
+    seconds = time.perf_counter() - started
+    if len(first) != GROUPS or sum(g.count for g in first) != count:
+        raise AssertionError(f"groups: {len(first)} groups of {sum(g.count for g in first)}")
+    run.add(
+        Result(
+            run.database.name,
+            scenario,
+            side,
+            count,
+            seconds,
+            count / seconds,
+            seconds * 1000,
+            seconds * 1000,
+            note="one-time: fingerprints every message",
+        )
+    )
+    return first
+
+
 def _python_groups(errors: ErrorQueue) -> dict[str, int]:
     """The way not taken: every header parsed and fingerprinted on each listing."""
     found: Counter[str] = Counter()
@@ -105,6 +177,24 @@ def _python_groups(errors: ErrorQueue) -> dict[str, int]:
         if len(page) < 5_000:
             return dict(found)
         after = page[-1].row_version
+
+
+def _groups_ids_read(errors: ErrorQueue) -> int:
+    """The way taken before: every listing reads and compares both columns of ids."""
+    groups = FailureGroups(errors)
+    queue_table = errors.table()
+    entries = failure_groups.TABLE
+    text = sa.String(36)
+    with errors.transport.engine.connect() as connection:
+        present = set(connection.scalars(sa.select(sa.cast(queue_table.c.Id, text))))
+        known = set(
+            connection.scalars(
+                sa.select(sa.cast(entries.c.id, text)).where(entries.c.queue == groups.queue)
+            )
+        )
+    if len(present ^ known):
+        raise AssertionError("groups: the entries differ from the queue")
+    return len(groups._counted("type", "stack_group"))
 
 
 def _sql_groups(errors: ErrorQueue) -> int:
@@ -129,24 +219,7 @@ def groups_scenario(run: Run) -> None:
     errors = ErrorQueue(run.transport, queue)
     scenario = SCENARIO.format(n=count, g=GROUPS)
 
-    started = time.perf_counter()
-    first = FailureGroups(errors).list()
-    seconds = time.perf_counter() - started
-    if len(first) != GROUPS or sum(g.count for g in first) != count:
-        raise AssertionError(f"groups: {len(first)} groups of {sum(g.count for g in first)}")
-    run.add(
-        Result(
-            run.database.name,
-            scenario,
-            "groups, first listing (fills)",
-            count,
-            seconds,
-            count / seconds,
-            seconds * 1000,
-            seconds * 1000,
-            note="one-time: fingerprints every message",
-        )
-    )
+    first = _first_listing(run, scenario, "groups, first listing (fills)", errors, count)
 
     target_group = first[0]
     sample = ErrorSearch(errors).page(ErrorFilter(), after=str(count // 2), limit=1).messages
@@ -163,6 +236,7 @@ def groups_scenario(run: Run) -> None:
         ("filtered page: message id", 1, lambda: _page(errors, ErrorFilter(message_id=middle_id))),
         ("filtered page: group", PAGE, lambda: _page(errors, ErrorFilter(group=target_group.id))),
         ("groups in Python, no side table", count, lambda: _python_groups(errors)),
+        ("groups by type, ids read each time", count, lambda: _groups_ids_read(errors)),
     ]
     if run.transport.engine.dialect.name == "postgresql":
         calls.append(("groups in SQL, no fingerprint", count, lambda: _sql_groups(errors)))
@@ -190,6 +264,14 @@ def groups_scenario(run: Run) -> None:
         run.add(result)
     run.transport.purge_all(queue)
     FailureGroups(errors).refresh()  # the entries of the purged messages go
+    # After the timed calls, so that the side table they count holds no dead rows of this queue.
+    dotnet = run.new_queue("errors_dotnet")
+    run.log(f"  {run.database.name:10} groups: filling {count:,} .NET failed messages (untimed)")
+    _fill_dotnet(run, dotnet, count)
+    dotnet_errors = ErrorQueue(run.transport, dotnet)
+    _first_listing(run, scenario, "groups, first listing, .NET rows", dotnet_errors, count)
+    run.transport.purge_all(dotnet)
+    FailureGroups(dotnet_errors).refresh()
 
 
 def _page(errors: ErrorQueue, wanted: ErrorFilter) -> int:

@@ -17,14 +17,16 @@ failed_at          datetime NULL             timestamp NULL        DATETIME
 ================== ========================= ===================== ==================
 
 One row per message of an error queue (``id`` is the row's native ``Id``, ``queue`` the error
-queue's address as text; the key is both, in that order), written the first time the groups are
-asked for after the message arrived: messages without an entry are found by comparing ids
-(never by a "highest RowVersion seen", since identity values commit out of order) and entries
-whose message is gone are deleted then. The ``*_group`` columns are the group ids
+queue's address as text; the key is both, in that order), written by our endpoints in the
+transaction that moves the message to the error queue
+(:mod:`sqlqueue_orm.receiving.failure_entries`), and for rows others write the first time the
+groups are asked for after the message arrived: messages without an entry are found by comparing
+ids (never by a "highest RowVersion seen", since identity values commit out of order) and
+entries whose message is gone are deleted then. The ``*_group`` columns are the group ids
 (:mod:`sqlqueue_orm.recoverability.groups` says how they are made); the texts are cut at 450
 characters and only shown. ``failed_at`` is ``NServiceBus.TimeOfFailure`` in UTC, naive. The
-table is created on first use when missing; revision ``0013_failure_groups`` creates it for
-databases migrated with Alembic.
+table is created when an endpoint starts with ``create_queues``, or on first use when missing;
+revision ``0013_failure_groups`` creates it for databases migrated with Alembic.
 """
 
 from __future__ import annotations

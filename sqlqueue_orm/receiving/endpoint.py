@@ -46,6 +46,7 @@ from sqlqueue_orm import addressing, exceptions, headers
 from sqlqueue_orm.pubsub import publishing
 from sqlqueue_orm.receiving import (
     control,
+    failure_entries,
     flow,
     forwarding,
     health,
@@ -332,6 +333,9 @@ class Endpoint:
                 if self.settings.audit_queue is not None:
                     self.transport.create_queue(self.settings.audit_queue)
             mode.prepare()
+            failure_entries.prepare(
+                self.transport, self.settings.error_queue, create=self.settings.create_queues
+            )
             if self.settings.create_queues:
                 self.transport.create_subscription_table()
             if self.settings.auto_subscribe:

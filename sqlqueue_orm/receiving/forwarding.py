@@ -29,6 +29,7 @@ from __future__ import annotations
 import datetime as dt
 import traceback
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sqlqueue_orm import headers
@@ -142,12 +143,23 @@ def audit_row(
 
 
 def forward(
-    transport: Transport, queue: str, row: PreparedMessage, connection: Connection | None
+    transport: Transport,
+    queue: str,
+    row: PreparedMessage,
+    connection: Connection | None,
+    also: Callable[[Connection], None] | None = None,
 ) -> None:
-    """Send *row* to *queue*: in *connection*'s transaction, else in one of its own."""
+    """Send *row* to *queue*: in *connection*'s transaction, else in one of its own.
+
+    :param also: run after the send in the same transaction (the failure-group entry).
+    """
     table_queue = transport._table_queue(queue)
     if connection is not None:
         table_queue.send(connection, [row])
+        if also is not None:
+            also(connection)
         return
     with transport.engine.begin() as own:
         table_queue.send(own, [row])
+        if also is not None:
+            also(own)

@@ -91,7 +91,8 @@ class EndpointSettings:
     :param initial_backoff: first wait after a peek or receive failed (doubles per failure).
     :param max_backoff: cap of that wait.
     :param purge_expired_at_startup: delete expired messages when the endpoint starts.
-    :param create_queues: create the input and error queues at start-up if missing.
+    :param create_queues: create the input and error queues (and the failure groups table) at
+        start-up if missing.
     :param instance_name: this instance's discriminator: the endpoint also receives on the
         instance-specific queue ``<endpoint>.<instance_name>`` (NServiceBus's uniquely
         addressable instance), created at start-up with the input queue, so replies to sends

@@ -27,13 +27,14 @@ messages exists, on any machine, whatever else comes and goes. Rows written by .
 group the same way (their ``HelpLink`` and other headers may be JSON ``null``); a row whose
 headers cannot be read groups under ``(headers cannot be read)``.
 
-Keys are computed once per message, in Python, and kept in ``sqlqueue_failure_groups``
-(:mod:`sqlqueue_orm.models.failure_group`): each listing first adds the entries of the messages
-that have none (the queue's ids and the entries' compared as sets, so rows whose identity
-committed late are not missed, as they would be after a "highest ``RowVersion`` seen") and
-deletes those whose message is gone; counting is then a ``GROUP BY`` in SQL joined with the
-error queue, so a listing reads two columns of ids and one join rather than every header of the
-queue in Python. :meth:`FailureGroups.retry` and :meth:`FailureGroups.delete` take
+Keys are computed once per message, in Python (:mod:`sqlqueue_orm.models.failure_keys`), and
+kept in ``sqlqueue_failure_groups`` (:mod:`sqlqueue_orm.models.failure_group`). Our endpoints
+write a message's entry as they move it to the error queue; each listing first counts, in one
+statement, the queue's rows, the entries and their pairs, and only when these differ adds the
+entries of the messages that have none (the queue's ids and the entries' compared as sets, so
+rows whose identity committed late are not missed, as they would be after a "highest
+``RowVersion`` seen") and deletes those whose message is gone; counting is then a ``GROUP BY``
+of the entries in SQL. :meth:`FailureGroups.retry` and :meth:`FailureGroups.delete` take
 the group's messages as they are at that moment and hand them to :meth:`ErrorQueue.retry` /
 :meth:`ErrorQueue.delete`: one transaction per message, so two operators retrying one group send
 each message once.
@@ -44,23 +45,37 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import datetime as dt
-import hashlib
 import logging
 import re
-import threading
+import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from sqlqueue_orm import db, exceptions, headers
-from sqlqueue_orm.models import failure_group
+from sqlqueue_orm import db, exceptions
+from sqlqueue_orm.models import failure_group, failure_keys
+from sqlqueue_orm.models.failure_keys import (
+    NONE_LABEL,
+    UNREADABLE_LABEL,
+    ensure_table,
+    group_id,
+    message_type,
+    stack_fingerprint,
+)
 
 if TYPE_CHECKING:
-    from sqlalchemy.engine import Connection, Engine
+    from sqlalchemy.engine import Connection
 
     from sqlqueue_orm.messages import IncomingMessage
     from sqlqueue_orm.recoverability.error_queue import ErrorQueue
+
+
+def entry(queue: str, message: IncomingMessage) -> dict[str, Any]:
+    """The side-table row of *message* of error queue *queue* (its address as text)."""
+    found = None if message.headers_error is not None else message.headers
+    return failure_keys.entry(queue, message.id, message.message_id, found)
+
 
 log = logging.getLogger(__name__)
 
@@ -74,20 +89,24 @@ GROUPINGS = {
 _LABELS = {"type": "stack_label", "endpoint": "endpoint", "message-type": "message_type"}
 #: Rows fingerprinted per transaction while filling the side table.
 _FILL_BATCH = 2000
-#: What a missing key is shown as.
-NONE_LABEL = "(none)"
-UNREADABLE_LABEL = "(headers cannot be read)"
+#: Seconds between two progress lines of a long fill.
+_PROGRESS_EVERY = 5.0
 
-TABLE = failure_group.failure_group_table()
+__all__ = [
+    "GROUPINGS",
+    "NONE_LABEL",
+    "UNREADABLE_LABEL",
+    "FailureGroup",
+    "FailureGroups",
+    "ensure_table",
+    "entry",
+    "group_id",
+    "message_type",
+    "stack_fingerprint",
+]
+TABLE = failure_keys.TABLE
 _TEXT = sa.String(36)
 _ID_PATTERN = re.compile(f"[0-9a-f]{{{failure_group.GROUP_LENGTH}}}")
-# A Python frame: File "/srv/app/handlers.py", line 12, in handle
-_PYTHON_FRAME = re.compile(r'^\s*File "(?P<file>[^"]*)", line \d+, in (?P<function>.+?)\s*$')
-# A .NET frame: at Sales.Handler.Handle(PlaceOrder message) in C:\src\Handler.cs:line 42
-_DOTNET_FRAME = re.compile(r"^\s*at (?P<method>.+?)(?: in .+?(?::line \d+)?)?\s*$")
-_ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
-_GENERATED = re.compile(r"__\d+(?:_\d+)*")
-_ANGLE_NUMBER = re.compile(r"(?<=[<>])\d+|\d+(?=>)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,100 +126,6 @@ class FailureGroup:
     last_failure: dt.datetime | None
 
 
-def group_id(by: str, key: str) -> str:
-    """The id of the group of grouping *by* whose key is *key* (16 hex digits)."""
-    digest = hashlib.sha256(f"{by}\0{key}".encode()).hexdigest()
-    return digest[: failure_group.GROUP_LENGTH]
-
-
-def _frames(stack_trace: str) -> list[str]:
-    """The frames of the last exception of *stack_trace*, as stable identifiers."""
-    lines = stack_trace.splitlines()
-    start = 0
-    for index, line in enumerate(lines):  # a chained Python traceback: the last one raised
-        if line.startswith("Traceback (most recent call last)"):
-            start = index
-    frames = []
-    for line in lines[start:]:
-        python = _PYTHON_FRAME.match(line)
-        if python is not None:
-            file = re.split(r"[\\/]", python["file"])[-1]
-            frames.append(f"{file}:{_ADDRESS.sub('', python['function'])}")
-            continue
-        dotnet = _DOTNET_FRAME.match(line)
-        if dotnet is not None:
-            method = _GENERATED.sub("__", _ADDRESS.sub("", dotnet["method"]))
-            frames.append(_ANGLE_NUMBER.sub("", method))
-    return frames
-
-
-def stack_fingerprint(exception_type: str | None, stack_trace: str | None) -> tuple[str, str]:
-    """The key of the ``type`` grouping and its label, from the exception's type and trace.
-
-    The key is the type and the trace's frames (see the module's docstring for what is
-    removed); the label is the type and the innermost frame (where it was raised: Python's
-    last frame, .NET's first).
-    """
-    kind = exception_type or NONE_LABEL
-    frames = _frames(stack_trace or "")
-    python = bool(stack_trace) and "Traceback (most recent call last)" in (stack_trace or "")
-    innermost = (frames[-1] if python else frames[0]) if frames else ""
-    label = f"{kind}: at {innermost}" if innermost else kind
-    return "\n".join([kind, *frames]), label
-
-
-def message_type(enclosed: str | None) -> str | None:
-    """The first type of ``NServiceBus.EnclosedMessageTypes`` without its assembly part."""
-    if not enclosed:
-        return None
-    first = enclosed.split(";", 1)[0]
-    return first.split(",", 1)[0].strip() or None
-
-
-def _cut(text: str | None) -> str | None:
-    return None if text is None else text[: failure_group.TEXT_LENGTH]
-
-
-def entry(queue: str, message: IncomingMessage) -> dict[str, Any]:
-    """The side-table row of *message* of error queue *queue* (its address as text)."""
-    if message.headers_error is not None:
-        key = label = UNREADABLE_LABEL
-        endpoint = kind = exception_type = None
-        failed_at = None
-    else:
-        found = message.headers
-        exception_type = found.get(headers.EXCEPTION_TYPE)
-        key, label = stack_fingerprint(exception_type, found.get(headers.EXCEPTION_STACK_TRACE))
-        endpoint = found.get(headers.PROCESSING_ENDPOINT) or None
-        kind = message_type(found.get(headers.ENCLOSED_MESSAGE_TYPES))
-        failed_at = _time_of_failure(found.get(headers.TIME_OF_FAILURE))
-    return {
-        "queue": queue,
-        "id": message.id,
-        "message_id": _cut(message.message_id),
-        "exception_type": _cut(exception_type),
-        "stack_group": group_id("type", key),
-        "stack_label": _cut(label),
-        "endpoint": _cut(endpoint),
-        "endpoint_group": group_id("endpoint", endpoint or ""),
-        "message_type": _cut(kind),
-        "message_type_group": group_id("message-type", kind or ""),
-        "failed_at": failed_at,
-    }
-
-
-def _time_of_failure(text: str | None) -> dt.datetime | None:
-    if not text:
-        return None
-    try:
-        moment = headers.parse_time(text)
-    except ValueError:
-        return None
-    if moment.tzinfo is not None:
-        moment = moment.astimezone(dt.UTC).replace(tzinfo=None)
-    return moment
-
-
 def _aware(moment: Any) -> dt.datetime | None:
     if moment is None:
         return None
@@ -208,23 +133,6 @@ def _aware(moment: Any) -> dt.datetime | None:
         moment = dt.datetime.fromisoformat(moment)
     assert isinstance(moment, dt.datetime)
     return moment.replace(tzinfo=dt.UTC) if moment.tzinfo is None else moment
-
-
-_created: set[tuple[int, str]] = set()
-_created_lock = threading.Lock()
-
-
-def ensure_table(engine: Engine) -> None:
-    """Create ``sqlqueue_failure_groups`` when missing (once per engine and process)."""
-    key = (id(engine), str(engine.url))
-    if key in _created:
-        return
-    with _created_lock:
-        if key in _created:
-            return
-        with db.wrap_db_errors(failure_group.TABLE_NAME), engine.begin() as connection:
-            TABLE.create(connection, checkfirst=True)
-        _created.add(key)
 
 
 class FailureGroups:
@@ -252,11 +160,13 @@ class FailureGroups:
         Returns how many entries were added. Safe to run from several processes at once
         (an entry another one added first is skipped).
 
-        The two sets of ids (the queue's and the entries') are read and compared in Python:
-        an anti-join in SQL would probe the queue's ``Id``, which has no index in NServiceBus's
-        SQL Server layout nor on SQLite, and PostgreSQL's planner, misled by the statistics of
-        a table that has just been filled, picks a nested loop over it; reading two columns of
-        ids costs the same every time.
+        One statement first counts the queue's rows, the entries and the pairs of both: when
+        every row has an entry and every entry a row, nothing is read (the usual case: our
+        endpoints write the entry as they move the message). Otherwise the two sets of ids are
+        read and compared in Python: an anti-join in SQL would probe the queue's ``Id``, which
+        has no index in NServiceBus's SQL Server layout nor on SQLite, and PostgreSQL's
+        planner, misled by the statistics of a table that has just been filled, picks a nested
+        loop over it; reading two columns of ids costs the same every time.
         """
         engine = self.errors.transport.engine
         ensure_table(engine)
@@ -264,11 +174,13 @@ class FailureGroups:
         mine = TABLE.c.queue == self.queue
         with db.wrap_db_errors(self.queue):
             with engine.connect() as connection:
+                if self._complete(connection, queue_table):
+                    return 0
                 # As text (32 hex digits, whatever form the database casts to): strings hash
                 # and compare in C, uuid.UUID objects in Python.
                 present = _hex(connection.execute(sa.select(sa.cast(queue_table.c.Id, _TEXT))))
                 known = _hex(connection.execute(sa.select(sa.cast(TABLE.c.id, _TEXT)).where(mine)))
-            missing = {_uuid(each) for each in present - known}
+            missing = present - known
             added = self._fill(missing) if missing else 0
             stale = sorted(_uuid(each) for each in known - present)
             for start in range(0, len(stale), _FILL_BATCH):
@@ -280,19 +192,52 @@ class FailureGroups:
                     )
         return added
 
-    def _fill(self, missing: set[uuid.UUID]) -> int:
-        """Write the entries of the messages *missing* has (those gone meanwhile are skipped)."""
+    def _complete(self, connection: Connection, queue_table: sa.Table) -> bool:
+        """Whether every row of the queue has an entry and every entry a row (one statement).
+
+        The pairs are counted twice: all of them (as many as rows: each row has an entry, the
+        entries' key being unique) and their distinct entries (as many as entries: each entry
+        has a row, even were two rows to share an ``Id``).
+        """
+        mine = TABLE.c.queue == self.queue
+        pairs = (
+            sa.select(
+                sa.func.count().label("pairs"),
+                sa.func.count(sa.distinct(TABLE.c.id)).label("matched"),
+            )
+            .select_from(queue_table.join(TABLE, sa.and_(mine, TABLE.c.id == queue_table.c.Id)))
+            .subquery()
+        )
+        rows = sa.select(sa.func.count()).select_from(queue_table).scalar_subquery()
+        entries = sa.select(sa.func.count()).select_from(TABLE).where(mine).scalar_subquery()
+        found = connection.execute(sa.select(pairs.c.pairs, pairs.c.matched, rows, entries)).one()
+        return int(found[0]) == int(found[2]) and int(found[1]) == int(found[3])
+
+    def _fill(self, missing: set[str]) -> int:
+        """Write the entries of the messages *missing* has (32 hex digits; gone ones skipped).
+
+        A few are read by id; many in one pass over the queue in ``RowVersion`` order, a page
+        at a time (only the headers), each page fingerprinted and inserted in one statement
+        (the driver's many-rows insert), with a progress line naming the queue every few
+        seconds.
+        """
         engine = self.errors.transport.engine
         queue_table = self.errors.table()
-        added = 0
         if len(missing) <= _FILL_BATCH:  # the usual case: a few new messages, found by id
             statement = self.errors.select_messages(body=False).where(
-                queue_table.c.Id.in_(sorted(missing))
+                queue_table.c.Id.in_(sorted(_uuid(each) for each in missing))
             )
             with engine.begin() as connection:
                 rows = connection.execute(statement).all()
                 entries = [entry(self.queue, self.errors.message_of(row)) for row in rows]
                 return self._insert(connection, entries) if entries else 0
+        log.info(
+            "queue %s: grouping %d failed message(s) written by others",
+            self.errors.name,
+            len(missing),
+        )
+        added = seen = 0
+        began = reported = time.monotonic()
         after: int | None = None  # many: one pass over the queue, a page at a time
         while True:
             statement = self.errors.select_messages(body=False)
@@ -304,16 +249,38 @@ class FailureGroups:
                 entries = [
                     entry(self.queue, self.errors.message_of(row))
                     for row in rows
-                    if _uuid(row[0]) in missing
+                    if str(row[0]).replace("-", "").lower() in missing
                 ]
                 if entries:
                     added += self._insert(connection, entries)
+            seen += len(rows)
             if len(rows) < _FILL_BATCH:
+                log.info(
+                    "queue %s: grouped %d failed message(s) in %.1f s",
+                    self.errors.name,
+                    added,
+                    time.monotonic() - began,
+                )
                 return added
             after = int(rows[-1][1])
+            if time.monotonic() - reported >= _PROGRESS_EVERY:
+                reported = time.monotonic()
+                log.info(
+                    "queue %s: grouping failed messages: %d added, %d row(s) read",
+                    self.errors.name,
+                    added,
+                    seen,
+                )
 
     def _insert(self, connection: Connection, entries: list[dict[str, Any]]) -> int:
-        """Insert *entries*; one another process inserted first is skipped."""
+        """Insert *entries*; one another process inserted first is skipped.
+
+        One ``executemany`` of the statement compiled once: the driver's many-rows path (psycopg
+        3 pipelines the rows). Not ``RETURNING`` (SQLAlchemy's "insertmanyvalues" pages of
+        ``VALUES (...), (...)``): psycopg converts each page's long text anew, which costs more
+        than the pipeline saves; nor one ``insert().values([...])`` per page: compiled anew
+        each time.
+        """
         savepoint = connection.begin_nested()
         try:
             connection.execute(sa.insert(TABLE), entries)

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 from sqlalchemy.orm import Session
 
 from sqlqueue_orm import exceptions
-from sqlqueue_orm.receiving import forwarding, retries
+from sqlqueue_orm.receiving import failure_entries, forwarding, retries
 from sqlqueue_orm.receiving.failure_counts import FailureCounts
 from sqlqueue_orm.receiving.scope import MessageScope
 
@@ -341,9 +341,10 @@ class ReceiveMode:
             message.headers_error,
             self.settings.error_queue,
         )
-        forwarding.forward(
-            self.transport, self.settings.error_queue, forwarding.poison_row(message), connection
-        )
+        error_queue = self.settings.error_queue
+        row = forwarding.poison_row(message)
+        entry = failure_entries.writer(self.transport, error_queue, row, None)
+        forwarding.forward(self.transport, error_queue, row, connection, entry)
 
     def _to_error_queue(
         self, connection: Connection | None, message: IncomingMessage, error: BaseException
@@ -364,7 +365,10 @@ class ReceiveMode:
             self._failed_queue, handling.name, handling.machine, error
         )
         row = forwarding.failed_row(message, failure)
-        forwarding.forward(self.transport, error_queue, row, connection)
+        entry = failure_entries.writer(
+            self.transport, error_queue, row, {**message.headers, **failure}
+        )
+        forwarding.forward(self.transport, error_queue, row, connection, entry)
         # its failures are forgotten by the caller once this commits: if the commit fails, the
         # message comes back with its attempts still counted (no second round of retries)
 
