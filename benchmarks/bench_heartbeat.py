@@ -45,6 +45,8 @@ TARGET_RATIO = 0.99
 #: Seconds between beats (and samples) in the "on" rounds.
 BEAT = 1.0
 CONCURRENCY = 4
+#: Alternating rounds of the ``heartbeat`` scenario of ``python -m benchmarks``.
+ROUNDS = 5
 
 
 #: The rounds' variants: name, heartbeat_interval, metrics_interval, control poller on.
@@ -154,11 +156,11 @@ def beat_cost(transport: Transport, queue: str, beats: int = 50) -> tuple[float,
 
 
 def heartbeat_scenario(run: Run) -> None:
-    """The pump with heartbeats (and samples) every second beside the pump without them."""
+    """The pump with heartbeats (and samples, and control polls) beside the pump without them."""
     n = run.settings.messages
     queue = run.new_queue("heartbeat")
     run.transport.create_queue("error")
-    rates = compare(run.transport, queue, n, rounds=3)
+    rates = compare(run.transport, queue, n, rounds=ROUNDS)
     off = rates["off"]
     scenario = f"endpoint heartbeats, concurrency {CONCURRENCY}"
     for name, rate in rates.items():
@@ -167,7 +169,7 @@ def heartbeat_scenario(run: Run) -> None:
             scenario,
             f"{workers.PUMP}, heartbeats {name}",
             workload.Timing(n, n / rate, []),
-            note="median of 3 alternating rounds",
+            note=f"median of {ROUNDS} alternating rounds",
         )
         if name != "off":
             result = result.aiming(
