@@ -55,12 +55,19 @@ class OpsConnection:
         return self._observer.observed()
 
     @contextlib.contextmanager
-    def statement(self) -> Iterator[Any]:
+    def statement(self, wait: float | None = None) -> Iterator[Any]:
         """A DBAPI cursor for ONE statement, committed by itself (see the module docstring).
 
         Threads take turns: a second caller waits for the first one's statement.
+
+        :param wait: seconds to wait for the other thread's statement at most (``None``: as
+            long as it runs); past them the block gets ``None`` instead of a cursor (a beat
+            waiting for SQLite's write lock must not hold up the control read).
         """
-        with self._lock:
+        if not self._lock.acquire(timeout=-1 if wait is None else wait):
+            yield None
+            return
+        try:
             if self._fairy is None:
                 self._open()
             fairy, cursor = self._fairy, None
@@ -76,6 +83,8 @@ class OpsConnection:
                 if cursor is not None:
                     with contextlib.suppress(Exception):
                         cursor.close()
+        finally:
+            self._lock.release()
 
     def _open(self) -> None:
         fairy = connections.raw_connection(self.engine)

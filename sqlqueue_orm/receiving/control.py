@@ -200,16 +200,19 @@ class ControlPoller:
         self.apply(paused, concurrency, by)
 
     def _read_row(self) -> tuple[bool, int | None, str] | None:
-        if self.ops.observed():  # through SQLAlchemy, so its cursor events see the read
-            with db.reading(self.engine) as connection:
-                found = control.read_control(connection, self.endpoint)
-                if connection.in_transaction():
-                    connection.rollback()
-            return found
-        with self.ops.statement() as cursor:
-            cursor.execute(self._read.text, self._read.params({"endpoint": self.endpoint}))
-            row = cursor.fetchone()
-        return None if row is None else (bool(row[0]), row[1], str(row[2]))
+        if not self.ops.observed():
+            with self.ops.statement(wait=self.interval) as cursor:
+                if cursor is not None:
+                    cursor.execute(self._read.text, self._read.params({"endpoint": self.endpoint}))
+                    row = cursor.fetchone()
+                    return None if row is None else (bool(row[0]), row[1], str(row[2]))
+        # observed (through SQLAlchemy, so its cursor events see the read), or the health
+        # writer's statement still holds the kept connection: a connection of the pool
+        with db.reading(self.engine) as connection:
+            found = control.read_control(connection, self.endpoint)
+            if connection.in_transaction():
+                connection.rollback()
+        return found
 
     def apply(self, paused: bool, concurrency: int | None, by: str = "") -> None:
         """Make the pumps paused or not, and the main pump's concurrency *concurrency*."""

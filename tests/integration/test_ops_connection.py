@@ -6,7 +6,8 @@ when the pump's workers hold the idle connections, a fresh server connection per
 threads share one connection of their own, opened once and kept. Proved here on the real
 database: after the first beat, neither thread checks a connection out of the pool again, and on
 PostgreSQL no new server backend appears while they poll and beat; the poller still applies a
-pause made meanwhile, and a connection that failed is replaced by the next poll.
+pause made meanwhile, a connection that failed is replaced by the next poll, and a statement
+of the other thread that holds the connection does not hold up the control read.
 """
 
 from __future__ import annotations
@@ -95,6 +96,12 @@ def test_poller_and_health_writer_share_one_kept_connection(database):
         control.resume(transport, "ops")
         wait_until(lambda: not poller.paused, "the poller applying the resume")
         assert poller.ops.opened == 2
+
+        # a beat holding the kept connection (SQLite: waiting for the write lock) does not hold
+        # up the control read: it reads through the pool meanwhile
+        with poller.ops._lock:
+            control.pause(transport, "ops")
+            wait_until(lambda: poller.paused, "a pause applied while the connection is busy")
     finally:
         endpoint.stop()
         if watcher is not None:
