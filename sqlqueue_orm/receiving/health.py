@@ -117,6 +117,8 @@ class HealthWriter:
                 )
                 return
         self._write(final=True)
+        if self._owns_connection:
+            self._connections.close()  # the last sample may have taken it again
 
     def _run(self) -> None:
         try:
