@@ -1,15 +1,18 @@
 """What endpoint heartbeats cost the pump: the same drain with heartbeats on and off.
 
 Each round drains N messages through an endpoint (TRANSACTION_SCOPE, empty handler, concurrency
-4) three times, in an order that alternates between rounds: heartbeats off; heartbeats every
-second (``heartbeat_interval=1``, five times the default, to be conservative); heartbeats and
-queue samples every second (``metrics_interval=1``, sixty times the default). The median rate
-of each and its ratio to "off" are printed. The target: heartbeats cost under 1% of the
+4) four times, in an order that alternates between rounds: both operations threads off (no
+heartbeat, no control poll); heartbeats every second (``heartbeat_interval=1``, five times the
+default, to be conservative); heartbeats and queue samples every second (``metrics_interval=1``,
+sixty times the default); and both threads on, heartbeats every second and the control poller
+reading its row every 0.5 s (samples at their default). The control table exists in every
+round; "off" does not start the poller. The median rate of each and its ratio to "off" are
+printed. The target: heartbeats cost under 1% of the
 pump's rate. On a machine shared with other work the ratio swings by more than that; take the
 figure from a quiet machine.
 
-It also times one beat of the health writer alone, and one with its queue samples
-(milliseconds, median of 50): the database work a beat adds, steadier than the rates.
+It also times one beat of the health writer alone, one with its queue samples, and one control
+poll (milliseconds, median of 50): the database work each adds, steadier than the rates.
 
 Usage: ``python benchmarks/bench_heartbeat.py [--n 5000] [--rounds 5] [--url URL]`` (default:
 a SQLite file and a throwaway PostgreSQL cluster, or $SQLQUEUE_BENCH_POSTGRES_URL). Also the
@@ -29,8 +32,9 @@ from typing import TYPE_CHECKING
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import workers, workload
+from benchmarks.bench_control import without_poller
 from benchmarks.workload import Result
-from sqlqueue_orm import OutgoingMessage, Transport
+from sqlqueue_orm import OutgoingMessage, Transport, control
 from sqlqueue_orm.receiving import Endpoint, TransactionMode, health
 
 if TYPE_CHECKING:
@@ -41,20 +45,34 @@ TARGET_RATIO = 0.99
 #: Seconds between beats (and samples) in the "on" rounds.
 BEAT = 1.0
 CONCURRENCY = 4
+#: Alternating rounds of the ``heartbeat`` scenario of ``python -m benchmarks``.
+ROUNDS = 5
 
 
-#: The rounds' variants: name, heartbeat_interval, metrics_interval.
+#: The rounds' variants: name, heartbeat_interval, metrics_interval, control poller on.
 VARIANTS = (
-    ("off", None, 60.0),
-    (f"every {BEAT:g} s", BEAT, 60.0),
-    (f"and samples every {BEAT:g} s", BEAT, BEAT),
+    ("off", None, 60.0, False),
+    (f"every {BEAT:g} s", BEAT, 60.0, False),
+    (f"and samples every {BEAT:g} s", BEAT, BEAT, False),
+    (f"every {BEAT:g} s + control polls", BEAT, 60.0, True),
 )
 
 
 def drain(
-    transport: Transport, queue: str, n: int, heartbeat: float | None, metrics: float
+    transport: Transport,
+    queue: str,
+    n: int,
+    heartbeat: float | None,
+    metrics: float,
+    poller: bool = False,
 ) -> float:
-    """Messages per second the pump drains *n* messages at, with these intervals."""
+    """Messages per second the pump drains *n* messages at, with these intervals.
+
+    :param poller: whether the endpoint's control poller runs (else it reads once, at start).
+    """
+    if not poller:
+        with without_poller():
+            return drain(transport, queue, n, heartbeat, metrics, poller=True)
     transport.purge_all(queue)
     transport.send_many(queue, [OutgoingMessage(b"x") for _ in range(n)])
     endpoint = Endpoint(
@@ -85,16 +103,17 @@ def drain(
 
 def compare(transport: Transport, queue: str, n: int, rounds: int) -> dict[str, float]:
     """The median rate of each variant, from rounds that alternate their order."""
-    rates: dict[str, list[float]] = {name: [] for name, _beat, _metrics in VARIANTS}
+    control.create_tables(transport.engine, log_too=False)  # the poller reads a real row
+    rates: dict[str, list[float]] = {name: [] for name, *_rest in VARIANTS}
     for index in range(rounds):
         order = VARIANTS if index % 2 == 0 else VARIANTS[::-1]
-        for name, heartbeat, metrics in order:
-            rates[name].append(drain(transport, queue, n, heartbeat, metrics))
+        for name, heartbeat, metrics, poller in order:
+            rates[name].append(drain(transport, queue, n, heartbeat, metrics, poller))
     return {name: statistics.median(found) for name, found in rates.items()}
 
 
-def beat_cost(transport: Transport, queue: str, beats: int = 50) -> tuple[float, float]:
-    """Median milliseconds of one heartbeat alone, and of one with its queue samples.
+def beat_cost(transport: Transport, queue: str, beats: int = 50) -> tuple[float, float, float]:
+    """Median milliseconds of one heartbeat alone, one with its queue samples, one control poll.
 
     Timed on the health writer of a running endpoint with an idle queue: the database work one
     beat adds, whatever else the machine runs (a steadier figure than the pump's rates).
@@ -115,6 +134,9 @@ def beat_cost(transport: Transport, queue: str, beats: int = 50) -> tuple[float,
         writer._write(final=False)  # the tables and the row exist from here on
         alone: list[float] = []
         sampled: list[float] = []
+        polls: list[float] = []
+        poller = endpoint._control
+        assert poller is not None
         for _ in range(beats):
             began = time.perf_counter()
             writer._write(final=False)  # a heartbeat (the last sample is recent)
@@ -123,18 +145,22 @@ def beat_cost(transport: Transport, queue: str, beats: int = 50) -> tuple[float,
             began = time.perf_counter()
             writer._write(final=False)  # a heartbeat and the samples
             sampled.append(time.perf_counter() - began)
+            began = time.perf_counter()
+            poller.poll()
+            polls.append(time.perf_counter() - began)
         writer._write(final=True)
     finally:
         endpoint.stop()
-    return 1000 * statistics.median(alone), 1000 * statistics.median(sampled)
+    medians = [1000 * statistics.median(found) for found in (alone, sampled, polls)]
+    return medians[0], medians[1], medians[2]
 
 
 def heartbeat_scenario(run: Run) -> None:
-    """The pump with heartbeats (and samples) every second beside the pump without them."""
+    """The pump with heartbeats (and samples, and control polls) beside the pump without them."""
     n = run.settings.messages
     queue = run.new_queue("heartbeat")
     run.transport.create_queue("error")
-    rates = compare(run.transport, queue, n, rounds=3)
+    rates = compare(run.transport, queue, n, rounds=ROUNDS)
     off = rates["off"]
     scenario = f"endpoint heartbeats, concurrency {CONCURRENCY}"
     for name, rate in rates.items():
@@ -143,7 +169,7 @@ def heartbeat_scenario(run: Run) -> None:
             scenario,
             f"{workers.PUMP}, heartbeats {name}",
             workload.Timing(n, n / rate, []),
-            note="median of 3 alternating rounds",
+            note=f"median of {ROUNDS} alternating rounds",
         )
         if name != "off":
             result = result.aiming(
@@ -177,17 +203,18 @@ def main() -> None:
         transport.create_queue("error")
         rates = compare(transport, "heartbeat_bench", args.n, args.rounds)
         name = transport.engine.dialect.name
-        alone, sampled = beat_cost(transport, "heartbeat_bench")
+        alone, sampled, poll = beat_cost(transport, "heartbeat_bench")
         print(
             f"{name:<10} one beat {alone:.2f} ms, one beat with its queue samples "
-            f"{sampled:.2f} ms (median of 50; defaults: a beat every 5 s, samples every 60 s)",
+            f"{sampled:.2f} ms, one control poll {poll:.2f} ms (median of 50; defaults: a "
+            f"beat every 5 s, samples every 60 s, a poll every 0.5 s)",
             flush=True,
         )
         off = rates["off"]
         for variant, rate in rates.items():
             print(
                 f"{name:<10} pump x{CONCURRENCY}, {args.n} msgs, median of {args.rounds}: "
-                f"heartbeats {variant:<22} {rate:7,.0f} msg/s ({rate / off:.3f}x; cost "
+                f"heartbeats {variant:<30} {rate:7,.0f} msg/s ({rate / off:.3f}x; cost "
                 f"{100 * (1 - rate / off):+.1f}%)",
                 flush=True,
             )

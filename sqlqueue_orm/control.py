@@ -34,10 +34,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection, Dialect, Engine
 
 from sqlqueue_orm import db, dialects, exceptions
 from sqlqueue_orm.models import endpoint_control
+from sqlqueue_orm.queuing import sql
 from sqlqueue_orm.transport import Transport
 
 __all__ = [
@@ -158,6 +159,27 @@ def read_control(connection: Connection, endpoint: str) -> tuple[bool, int | Non
     """
     row = connection.execute(_READ, {"endpoint": endpoint}).first()
     return None if row is None else (bool(row[0]), row[1], str(row[2]))
+
+
+def read_statement(dialect: Dialect) -> sql.Statement:
+    """:func:`read_control`'s primary-key read as one statement for *dialect*'s driver.
+
+    What a running endpoint's poller runs alone, in autocommit, on the connection its
+    operations threads keep (:class:`~sqlqueue_orm.ops_connection.OpsConnection`): one round
+    trip. Its row is ``(paused, concurrency, changed_by)``.
+    """
+    preparer = dialect.identifier_preparer
+    columns = ", ".join(
+        preparer.quote(column.name)
+        for column in (
+            CONTROL_TABLE.c.paused,
+            CONTROL_TABLE.c.concurrency,
+            CONTROL_TABLE.c.changed_by,
+        )
+    )
+    key = preparer.quote(CONTROL_TABLE.c.endpoint.name)
+    template = f"SELECT {columns} FROM {{table}} WHERE {key} = :endpoint"
+    return sql.render(template, dialect, preparer.format_table(CONTROL_TABLE))
 
 
 def _now() -> dt.datetime:

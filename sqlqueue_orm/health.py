@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import logging
 import time
 from collections.abc import Iterable, Sequence
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 
     from sqlqueue_orm.addressing import QueueAddress
     from sqlqueue_orm.connections import ThreadConnections
+    from sqlqueue_orm.ops_connection import OpsConnection
     from sqlqueue_orm.transport import Transport
 
 log = logging.getLogger(__name__)
@@ -184,7 +186,7 @@ def beat(
     heartbeat: Heartbeat,
     *,
     state: str = RUNNING,
-    alone: ThreadConnections | None = None,
+    alone: ThreadConnections | OpsConnection | None = None,
 ) -> None:
     """Write *heartbeat* as its instance's row, now: one UPDATE by key (INSERT the first time).
 
@@ -211,9 +213,18 @@ def beat(
 
 
 def write_samples(
-    engine: Engine, instance_id: str, samples: Iterable[tuple[str, QueueSample]]
+    engine: Engine,
+    instance_id: str,
+    samples: Iterable[tuple[str, QueueSample]],
+    *,
+    alone: ThreadConnections | OpsConnection | None = None,
 ) -> None:
-    """Insert one sample per ``(queue, sample)`` of *samples*, in one transaction."""
+    """Insert one sample per ``(queue, sample)`` of *samples*, all or none.
+
+    :param alone: connections of the writer's own to run ONE multi-row INSERT on, alone in
+        autocommit (atomic as one statement; on SQLite it holds the write lock only while it
+        runs, no BEGIN IMMEDIATE before it); ``None``: a transaction of the engine.
+    """
     rows = [
         {
             "queue": queue,
@@ -227,9 +238,55 @@ def write_samples(
         for queue, sample in samples
         if len(queue) <= endpoint_health.QUEUE_LENGTH
     ]
-    if rows:
-        with engine.begin() as connection:
-            connection.execute(METRICS.insert(), rows)
+    if not rows:
+        return
+    if alone is not None and not alone.observed():
+        statement = samples_statement(engine.dialect, len(rows))
+        values = {
+            f"{name}_{_row_tag(index)}": value
+            for index, row in enumerate(rows)
+            for name, value in row.items()
+        }
+        with alone.statement() as cursor:
+            cursor.execute(statement.text, statement.params(values))
+        return
+    with engine.begin() as connection:
+        connection.execute(METRICS.insert(), rows)
+
+
+#: The columns a sample row writes, in the order of :func:`samples_statement`.
+_SAMPLE_COLUMNS = (
+    "queue",
+    "sampled_at",
+    "instance_id",
+    "depth",
+    "oldest_age",
+    "processed",
+    "failed",
+)
+
+
+def _row_tag(index: int) -> str:
+    """Row *index* as letters (``a``, ``b``, ... ``ba``): parameter names take no digits."""
+    tag = ""
+    while True:
+        index, digit = divmod(index, 26)
+        tag = chr(ord("a") + digit) + tag
+        if not index:
+            return tag
+
+
+@functools.lru_cache(maxsize=16)
+def samples_statement(dialect: Dialect, count: int) -> sql.Statement:
+    """One INSERT of *count* sample rows (parameters ``queue_a``, ``sampled_at_a``, ...)."""
+    preparer = dialect.identifier_preparer
+    columns = ", ".join(preparer.quote(name) for name in _SAMPLE_COLUMNS)
+    tuples = ", ".join(
+        "(" + ", ".join(f":{name}_{_row_tag(index)}" for name in _SAMPLE_COLUMNS) + ")"
+        for index in range(count)
+    )
+    template = f"INSERT INTO {{table}} ({columns}) VALUES {tuples}"
+    return sql.render(template, dialect, preparer.format_table(METRICS))
 
 
 def prune(engine: Engine, now: float | None = None) -> None:
@@ -240,12 +297,29 @@ def prune(engine: Engine, now: float | None = None) -> None:
         connection.execute(ENDPOINTS.delete().where(ENDPOINTS.c.last_seen < cutoff))
 
 
-def read_head(transport: Transport, queue: str) -> tuple[int, float | None]:
+def read_head(
+    transport: Transport, queue: str, alone: ThreadConnections | OpsConnection | None = None
+) -> tuple[int, float | None]:
     """*queue*'s depth (the peek's estimate) and its oldest message's age (:func:`oldest_age`).
 
-    On one connection of the pool that only reads (never one the pump's threads keep).
+    :param alone: connections of the caller's own: the peek and the head-row read run on them,
+        each alone in autocommit (one round trip each, no transaction around them). ``None``,
+        or before the queue's layout was checked: on one connection of the pool that only
+        reads (never one the pump's threads keep).
     """
     address = transport._address(queue)
+    table_queue = transport._table_queue(queue)
+    if alone is not None and not alone.observed() and table_queue.layout_known:
+        dialect = transport.engine.dialect
+        with db.wrap_db_errors(str(address)):
+            with alone.statement() as cursor:
+                depth = table_queue.peek_on_cursor(cursor)
+            if depth <= 0:
+                return 0, None
+            with alone.statement() as cursor:
+                cursor.execute(head_text(dialect, address))
+                row = cursor.fetchone()
+        return depth, _age(None if row is None else row[0], dialect)
     with db.wrap_db_errors(str(address)), db.reading(transport.engine) as connection:
         depth = transport.peek(queue, connection)
         if depth <= 0:
@@ -267,9 +341,14 @@ def oldest_age(transport: Transport, queue: str) -> float | None:
 
 def _oldest(connection: Connection, address: QueueAddress) -> float | None:
     raw = connection.execute(head_statement(connection.dialect, address)).scalar()
+    return _age(raw, connection.dialect)
+
+
+def _age(raw: Any, dialect: Dialect) -> float | None:
+    """Seconds since the ``NServiceBus.TimeSent`` of the head row's raw Headers, if readable."""
     if raw is None:
         return None
-    encoding = sql.for_dialect(connection.dialect).headers_encoding
+    encoding = sql.for_dialect(dialect).headers_encoding
     parsed, _kept, _error = headers.decode(raw, encoding)
     sent = parsed.get(headers.TIME_SENT)
     if not sent:
@@ -298,6 +377,15 @@ def head_statement(dialect: Dialect, address: QueueAddress) -> sa.Select[Any]:
     )
     hint = dialects.for_dialect(dialect).committed_read_hint
     return statement if hint is None else statement.with_hint(table, hint)
+
+
+@functools.lru_cache(maxsize=256)
+def head_text(dialect: Dialect, address: QueueAddress) -> str:
+    """:func:`head_statement` as driver SQL with no parameter (its row limit a literal)."""
+    compiled = head_statement(dialect, address).compile(
+        dialect=dialect, compile_kwargs={"literal_binds": True}
+    )
+    return str(compiled)
 
 
 # -- reading -------------------------------------------------------------------------------------

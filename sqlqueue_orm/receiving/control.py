@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 
 from sqlqueue_orm import control, db
+from sqlqueue_orm.ops_connection import OpsConnection
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -121,6 +122,10 @@ class ControlPoller:
         self._look_again: float | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        #: The connection the endpoint's operations threads keep (this one and its health
+        #: writer's): a poll is one primary-key read on it, alone in autocommit.
+        self.ops = OpsConnection(engine)
+        self._read = control.read_statement(engine.dialect)
 
     def prepare(self, create: bool) -> None:
         """Before the pumps start: create the control table if asked, read the row, apply it."""
@@ -174,10 +179,7 @@ class ControlPoller:
         ):
             return
         try:
-            with db.reading(self.engine) as connection:
-                found = control.read_control(connection, self.endpoint)
-                if connection.in_transaction():
-                    connection.rollback()
+            found = self._read_row()
         except Exception as error:
             self.failures += 1
             level = logging.WARNING if self.failures == 1 else logging.DEBUG
@@ -196,6 +198,21 @@ class ControlPoller:
             self.failures = 0
         paused, concurrency, by = found if found is not None else (False, None, "")
         self.apply(paused, concurrency, by)
+
+    def _read_row(self) -> tuple[bool, int | None, str] | None:
+        if not self.ops.observed():
+            with self.ops.statement(wait=self.interval) as cursor:
+                if cursor is not None:
+                    cursor.execute(self._read.text, self._read.params({"endpoint": self.endpoint}))
+                    row = cursor.fetchone()
+                    return None if row is None else (bool(row[0]), row[1], str(row[2]))
+        # observed (through SQLAlchemy, so its cursor events see the read), or the health
+        # writer's statement still holds the kept connection: a connection of the pool
+        with db.reading(self.engine) as connection:
+            found = control.read_control(connection, self.endpoint)
+            if connection.in_transaction():
+                connection.rollback()
+        return found
 
     def apply(self, paused: bool, concurrency: int | None, by: str = "") -> None:
         """Make the pumps paused or not, and the main pump's concurrency *concurrency*."""

@@ -368,7 +368,7 @@ class Endpoint:
                 self._mover.start()
             if self.settings.heartbeat_interval is not None:
                 self._health = health.HealthWriter(
-                    self.name, self.transport, self._pumps(), self.settings
+                    self.name, self.transport, self._pumps(), self.settings, self._control.ops
                 )
                 self._health.start()
         log.info(
@@ -410,6 +410,8 @@ class Endpoint:
         beating, self._health = self._health, None
         if beating is not None:
             beating.stop()  # after the pumps: the last beat says stopped, with final counts
+        if self._control is not None:
+            self._control.ops.close()  # the connection its poller and health writer shared
         return finished
 
     def wait(self, timeout: float | None = None) -> bool:

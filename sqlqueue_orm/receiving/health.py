@@ -5,8 +5,11 @@
 process, counts, rates); every ``metrics_interval`` seconds one row per pumped queue in
 ``sqlqueue_queue_metrics`` (depth, age of the oldest message, processed and failed since its
 previous sample); every ten minutes it prunes rows older than a day
-(:mod:`sqlqueue_orm.health`). Each write is a short transaction on a connection of the
-engine's pool, never one of the workers' kept connections; the pumps' counters are only read.
+(:mod:`sqlqueue_orm.health`). Beats, depth reads and samples run as single statements in
+autocommit on the connection the endpoint keeps for its operations threads
+(:class:`~sqlqueue_orm.ops_connection.OpsConnection`, shared with the control poller), never
+one of the workers' kept connections nor a pool checkout per beat; the pumps' counters are only
+read.
 A database error is logged, naming the queue, and the same write is tried again on the next
 beat: the pumps never wait for this thread and never see its errors.
 :meth:`HealthWriter.stop`, called once the pumps have stopped, writes a last sample and marks
@@ -25,8 +28,8 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from sqlqueue_orm import connections, db, dialects, health
-from sqlqueue_orm.queuing import sql
+from sqlqueue_orm import health
+from sqlqueue_orm.ops_connection import OpsConnection
 
 if TYPE_CHECKING:
     from sqlqueue_orm.receiving.pump import MessagePump
@@ -53,6 +56,8 @@ class HealthWriter:
     :param transport: the transport of its queues (the tables are in the same database).
     :param pumps: the running pumps (the input queue's, the instance-specific queue's).
     :param settings: the endpoint's settings (``heartbeat_interval``, ``metrics_interval``).
+    :param ops: the connection the endpoint's operations threads keep (its control poller's
+        too), closed by its owner; ``None``: one of the writer's own, closed when it stops.
     """
 
     def __init__(
@@ -61,6 +66,7 @@ class HealthWriter:
         transport: Transport,
         pumps: Sequence[MessagePump],
         settings: EndpointSettings,
+        ops: OpsConnection | None = None,
     ) -> None:
         assert settings.heartbeat_interval is not None
         self.endpoint = endpoint
@@ -81,14 +87,9 @@ class HealthWriter:
         # per queue: processed and failed counted in samples already written
         self._sampled = {str(pump.queue): (0, 0) for pump in self.pumps}
         self._beats: collections.deque[tuple[float, int, int]] = collections.deque()
-        engine = transport.engine
-        # Connections of its own: the transport's kept ones are for the pump's threads.
-        self._connections = connections.ThreadConnections(
-            engine,
-            dialects.for_dialect(engine).begin,
-            sql.for_dialect(engine.dialect).autocommit,
-            db.translate_error,
-        )
+        # A connection kept apart from the pump's: the transport's kept ones are its threads'.
+        self._owns_connection = ops is None
+        self._connections = OpsConnection(transport.engine) if ops is None else ops
 
     def start(self) -> None:
         """Start the thread; its first beat is at once."""
@@ -116,6 +117,8 @@ class HealthWriter:
                 )
                 return
         self._write(final=True)
+        if self._owns_connection:
+            self._connections.close()  # the last sample may have taken it again
 
     def _run(self) -> None:
         try:
@@ -124,7 +127,8 @@ class HealthWriter:
                 if self._stop.wait(self.interval):
                     return
         finally:
-            self._connections.close()  # the connection this thread kept
+            if self._owns_connection:
+                self._connections.close()  # the endpoint closes a shared one
 
     def _write(self, *, final: bool) -> None:
         engine = self.transport.engine
@@ -195,7 +199,7 @@ class HealthWriter:
             queue = str(pump.queue)
             processed, failed = pump.stats.handled, _failed(pump)
             try:
-                depth, oldest = health.read_head(self.transport, queue)
+                depth, oldest = health.read_head(self.transport, queue, self._connections)
             except Exception as error:
                 log.warning("queue %s: cannot read its depth for the metrics: %s", queue, error)
                 depth, oldest = None, None
@@ -209,5 +213,7 @@ class HealthWriter:
                 )
             )
             counted[queue] = (processed, failed)
-        health.write_samples(self.transport.engine, self.instance_id, samples)
+        health.write_samples(
+            self.transport.engine, self.instance_id, samples, alone=self._connections
+        )
         self._sampled.update(counted)

@@ -117,3 +117,12 @@ def test_revision_0015_offline_tsql():
         "DROP TABLE sqlqueue_control_log;",
         "DROP TABLE sqlqueue_endpoint_control;",
     ]
+
+
+def test_the_poll_alone_is_one_primary_key_read():
+    dialect = sa.create_engine("mssql+pyodbc://user:pw@host/db?driver=FreeTDS").dialect
+    statement = control.read_statement(dialect)
+    assert statement.text == (
+        "SELECT paused, concurrency, changed_by FROM sqlqueue_endpoint_control WHERE endpoint = ?"
+    )
+    assert statement.names == ("endpoint",)

@@ -39,6 +39,25 @@ def test_the_heartbeat_alone_is_one_update_by_key():
     )
 
 
+def test_the_head_read_alone_has_its_row_limit_written_in():
+    text = health.head_text(DIALECT, addressing.QueueAddress("orders", "sales"))
+    assert " ".join(text.split()) == (
+        "SELECT TOP 1 CAST(CAST([Headers] AS nvarchar(max)) AS varbinary(max)) "
+        "FROM [sales].[orders] WITH (READPAST, READCOMMITTEDLOCK) "
+        "ORDER BY [sales].[orders].[RowVersion]"
+    )
+
+
+def test_the_samples_alone_are_one_multi_row_insert():
+    statement = health.samples_statement(DIALECT, 2)
+    assert statement.text == (
+        "INSERT INTO sqlqueue_queue_metrics (queue, sampled_at, instance_id, depth, oldest_age, "
+        "processed, failed) VALUES (?, ?, ?, ?, ?, ?, ?), (?, ?, ?, ?, ?, ?, ?)"
+    )
+    assert statement.names[:2] == ("queue_a", "sampled_at_a")
+    assert statement.names[7:9] == ("queue_b", "sampled_at_b")
+
+
 def test_the_heartbeat_is_an_update_by_key_and_pruning_a_range_delete():
     update = (
         health.ENDPOINTS.update()
