@@ -24,7 +24,9 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sqlqueue_orm import OutgoingMessage, Transport, control, demo  # noqa: E402
+import pydantic  # noqa: E402
+
+from sqlqueue_orm import Endpoint, OutgoingMessage, Transport, control, demo  # noqa: E402
 from sqlqueue_orm.contrib.dashboard import create_app  # noqa: E402
 from tests import browser  # noqa: E402
 
@@ -34,9 +36,19 @@ PAGES = [
     ("dashboard-errors.png", "/errors"),
     ("dashboard-outbox.png", "/outbox"),
     ("dashboard-control.png", "/control"),
+    ("dashboard-groups.png", "/errors/groups"),
+    ("dashboard-endpoints.png", "/endpoints"),
+    ("dashboard-queue.png", "/queue?name=shipping"),
+    ("dashboard-delayed.png", "/delayed"),
 ]
 #: The shots taken after clicking through the errors page.
 CLICKED = ("dashboard-message.png", "dashboard-confirm.png")
+
+
+class Shipment(pydantic.BaseModel):
+    """What the photographed endpoint handles."""
+
+    order: int
 
 
 def main() -> int:
@@ -73,6 +85,17 @@ def main() -> int:
                     for _ in range(16):
                         transport.receive("sales", 30)
                         time.sleep(0.25)
+                    # a running endpoint for the endpoints page and the queue's metrics
+                    shipping = Endpoint("shipping", transport, peek_delay=0.2,
+                                        heartbeat_interval=0.5, metrics_interval=0.5)
+                    shipping.handle(Shipment, lambda shipment, context: time.sleep(0.02))
+                    shipping.start()
+                    for n in range(12):
+                        transport.send_many("shipping", [OutgoingMessage(Shipment(order=n * 50 + i))
+                                                         for i in range(50)])
+                        transport.send("shipping", OutgoingMessage(Shipment(order=n)),
+                                       delay=3600.0)
+                        time.sleep(0.3)
                     # the control page: one endpoint paused, one resized, in the log
                     control.set_concurrency(transport, "sales", 8)
                     control.pause(transport, "sales")
@@ -96,6 +119,7 @@ def main() -> int:
                         time.sleep(0.3)
                         driver.save_screenshot(str(out / "dashboard-confirm.png"))
                         print(out / "dashboard-confirm.png")
+                    shipping.stop()
             finally:
                 driver.quit()
                 app.state.dashboard.close()
