@@ -44,6 +44,7 @@ from sqlqueue_orm.contrib.dashboard import (
     security,
     sources,
 )
+from sqlqueue_orm.contrib.dashboard.inputs import BadInput, missing, status, utc_time
 from sqlqueue_orm.transport import Transport
 
 log = logging.getLogger("sqlqueue_orm.contrib.dashboard")
@@ -206,20 +207,6 @@ def create_app(
     return app
 
 
-class BadInput(Exception):
-    """A query or form value the page cannot use; the message names it."""
-
-
-def _utc_time(name: str, text: str | None) -> dt.datetime | None:
-    if not text:
-        return None
-    try:
-        value = dt.datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise BadInput(f"{name} {text!r} is not a date and time (YYYY-MM-DDTHH:MM)") from None
-    return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
-
-
 def _limit(text: str | None) -> int:
     if not text:
         return PAGE_SIZE
@@ -299,7 +286,7 @@ class _Pages:
             depths = await self.call(self.dashboard.read_depths)
             rows = await self.call(metrics.queue_rows, self.dashboard.transport, depths)
         except exceptions.SqlQueueError as error:
-            return self.problem(request, _status(error), str(error))
+            return self.problem(request, status(error), str(error))
         return self.render(request, "queues.html", queues=rows,
                            interval=self.dashboard.sampler.interval)
 
@@ -310,7 +297,7 @@ class _Pages:
             messages = await self.call(self.dashboard.transport.browse, name, PAGE_SIZE)
             values = await self.call(metrics.queue_page, self.dashboard.transport, name)
         except exceptions.SqlQueueError as error:
-            return self.problem(request, _status(error), str(error))
+            return self.problem(request, status(error), str(error))
         return self.render(request, "queue.html", name=name, messages=messages, **values)
 
     async def queue_message(self, request: Request) -> Response:
@@ -325,7 +312,7 @@ class _Pages:
                 self.dashboard.transport.browse, name, 1, after=row_version - 1
             )
         except exceptions.SqlQueueError as error:
-            return self.problem(request, _status(error), str(error))
+            return self.problem(request, status(error), str(error))
         if not found or found[0].row_version != row_version:
             return self.problem(request, 404, f"queue {name!r} has no message {row_version}")
         message = found[0]
@@ -349,8 +336,8 @@ class _Pages:
             "endpoint": params.get("endpoint") or None,
         }
         try:
-            since = _utc_time("since", params.get("since"))
-            until = _utc_time("until", params.get("until"))
+            since = utc_time("since", params.get("since"))
+            until = utc_time("until", params.get("until"))
             limit = _limit(params.get("limit"))
             wanted, after = groups.search_filter(params, since, until)
         except (BadInput, exceptions.ConfigurationError) as error:
@@ -368,7 +355,7 @@ class _Pages:
         try:
             total, listed, types, endpoints = await self.call(read)
         except exceptions.SqlQueueError as error:
-            return self.problem(request, _status(error), str(error))
+            return self.problem(request, status(error), str(error))
         return self.render(
             request, "errors.html", total=total, messages=listed.messages, types=types,
             endpoints=endpoints, limit=limit, filters={
@@ -383,7 +370,7 @@ class _Pages:
         try:
             failed = await self.call(lambda: self.dashboard.error_queue().get(identity))
         except exceptions.SqlQueueError as error:
-            return self.problem(request, 404 if _missing(error) else 400, str(error))
+            return self.problem(request, 404 if missing(error) else 400, str(error))
         if failed is None:
             return self.problem(
                 request, 404, f"the error queue has no message {identity!r} (retried or deleted?)"
@@ -539,17 +526,6 @@ def _remaining(delta: dt.timedelta) -> str:
 
 _READ_ONLY = ("the dashboard is read-only: start it with --allow-changes "
               "(create_app(..., allow_changes=True)) to retry or delete")
-
-
-def _missing(error: exceptions.SqlQueueError) -> bool:
-    return isinstance(error, exceptions.QueueNotFound)
-
-
-def _status(error: exceptions.SqlQueueError) -> int:
-    """404: no such queue; 500: a table to migrate (waiting will not help); 503: anything else."""
-    if _missing(error):
-        return 404
-    return 500 if isinstance(error, exceptions.SchemaOutdated) else 503
 
 
 def _client(request: Request) -> str:

@@ -28,6 +28,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from sqlqueue_orm import exceptions
+from sqlqueue_orm.contrib.dashboard import inputs
 from sqlqueue_orm.recoverability.groups import GROUPINGS, FailureGroups
 from sqlqueue_orm.recoverability.search import (
     ErrorFilter,
@@ -115,7 +116,7 @@ class GroupPages:
         try:
             found = await self.pages.call(lambda: self._groups().list(by))
         except exceptions.SqlQueueError as error:
-            return self.pages.problem(request, _status(error), str(error))
+            return self.pages.problem(request, inputs.status(error), str(error))
         return self.pages.render(
             request, "groups.html", groups=found, by=by, groupings=list(GROUPINGS)
         )
@@ -133,7 +134,7 @@ class GroupPages:
         except exceptions.ConfigurationError as error:
             return self.pages.problem(request, 404, str(error))
         except exceptions.SqlQueueError as error:
-            return self.pages.problem(request, _status(error), str(error))
+            return self.pages.problem(request, inputs.status(error), str(error))
         return self.pages.render(
             request,
             "group_confirm.html",
@@ -187,10 +188,10 @@ class GroupPages:
         if action not in _VERBS:
             return self.pages.problem(request, 400, f"action {action!r} must be retry or delete")
         try:
-            since = _utc_time("since", params.get("since"))
-            until = _utc_time("until", params.get("until"))
+            since = inputs.utc_time("since", params.get("since"))
+            until = inputs.utc_time("until", params.get("until"))
             wanted, _after = search_filter(params, since, until)
-        except exceptions.ConfigurationError as error:
+        except (inputs.BadInput, exceptions.ConfigurationError) as error:
             return self.pages.problem(request, 400, str(error))
         if not wanted.active:
             return self.pages.problem(request, 400, "no filter given: filter the errors first")
@@ -203,7 +204,7 @@ class GroupPages:
         try:
             chosen, more, total = await self.pages.call(read)
         except exceptions.SqlQueueError as error:
-            return self.pages.problem(request, _status(error), str(error))
+            return self.pages.problem(request, inputs.status(error), str(error))
         if more:
             return self.pages.problem(
                 request,
@@ -228,21 +229,3 @@ READ_ONLY = (
     "the dashboard is read-only: start it with --allow-changes "
     "(create_app(..., allow_changes=True)) to retry or delete"
 )
-
-
-def _utc_time(name: str, text: str | None) -> dt.datetime | None:
-    if not text:
-        return None
-    try:
-        value = dt.datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise exceptions.ConfigurationError(
-            f"{name} {text!r} is not a date and time (YYYY-MM-DDTHH:MM)"
-        ) from None
-    return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
-
-
-def _status(error: exceptions.SqlQueueError) -> int:
-    if isinstance(error, exceptions.QueueNotFound):
-        return 404
-    return 500 if isinstance(error, exceptions.SchemaOutdated) else 503

@@ -1,0 +1,38 @@
+"""What every page does with what it is given: time values of the query, and library errors.
+
+Shared by the pages of :mod:`.app` and :mod:`.groups`, so a bad value reads the same and a
+library error gets the same HTTP status on each.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from sqlqueue_orm import exceptions
+
+
+class BadInput(Exception):
+    """A query or form value the page cannot use; the message names it."""
+
+
+def utc_time(name: str, text: str | None) -> dt.datetime | None:
+    """The query value *text* of *name* as an aware time (UTC when it names no zone), or None."""
+    if not text:
+        return None
+    try:
+        value = dt.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise BadInput(f"{name} {text!r} is not a date and time (YYYY-MM-DDTHH:MM)") from None
+    return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+
+
+def missing(error: exceptions.SqlQueueError) -> bool:
+    """Whether *error* says the queue asked for does not exist."""
+    return isinstance(error, exceptions.QueueNotFound)
+
+
+def status(error: exceptions.SqlQueueError) -> int:
+    """404: no such queue; 500: a table to migrate (waiting will not help); 503: anything else."""
+    if missing(error):
+        return 404
+    return 500 if isinstance(error, exceptions.SchemaOutdated) else 503
