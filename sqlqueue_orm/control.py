@@ -13,7 +13,7 @@
         print(action.at, action.action, action.who)
 
 A change is one row of ``sqlqueue_endpoint_control`` per endpoint (its name, which is its input
-queue), upserted with this database's statement (:class:`~sqlqueue_orm.dialects.base.
+queue), upserted with this database's statement (:class:`~sqlqueue_orm.dialects.control.
 ControlStatements`), and one row of the action log ``sqlqueue_control_log``, in one transaction.
 Every running process of the endpoint reads its row about twice a second and applies it
 (:mod:`sqlqueue_orm.receiving.control`): paused, its pumps take no message (handlers in flight

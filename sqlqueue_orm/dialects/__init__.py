@@ -1,6 +1,8 @@
 """One home per dialect: what each database needs at run time, looked up by ``dialect.name``.
 
-:mod:`~sqlqueue_orm.dialects.base` lists what a dialect provides (:class:`DialectSupport`);
+:mod:`~sqlqueue_orm.dialects.base` lists what a dialect provides (:class:`DialectSupport`),
+with the statement groups of flow control in :mod:`~sqlqueue_orm.dialects.flow` and of live
+control in :mod:`~sqlqueue_orm.dialects.control`;
 :mod:`~sqlqueue_orm.dialects.mssql`, :mod:`~sqlqueue_orm.dialects.postgresql` and
 :mod:`~sqlqueue_orm.dialects.sqlite` hold one frozen instance each, with every statement the
 dialect runs at run time: the hot path, delayed delivery, subscriptions, the wake-up trigger,

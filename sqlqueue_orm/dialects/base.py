@@ -5,11 +5,13 @@ a dialect does differently with them (take the install lock, delete in batches, 
 Code outside :mod:`sqlqueue_orm.dialects` asks ``dialects.for_dialect(engine).field`` instead of
 branching on ``dialect.name``; what a dialect cannot do is ``None`` there. Related statements
 come in small frozen groups: :class:`SqlText` (the hot path: send, receive, peek, purge),
-:class:`NotifyWakeup` (``LISTEN``/``NOTIFY``), :class:`FlowStatements` (the flow-control
-claims and rate reservations), :class:`SessionLock` and :class:`StreamFence`
-(the Spark stream's single reader and its offsets). Where dialects differ in kind rather than
-in text, the field is a value naming the behaviour (:class:`QueueLayout`, :class:`AddressForm`,
-:class:`FenceKind`), never a dialect's name.
+:class:`NotifyWakeup` (``LISTEN``/``NOTIFY``), :class:`SessionLock` and :class:`StreamFence`
+(the Spark stream's single reader and its offsets); the groups of the services built on the
+queues have modules of their own: :mod:`~sqlqueue_orm.dialects.flow` (the flow-control claims
+and rate reservations) and :mod:`~sqlqueue_orm.dialects.control` (the upserts of live
+control). Where dialects differ in kind rather than in text, the field is a value naming the
+behaviour (:class:`QueueLayout`, :class:`AddressForm`, :class:`FenceKind`), never a dialect's
+name.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import sqlalchemy as sa
+
+from sqlqueue_orm.dialects.control import CONTROL_UPSERTS, ControlStatements
+from sqlqueue_orm.dialects.flow import FlowStatements
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Dialect, Engine
@@ -287,40 +292,6 @@ UNSUBSCRIBE = "DELETE FROM {table} WHERE Endpoint = :endpoint and Topic = :topic
 SUBSCRIBERS = "SELECT DISTINCT QueueAddress FROM {table} WHERE Topic IN ({topics})"
 
 
-
-# -- live control of endpoints (sqlqueue_orm.control) ----------------------------------------
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class ControlStatements:
-    """Upserts of one endpoint's control row, one change at a time, in the caller's transaction.
-
-    ``{table}`` is the control table quoted by SQLAlchemy; both take ``:endpoint``,
-    ``:changed_at`` and ``:changed_by``. Two operators changing one endpoint at once both
-    succeed, the later commit winning; neither fails on the other's insert.
-    """
-
-    #: Set ``paused`` to ``:paused``, inserting the row (no concurrency override) if missing.
-    set_paused: str
-    #: Set ``concurrency`` to ``:concurrency`` (NULL: the configured one), inserting the row
-    #: (not paused) if missing.
-    set_concurrency: str
-
-
-#: The upserts where ``INSERT ... ON CONFLICT`` exists (PostgreSQL, SQLite).
-CONTROL_UPSERTS = ControlStatements(
-    set_paused=(
-        "INSERT INTO {table} (endpoint, paused, concurrency, changed_at, changed_by) "
-        "VALUES (:endpoint, :paused, NULL, :changed_at, :changed_by) "
-        "ON CONFLICT (endpoint) DO UPDATE SET paused = excluded.paused, "
-        "changed_at = excluded.changed_at, changed_by = excluded.changed_by"
-    ),
-    set_concurrency=(
-        "INSERT INTO {table} (endpoint, paused, concurrency, changed_at, changed_by) "
-        "VALUES (:endpoint, :paused, :concurrency, :changed_at, :changed_by) "
-        "ON CONFLICT (endpoint) DO UPDATE SET concurrency = excluded.concurrency, "
-        "changed_at = excluded.changed_at, changed_by = excluded.changed_by"
-    ),
-)
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class DialectSupport:
     """Everything one database needs at run time outside the hot path, in one frozen place.
@@ -454,9 +425,11 @@ class DialectSupport:
     #: Sets storage settings: ``{table}`` quoted by SQLAlchemy, ``{settings}`` ``name=value, ...``.
     storage_ddl: str = ""
 
-    #: Flow control's statements (:class:`FlowStatements`); ``None``: limits hold per process.
+    #: Flow control's statements (:class:`~sqlqueue_orm.dialects.flow.FlowStatements`);
+    #: ``None``: limits hold per process.
     flow: FlowStatements | None = None
-    #: Upserts of the endpoints' control rows (:class:`ControlStatements`).
+    #: Upserts of the endpoints' control rows
+    #: (:class:`~sqlqueue_orm.dialects.control.ControlStatements`).
     control: ControlStatements = CONTROL_UPSERTS
 
     # -- URLs and the driver (sqlqueue_orm.db.create_engine) --------------------------------
@@ -560,60 +533,3 @@ class DialectSupport:
 
 #: A database this package does not know: the rules applied before dialects had a home.
 GENERIC = DialectSupport(name="")
-
-
-# -- flow control (sqlqueue_orm.receiving.flow) ----------------------------------------------
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class FlowStatements:
-    """Flow control's statements on one database: slot claims, key leases, the rate schedule.
-
-    A dialect without them (:attr:`DialectSupport.flow` ``None``) has no locks shared between
-    processes: its limits hold within one process (SQLite).
-    """
-
-    #: Claim a free one of ``:k`` slots named ``:name`` in the caller's transaction, ``:first``
-    #: tried first, then the next ones (modulo ``:k``): the slot number, or no row or -1 when
-    #: every slot is held. One slot at most is claimed.
-    claim_slot: str
-    #: Claim one slot of each of several limits in one statement, each tried from ``:first`` on
-    #: as :attr:`claim_slot` does: how many limits got one. A limit refused leaves the others'
-    #: locks taken (the caller rolls the transaction back).
-    claim_slots: str
-    #: Whether :attr:`claim_slots` takes two groups of names (``:prefix_a``, ``:names_a`` (a
-    #: JSON array), ``:k_a``, and the same for ``b``) rather than one JSON document ``:claims``
-    #: of ``[name, limit, index]``.
-    grouped_claims: bool = False
-    #: The claim of 0, 1, ... limits with scalar parameters (``:name_a``, ``:k_a``, ...), by
-    #: count; ``()``: every claim of several limits goes through :attr:`claim_slots`.
-    few_claims: tuple[str, ...] = ()
-    #: Columns that follow the receive's own RETURNING list: each row's key (``:pattern``)
-    #: and the claim of that key's slot (``:prefix``, ``:k``), and the global slot's claim
-    #: (``:gname``, ``:gk``; ``:gk`` 0: none). ``None``: the receive cannot claim.
-    receive_claiming: str | None = None
-    #: The global slot's claim alone as a column after the receive's RETURNING list.
-    receive_gated: str | None = None
-    #: Claim key slots for the session (``:prefix``, ``:names``, ``:k``, ``:first``): one row
-    #: per name with its slot, NULL when all are held. ``None``: no session claims.
-    lease: str | None = None
-    #: Give back session slots: ``:held`` a JSON array of ``[name, slot]`` after ``:prefix``.
-    unlease: str | None = None
-    #: The server process of the session (compared with the one the driver connected to).
-    backend: str | None = None
-    #: Reserve the next ``:step`` seconds of the rate schedule ``:name`` in ``{table}``, at
-    #: most ``:wait`` seconds ahead, ``:tau`` seconds of idle credit: the seconds until the
-    #: reserved start, or no row or NULL when none is that close.
-    reserve: str
-    #: Whether :attr:`reserve` is one statement, atomic alone (run in autocommit).
-    reserve_alone: bool = False
-
-    def claiming_receive(self, receive: str, keys: bool) -> str:
-        """*receive* (a receive ending with its RETURNING list) claiming slots as it takes rows.
-
-        :param keys: the key slots and the global slot (:attr:`receive_claiming`); else the
-            global slot alone (:attr:`receive_gated`).
-        :raises ValueError: this database's receive cannot claim (or returns no columns).
-        """
-        columns = self.receive_claiming if keys else self.receive_gated
-        if columns is None or " RETURNING " not in receive:
-            raise ValueError("this dialect's receive cannot claim slots")
-        return f"{receive}, {columns}"

@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mssql
 
 from sqlqueue_orm import exceptions
-from sqlqueue_orm.dialects import base
+from sqlqueue_orm.dialects import base, control, flow
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Dialect, Engine
@@ -209,7 +209,7 @@ SUBSCRIBE_MERGE = (
 #: transaction ends, so a second upsert of the same endpoint waits instead of inserting too),
 #: then the INSERT when it changed nothing. Not MERGE: without HOLDLOCK it races on the insert,
 #: and the two statements say what they do. Runs in the caller's transaction.
-CONTROL_UPSERTS = base.ControlStatements(
+CONTROL_UPSERTS = control.ControlStatements(
     set_paused=(
         "SET NOCOUNT ON; "
         "UPDATE {table} WITH (UPDLOCK, SERIALIZABLE) SET paused = :paused, "
@@ -316,7 +316,7 @@ FLOW_RESERVE = (
     "SELECT @slot - @now;"
 )
 
-FLOW = base.FlowStatements(
+FLOW = flow.FlowStatements(
     claim_slot=FLOW_CLAIM_SLOT, claim_slots=FLOW_CLAIM_SLOTS, reserve=FLOW_RESERVE
 )
 

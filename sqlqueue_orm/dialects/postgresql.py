@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.dialects import postgresql
 
-from sqlqueue_orm.dialects import base
+from sqlqueue_orm.dialects import base, flow
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Dialect
@@ -372,7 +372,7 @@ FLOW_RESERVE = (
     "RETURNING next_at - CAST(:step AS float8) - (SELECT t FROM now)"
 )
 
-FLOW = base.FlowStatements(
+FLOW = flow.FlowStatements(
     claim_slot="SELECT " + _free_slot("pg_try_advisory_xact_lock", "hashtext(:name)"),
     claim_slots=FLOW_CLAIM_SLOTS,
     grouped_claims=True,

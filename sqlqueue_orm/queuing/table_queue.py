@@ -130,7 +130,7 @@ class TableQueue:
         """:meth:`receive` claiming flow control's slots in the same statement.
 
         The dialect's receive with its claim columns after its own RETURNING list
-        (:meth:`~sqlqueue_orm.dialects.base.FlowStatements.claiming_receive`), binding *values*.
+        (:meth:`~sqlqueue_orm.dialects.flow.FlowStatements.claiming_receive`), binding *values*.
 
         :param keys: each row's key and its key slot's claim, then the global slot's
             (``receive_claiming``); else the global slot's claim alone (``receive_gated``).

@@ -15,7 +15,7 @@ module:
 What they share: :mod:`~sqlqueue_orm.receiving.flow.slots` (the locks and their claims),
 :mod:`~sqlqueue_orm.receiving.flow.leases` (key slots kept between batches) and
 :mod:`~sqlqueue_orm.receiving.flow.local` (the limits of one process, SQLite). Their statements
-are each dialect's :class:`~sqlqueue_orm.dialects.base.FlowStatements`.
+are each dialect's :class:`~sqlqueue_orm.dialects.flow.FlowStatements`.
 """
 
 from __future__ import annotations

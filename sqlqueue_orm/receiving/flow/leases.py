@@ -36,7 +36,7 @@ from sqlqueue_orm.receiving.flow import slots
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
 
-    from sqlqueue_orm.dialects.base import FlowStatements
+    from sqlqueue_orm.dialects.flow import FlowStatements
     from sqlqueue_orm.receiving.worker import WorkerState
 
 log = logging.getLogger(__name__)

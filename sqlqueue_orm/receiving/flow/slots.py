@@ -3,7 +3,7 @@
 A slot is one of K locks named after the queue (the global limit) or the queue and a key (the
 per-key limit), held by the receive's transaction until it commits or rolls back, so it covers
 the receive, the handlers and the commit; a crash frees it with the connection. The locks and
-the statements taking them are the dialect's (:class:`~sqlqueue_orm.dialects.base.FlowStatements`:
+the statements taking them are the dialect's (:class:`~sqlqueue_orm.dialects.flow.FlowStatements`:
 PostgreSQL's advisory locks, SQL Server's ``sp_getapplock``). The claims run on the driver's
 cursor, as the receive does (:mod:`sqlqueue_orm.connections`).
 
