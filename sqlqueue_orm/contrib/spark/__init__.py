@@ -8,10 +8,11 @@ The modules, by concern: ``session`` (the SparkSession, task engines), ``sending
 (:func:`send_dataframe`), ``ingesting`` (:func:`ingest`: its file commit protocol), ``locking``
 (one reader per queue), ``dataset`` (the ingested dataset's schema and parsing), ``reporting``
 (:func:`report`), ``streaming`` (the ``sqlqueue`` data source: queues as streaming sources and
-sinks, :func:`register`), ``fences`` (the stream's end offsets), ``progress`` (progress lines
-of long jobs), ``models`` (the ``SparkSendLedger`` table) and ``checks`` (inputs checked before
-Spark starts). ``models``, ``checks``, ``locking``, ``fences`` and ``sample`` (synthetic
-NServiceBus audit and error messages for demos) need no Spark at all.
+sinks, :func:`register`), ``options`` (the data source's options, read and checked), ``fences``
+(the stream's end offsets), ``progress`` (progress lines of long jobs), ``models`` (the
+``SparkSendLedger`` table) and ``checks`` (inputs checked before Spark starts). ``models``,
+``checks``, ``locking``, ``fences`` and ``sample`` (synthetic NServiceBus audit and error
+messages for demos) need no Spark at all.
 
 Each Spark task opens its own connection from the database URL with the Python drivers
 (sqlite3, psycopg, pyodbc), so no JDBC jar is needed and nothing runs on driver-local state.
