@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
-import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
@@ -39,17 +38,15 @@ from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage
 from sqlqueue_orm.models import delayed_table as delayed_model
 from sqlqueue_orm.pubsub import publishing
 from sqlqueue_orm.pubsub.subscriptions import SubscriptionSettings, SubscriptionStore
+from sqlqueue_orm.queue_directory import QueueDirectory, QueueRef
 from sqlqueue_orm.queuing import sql
-from sqlqueue_orm.queuing.delayed_table import DelayedTable
-from sqlqueue_orm.queuing.table_queue import PURGE_BATCH_SIZE, TableQueue
-from sqlqueue_orm.schema import QueueInstaller, SchemaInspector
+from sqlqueue_orm.queuing.table_queue import PURGE_BATCH_SIZE
+from sqlqueue_orm.schema import QueueInstaller
 
 log = logging.getLogger(__name__)
 
-QueueRef = str | addressing.QueueAddress
 
-
-class Transport:
+class Transport(QueueDirectory):
     """Message queues in the tables of one database.
 
     :param url_or_engine: a SQLAlchemy URL (the engine is made by
@@ -68,8 +65,9 @@ class Transport:
         (:class:`~sqlqueue_orm.pubsub.subscriptions.SubscriptionSettings`).
 
     Methods with a leading underscore (a queue's parsed address and its
-    :class:`~sqlqueue_orm.queuing.table_queue.TableQueue`, delayed tables, the subscription
-    store) serve the package's own parts: the endpoint, the outbox, the error queue.
+    :class:`~sqlqueue_orm.queuing.table_queue.TableQueue`, delayed tables, the first-use
+    checks: :class:`~sqlqueue_orm.queue_directory.QueueDirectory`'s; the subscription store)
+    serve the package's own parts: the endpoint, the outbox, the error queue.
     """
 
     def __init__(
@@ -87,14 +85,13 @@ class Transport:
             raise exceptions.ConfigurationError(
                 f"delayed_table_suffix {delayed_table_suffix!r} must not be empty"
             )
-        self.delayed_table_suffix = delayed_table_suffix
         settings = config.QueueSettings(sql_server_layout=sql_server_layout)
         if isinstance(url_or_engine, Engine):
-            self.engine = url_or_engine
+            engine = url_or_engine
             self._owns_engine = False
         elif isinstance(url_or_engine, str):
             try:
-                self.engine = db.create_engine(url_or_engine)
+                engine = db.create_engine(url_or_engine)
             except Exception as error:
                 raise exceptions.ConfigurationError(
                     f"cannot use database URL {db.without_password(url_or_engine)!r}: {error}"
@@ -104,16 +101,8 @@ class Transport:
             raise exceptions.ConfigurationError(
                 f"Transport needs a URL or an Engine, not {url_or_engine!r}"
             )
-        self.default_schema = default_schema
-        self.verify_schema = verify_schema
+        super().__init__(engine, default_schema, verify_schema, delayed_table_suffix)
         self._installer = QueueInstaller(settings)
-        self._inspector = SchemaInspector()
-        self._queues: dict[addressing.QueueAddress, TableQueue] = {}
-        self._by_reference: dict[QueueRef, TableQueue] = {}
-        # Queues whose schema was verified (one TableQueue per address; hashed by identity,
-        # cheaper per call than hashing the address).
-        self._verified_queues: set[TableQueue] = set()
-        self._lock = threading.Lock()
         # SQLite: take the write lock up front (see db.create_engine); others begin implicitly.
         begin = dialects.for_dialect(self.engine).begin
         self._connections = connections.ThreadConnections(
@@ -129,7 +118,6 @@ class Transport:
         #: Called with a delayed table's address and the seconds until a message just stored
         #: there is due (the endpoint's mover registers here to wake up in time).
         self.delayed_hooks: list[Callable[[addressing.QueueAddress, float], object]] = []
-        self._delayed: dict[addressing.QueueAddress, DelayedTable] = {}
         #: The hooks of traces and metrics, or None (then each hook site is this one check).
         self.instrumentation = _instrumentation.follow(self)
         if instrumentation is not None:
@@ -159,24 +147,6 @@ class Transport:
         return self._kept.begin()
 
     # -- addressing ------------------------------------------------------------------------
-    def _address(self, queue: QueueRef) -> addressing.QueueAddress:
-        """Parse *queue* in the address form of this database's .NET transport.
-
-        The default schema applies when it names none. SQL Server and SQLite read
-        ``table@[schema]@[catalog]``; PostgreSQL reads ``"schema"."table"`` (and
-        ``table@[schema]``): see :mod:`sqlqueue_orm.addressing`.
-        """
-        address = addressing.QueueAddress.coerce(queue, self.engine.dialect.name)
-        if address.schema is None and self.default_schema is not None:
-            address = addressing.QueueAddress(address.table, self.default_schema, address.catalog)
-        return address
-
-    def _qualified(self, queue: QueueRef) -> addressing.QueueAddress:
-        """*queue*'s address as written and compared (``QueueAddress.qualified``)."""
-        return self._address(queue).qualified(
-            self.engine.dialect.name, lambda: db.current_schema(self.engine)
-        )
-
     def address_text(self, queue: QueueRef) -> str:
         """*queue* written as this database's .NET transport writes addresses.
 
@@ -186,21 +156,6 @@ class Transport:
         """
         return self._qualified(queue).format(self.engine.dialect.name)
 
-    def _table_queue(self, queue: QueueRef) -> TableQueue:
-        """The :class:`TableQueue` of *queue* (cached, also by the text it was named with)."""
-        table_queue = self._by_reference.get(queue)
-        if table_queue is not None:
-            return table_queue
-        address = self._address(queue)
-        with self._lock:
-            table_queue = self._queues.get(address)
-            if table_queue is None:
-                table_queue = TableQueue(address, self.engine.dialect)
-                self._queues[address] = table_queue
-            if len(self._by_reference) < 10_000:
-                self._by_reference[queue] = table_queue
-        return table_queue
-
     def _connection(self, connection: Connection | None) -> AbstractContextManager[Connection]:
         """*connection*, else a transaction of ours (:meth:`begin`) for a ``with`` block."""
         return nullcontext(connection) if connection is not None else self._kept.begin()
@@ -209,51 +164,7 @@ class Transport:
         """*connection*, else one of ours that only reads (SQLite: no write lock taken)."""
         return nullcontext(connection) if connection is not None else db.reading(self.engine)
 
-    def _first_use(self, connection: Connection, table_queue: TableQueue) -> None:
-        """One look-up of the queue table for both one-time checks, on *connection*.
-
-        The schema warnings (when ``verify_schema``) and the probe (Recoverable column, row
-        locks) read the same columns: the table is looked up once per queue, on whichever
-        connection first uses it. Nothing is looked up once both are done.
-        """
-        address = table_queue.address
-        verify = self.verify_schema and table_queue not in self._verified_queues
-        if not verify and table_queue.probed:
-            return
-        with db.wrap_db_errors(table_queue.name):
-            layout = self._inspector.look_up(connection, address, indexes=verify)
-            if verify:
-                self._verified_queues.add(table_queue)
-                self._inspector.warn_about(address, layout, connection.dialect.name)
-            table_queue.probe(connection, () if layout is None else layout.columns)
-
-    def _ready(self, table_queue: TableQueue) -> None:
-        """:meth:`_first_use` on a connection of our own, when it has not run yet."""
-        if table_queue.probed and (
-            table_queue in self._verified_queues or not self.verify_schema
-        ):
-            return
-        with db.reading(self.engine) as connection:  # looks, writes nothing
-            self._first_use(connection, table_queue)
-
     # -- delayed delivery ------------------------------------------------------------------
-    def _delayed_address(self, endpoint: QueueRef) -> addressing.QueueAddress:
-        """The address of *endpoint*'s delayed table: ``<endpoint>.<suffix>``, same schema."""
-        address = self._address(endpoint)
-        name = delayed_model.delayed_table_name(address.table, self.delayed_table_suffix)
-        return addressing.QueueAddress(name, address.schema, address.catalog)
-
-    def _delayed_table(self, endpoint: QueueRef) -> DelayedTable:
-        """The :class:`DelayedTable` of *endpoint* (cached), feeding *endpoint*'s queue."""
-        queue_address = self._address(endpoint)
-        address = self._delayed_address(queue_address)
-        with self._lock:
-            table = self._delayed.get(address)
-            if table is None:
-                table = DelayedTable(address, queue_address, self.engine.dialect)
-                self._delayed[address] = table
-        return table
-
     def create_delayed_table(self, endpoint: QueueRef) -> bool:
         """Create *endpoint*'s delayed table if missing; return whether it was created."""
         address = self._delayed_address(endpoint)
