@@ -15,8 +15,8 @@ import dataclasses
 class FlowStatements:
     """Flow control's statements on one database: slot claims, key leases, the rate schedule.
 
-    A dialect without them (:attr:`DialectSupport.flow` ``None``) has no locks shared between
-    processes: its limits hold within one process (SQLite).
+    A dialect without them (:attr:`~sqlqueue_orm.dialects.base.DialectSupport.flow` ``None``)
+    has no locks shared between processes: its limits hold within one process (SQLite).
     """
 
     #: Claim a free one of ``:k`` slots named ``:name`` in the caller's transaction, ``:first``
