@@ -6,9 +6,10 @@ transport (the default schema where it names none), find the queue's
 :class:`~sqlqueue_orm.queuing.table_queue.TableQueue` (made once per address, and kept by the
 text it was named with too) or an endpoint's
 :class:`~sqlqueue_orm.queuing.delayed_table.DelayedTable`, and, on the first use of a queue,
-look its table up once for the schema warnings and the probe. ``Transport`` is one; its
-operations, and the package's own parts that reach a queue through it (the endpoint, the
-outbox, the error queue), call these methods, which read only what this class sets.
+look its table up once for the schema warnings and the probe. It is ``Transport``'s base
+class: the transport's operations, and the package's own parts that reach a queue through it
+(the endpoint, the outbox, the error queue), call these methods, which read only what this
+class sets.
 """
 
 from __future__ import annotations
