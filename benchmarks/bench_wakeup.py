@@ -17,8 +17,11 @@ the sender): one machine, one clock.
   the default wake-up (default settings: whatever trigger they install, the endpoint registering
   whenever idle), no trigger at all (``notify=False``, the trigger removed) and, while wake-up is
   off by default, the unconditional trigger ``notify=True`` installs; the queue is emptied and
-  the trigger removed before each round, so each round starts alike. The medians of the rounds;
-  target: default >= 0.97x no trigger.
+  the trigger removed before each round, and the table settled (PostgreSQL: ``VACUUM`` and
+  ``CHECKPOINT``; SQLite: a WAL checkpoint) outside the measured time, so each round starts
+  alike. Each side goes first in as many rounds as the other (an even count: the round after a
+  purge runs on a slower table, which an odd count would charge to one side more often). The
+  medians of the rounds; target: default >= 0.97x no trigger.
 
 Variants are chosen only through public settings, so the same cells measure the code before and
 after a change of the defaults: before, the defaults poll (latency up to one peek delay).
@@ -35,6 +38,8 @@ import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
 
 from benchmarks import bench_endpoint, workload
 from benchmarks.workload import Result
@@ -279,7 +284,7 @@ def senders_cell(run: Run) -> None:
         _collect(out, SENDER_COUNT, _START_TIMEOUT)
         # not counted: the senders' and the server's first seconds on a new table
         _round(run, queue, {"notify": False}, commands, out, settings.sender_seconds / 2)
-        for number in range(settings.sender_rounds):
+        for number in range(settings.sender_rounds + settings.sender_rounds % 2):
             for side, overrides in variants if number % 2 == 0 else variants[::-1]:
                 rate = _round(run, queue, overrides, commands, out, settings.sender_seconds)
                 rates[side].append(rate)
@@ -346,7 +351,27 @@ def _round(
     finally:
         endpoint.stop()
     run.transport.purge_all(queue)
+    _settle(run, queue)
     return sum(sent / seconds for sent, seconds in reports if seconds > 0)
+
+
+def _settle(run: Run, queue: str) -> None:
+    """After a round's purge, before the next: the dead rows vacuumed and a checkpoint taken
+    (PostgreSQL), the WAL folded into the database file (SQLite), so no round meets the
+    previous one's clean-up at a random moment."""
+    engine = run.transport.engine
+    table = run.transport._table_queue(queue).quoted_table.replace("%%", "%")
+    statements = (
+        [f"VACUUM {table}", "CHECKPOINT"]
+        if engine.dialect.name == "postgresql"
+        else ["PRAGMA wal_checkpoint(TRUNCATE)"]
+    )
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
+        for statement in statements:
+            try:
+                connection.exec_driver_sql(statement)
+            except sa.exc.DBAPIError as error:  # CHECKPOINT needs superuser or pg_checkpoint
+                run.log(f"    ({statement} before the next round: {error.orig})")
 
 
 def _collect(out: Any, count: int, timeout: float) -> list[tuple[int, float]]:
