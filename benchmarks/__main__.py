@@ -53,7 +53,8 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, harness.Settings]
     parser.add_argument("--wakeup-seconds", type=float,
                         help="seconds of the sustained 300 msg/s cell (default 10)")
     parser.add_argument("--sender-rounds", type=int,
-                        help="rounds of each side of the four-sender cell (default 9)")
+                        help="rounds of each side of the four-sender cell (default 10; an odd "
+                        "count is rounded up, so each side goes first as often)")
     parser.add_argument("--sender-seconds", type=float,
                         help="seconds of each four-sender round (default 3)")
     parser.add_argument("--no-peers", action="store_true", help="skip kombu and PGQueuer")
@@ -63,7 +64,7 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, harness.Settings]
     if args.quick:
         settings = dataclasses.replace(settings, messages=2_000, deep=100_000, peer_messages=500,
                                        migrate_rows=100_000, burn_down=100_000,
-                                       wakeup_samples=100, wakeup_seconds=3.0, sender_rounds=5,
+                                       wakeup_samples=100, wakeup_seconds=3.0, sender_rounds=6,
                                        sender_seconds=1.5,
                                        failed_messages=10_000)
     for field, value in (("messages", args.messages), ("deep", args.deep),

@@ -52,7 +52,7 @@ class Settings:
     #: the sustained 300 msg/s; rounds of each side of the four senders, and each round's length.
     wakeup_samples: int = 400
     wakeup_seconds: float = 10.0
-    sender_rounds: int = 9
+    sender_rounds: int = 10
     sender_seconds: float = 3.0
     #: Messages of the error queue the failure groups are timed on (scenario ``groups``).
     failed_messages: int = 100_000

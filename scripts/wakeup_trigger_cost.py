@@ -11,7 +11,8 @@ endpoint registered as waiting, where every send notifies; the old unconditional
   (one per variant) written in turn statement by statement, so whatever else the machine does
   falls on every variant alike (the steadiest figure on a busy machine);
 * ``--cpu-sends``: the server CPU per send of one connection (Linux ``/proc``), variants
-  alternating by round, slot counts 1, 2 and 4 included;
+  alternating by round, slot counts 1, 2 and 4 included, and a ``WHEN`` that calls a
+  function but tries no lock (what any non-constant test costs);
 * ``--rounds`` x ``--seconds``: the rate of ``--senders`` processes, one INSERT per transaction,
   variants alternating by round, medians and their ratio to "no trigger".
 
@@ -255,6 +256,14 @@ def main() -> None:
             connection.exec_driver_sql(statements.create_function)
             connection.exec_driver_sql(statements.create_trigger.format(table=table, when="true"))
 
+    def call_only() -> None:  # a WHEN that calls a function, as the slot test does, but no lock
+        none()
+        with engine.begin() as connection:
+            connection.exec_driver_sql(statements.create_function)
+            connection.exec_driver_sql(
+                statements.create_trigger.format(table=table, when="pg_backend_pid() > 0")
+            )
+
     if args.interleaved:
         interleaved(url, args.interleaved)
     if args.cpu_sends:
@@ -264,6 +273,7 @@ def main() -> None:
             {
                 "no trigger": none,
                 "a trigger whose WHEN is false": never,
+                "a WHEN calling a function, no lock": call_only,
                 "conditional, 1 slot": slots(1),
                 "conditional, 2 slots": slots(2),
                 "conditional, 4 slots": slots(4),

@@ -118,11 +118,14 @@ _NOTIFY_CALL = f"pg_notify('{_CHANNEL}', TG_TABLE_NAME)"
 #: table's name: every writer's sends (.NET endpoints included) wake the endpoints listening.
 #: The payload is the table name only: a wake-up is a hint, and a spurious one costs one peek.
 #: The trigger fires only while an idle endpoint is registered as waiting: a waiter holds a
-#: session-level exclusive advisory lock on one of the queue's slots (two-int keys, a key space
+#: session-level exclusive advisory lock on the queue's waiting slot (two-int keys, a key space
 #: apart from the bigint locks used elsewhere), and the trigger's ``WHEN`` tries a shared
-#: transaction-level lock on every slot. Senders' shared locks never conflict with each other;
-#: a failed try means a waiter holds that slot, so the sender notifies (at its commit). The
-#: check runs in ``WHEN``: with nobody waiting no PL/pgSQL runs at all.
+#: transaction-level lock on it. Senders' shared locks never conflict with each other; a failed
+#: try means a waiter holds the slot, so the sender notifies (at its commit). The check runs in
+#: ``WHEN``: with nobody waiting no PL/pgSQL runs at all. One slot: every idle endpoint
+#: listens and a notification wakes them all, so one registration is enough, and any
+#: non-constant ``WHEN`` costs each sending statement a few microseconds, a second lock try
+#: as much again (``scripts/wakeup_trigger_cost.py``).
 NOTIFY_WAKEUP = base.NotifyWakeup(
     channel=_CHANNEL,
     trigger=_TRIGGER,
@@ -148,7 +151,7 @@ $$""",
     unregister="SELECT pg_advisory_unlock({slot}, {table_key})",
     # "SQ" in the high bytes: the first slot's key; the slots follow it.
     slot_namespace=0x5351_0000,
-    slots=2,
+    slots=1,
     listen=f"LISTEN {_CHANNEL}",
     trigger_catalog=(
         "SELECT pg_get_triggerdef(t.oid), p.prosrc FROM pg_trigger AS t "

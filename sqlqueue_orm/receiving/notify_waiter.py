@@ -1,8 +1,8 @@
 """PostgreSQL: an idle pump registers as waiting and LISTENs, so only then do sends notify.
 
 One connection per pump, of its own (never handed back to the pool), both ``LISTEN``s and
-holds the registration: a session-level exclusive advisory lock on one of the queue's slots
-(:class:`~sqlqueue_orm.dialects.base.NotifyWakeup`). The queue table's trigger tests the slots
+holds the registration: a session-level exclusive advisory lock on the queue's waiting slot
+(:class:`~sqlqueue_orm.dialects.base.NotifyWakeup`). The queue table's trigger tests the slot
 in its ``WHEN`` with shared transaction-level locks and notifies only when one is held, so
 under load, with nobody waiting, a send runs no ``pg_notify``. A killed process's session
 ends with its connection, and its registration with it.
@@ -10,9 +10,11 @@ ends with its connection, and its registration with it.
 Why nothing is missed: the pump registers, then peeks, then sleeps. A send either saw the
 registration (it notifies at its commit, and this connection hears it), or checked before
 it; then its shared lock, held until it commits, made the registration fail. A failed
-registration (a sender in flight, or every slot held by other waiters) is retried after a
+registration (a sender in flight, or the slot held by another waiter) is retried after a
 pause growing from :data:`FIRST_RETRY` to the peek delay, each retry peeking first: a long
-transaction that sends costs the waiter polls at that pace, never a message.
+transaction that sends costs the waiter polls at that pace, never a message. Every waiter
+listens, registered or not, and a notification wakes them all: one registration per queue is
+enough, and each slot would cost every send one more lock try.
 
 Threads: the pump's loop thread registers and unregisters (synchronously, so the order above
 holds); this module's thread waits on the socket with ``select()`` and reads the
@@ -134,7 +136,7 @@ class NotifyWaiter:
                 self._slot = int(slot)
                 self._pause = 0.0
                 return None
-        # a sender is in flight (its shared lock), or other waiters hold every slot
+        # a sender is in flight (its shared lock), or another waiter holds the slot
         self._pause = min(delay, max(FIRST_RETRY, self._pause * 2))
         return self._pause
 

@@ -319,11 +319,11 @@ class MessagePump:
                 if self._stopping.is_set():
                     break
                 ended = self._ended  # handlers that held a row and ended, before this peek
-                if sent:
+                woken, sent = sent, False
+                if woken:
                     # A committed send woke us: the peek would only say "at least one",
                     # so one receive goes at once (a round trip less before the handler);
                     # the peek after it finds whatever else is waiting.
-                    sent = False
                     count = 1
                 else:
                     try:
@@ -362,6 +362,11 @@ class MessagePump:
                 while not batch.done.wait(0.5):
                     if self._stopping.is_set():
                         break
+                if batch.empty and woken:
+                    # The message announced was taken already (this pump's last peek found it
+                    # before its notification came, or a competitor did): peek, and wait as
+                    # idle, registered, rather than pause deaf to the next send.
+                    continue
                 if batch.empty:
                     # A receive found nothing although the peek counted rows: they are held
                     # by receives in flight (PostgreSQL's peek sees a row until the receive

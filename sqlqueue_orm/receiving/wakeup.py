@@ -13,7 +13,7 @@ A statement-level ``AFTER INSERT`` trigger on the queue table calls ``pg_notify`
 table's name, so every writer's sends (.NET endpoints included) wake the endpoints listening;
 PostgreSQL delivers the notification when the sending transaction commits, once per
 transaction and payload. The trigger fires only while an idle endpoint is registered as
-waiting (a session advisory lock on one of the queue's slots, tested in the trigger's
+waiting (a session advisory lock on the queue's waiting slot, tested in the trigger's
 ``WHEN``): under load nobody waits and the sends pay no ``pg_notify``.
 :class:`~sqlqueue_orm.receiving.notify_waiter.NotifyWaiter` LISTENs and registers;
 :func:`ensure_trigger` installs the trigger at start when it is missing or out of date.

@@ -27,7 +27,7 @@ import sqlalchemy as sa
 
 from sqlqueue_orm import OutgoingMessage, Transport, db, dialects, exceptions
 from sqlqueue_orm.models.queue_table import queue_table
-from sqlqueue_orm.receiving import Endpoint, HandlerContext, wakeup
+from sqlqueue_orm.receiving import Endpoint, HandlerContext, pump, wakeup
 from tests.conftest import Database, only
 from tests.endpoint_app import Job
 
@@ -79,6 +79,35 @@ def test_a_raw_insert_by_another_connection_wakes_an_idle_endpoint(database: Dat
         time.sleep(0.2)
         raw_insert(database.url, "idle")
         assert handled.wait(PEEK_DELAY / 3), "not woken: the peek delay would have found it"
+    finally:
+        endpoint.stop()
+
+
+def test_a_wake_for_a_message_taken_already_leaves_the_endpoint_listening(
+    database: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A notification can come after the pump's own peek took its message (it registered, peeked
+    once more and found it). The receive the wake starts finds nothing; the pump then peeks and
+    waits as idle, so the next send by another connection still wakes it, instead of pausing
+    deaf to it for the empty-receive pause (30 s here, as long as the peek delay)."""
+    monkeypatch.setattr(pump, "EMPTY_RECEIVE_PAUSE", PEEK_DELAY)
+    transport = database.transport()
+    transport.create_queue("late")
+    handled = threading.Event()
+    endpoint = Endpoint("late", transport, peek_delay=PEEK_DELAY)
+    endpoint.handle_raw(lambda body, context: handled.set())
+    endpoint.start()
+    try:
+        assert endpoint._pump is not None
+        assert endpoint._pump.drained.wait(10)
+        time.sleep(0.2)  # idle, waiting
+        peeks = endpoint.stats.peeks
+        endpoint._pump.wake()  # a notification whose message is gone already
+        # the empty receive, then (once mended) a peek: waiting again
+        wait_until(lambda: endpoint.stats.peeks > peeks, 2.0)
+        time.sleep(0.2)
+        raw_insert(database.url, "late")
+        assert handled.wait(PEEK_DELAY / 3), "deaf after the empty receive: not woken"
     finally:
         endpoint.stop()
 
