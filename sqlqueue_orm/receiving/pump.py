@@ -98,6 +98,10 @@ LINGER = 0.05
 #: the pool's own checks (``pool_pre_ping``, ``pool_recycle``) still run under steady load.
 KEEP_MOST = 1_000
 
+#: Longest wait (seconds, after :data:`LINGER`) of a stop for idle workers to give their
+#: connections back: no handler runs there, only a scheduler starving the thread delays it.
+_RELEASE_WAIT = 2.0
+
 
 class _Worker(WorkerState):
     """One worker thread's state, with the connection it keeps (see the module docstring).
@@ -463,15 +467,21 @@ class MessagePump:
                 batch = self._next_ticket(worker)
             if batch is None:
                 return
-            if batch.empty or self._stopping.is_set() or self.paused:
-                batch.mark(True)  # cancelled: a sibling found nothing, stopping or paused
-                continue
             receipt = _Receipt(self, batch, worker)
             with self._condition:
-                self._busy += 1
-                self._active.add(receipt)
-                self.stats.in_flight = self._busy
-                self.stats.max_in_flight = max(self.stats.max_in_flight, self._busy)
+                # decided as the receive is counted: a stop that saw none running and no
+                # connection held has returned, and no receive may begin after it
+                cancelled = batch.empty or self._stopping.is_set() or self.paused
+                if not cancelled:
+                    self._busy += 1
+                    self._active.add(receipt)
+                    self.stats.in_flight = self._busy
+                    self.stats.max_in_flight = max(self.stats.max_in_flight, self._busy)
+            if cancelled:  # a sibling found nothing, stopping or paused
+                if self._stopping.is_set():
+                    worker.release()  # now, not after passing over the tasks still queued
+                batch.mark(True)
+                continue
             failure: BaseException | None = None
             raised = False
             try:
@@ -558,7 +568,10 @@ class MessagePump:
             self._listener.stop()
 
     def stop(self, timeout: float) -> bool:
-        """Stop taking messages; wait up to *timeout* s for handlers, abandon the rest."""
+        """Stop taking messages; wait up to *timeout* s for handlers, abandon the rest.
+
+        Return True when every handler finished and no worker holds a connection.
+        """
         if self._stopped.is_set():
             return True
         self.stop_taking()
@@ -568,13 +581,16 @@ class MessagePump:
             while (self._busy or self._held) and time.monotonic() < deadline:
                 self._condition.wait(min(0.1, max(0.0, deadline - time.monotonic())))
             # a worker that went idle just before the stop gives its connection back within
-            # LINGER, even when the deadline is shorter
-            lingering = time.monotonic() + LINGER + 0.5
+            # LINGER (no handler runs there), even when the deadline is shorter
+            lingering = time.monotonic() + LINGER + _RELEASE_WAIT
             while not self._busy and self._held and time.monotonic() < lingering:
                 self._condition.wait(max(0.0, lingering - time.monotonic()))
-            finished = self._busy == 0
+            idle = self._busy == 0
+            held = self._held
             abandoned = list(self._active)
-        if not finished:
+        if idle and held:
+            log.warning("queue %s: %d connection(s) still held by idle workers", self.queue, held)
+        if not idle:
             log.warning(
                 "queue %s: %d handler(s) still running after %.1f s; rolling them back "
                 "(their messages return to the queue)",
@@ -588,7 +604,7 @@ class MessagePump:
             self._loop_thread.join(timeout=1.0)
         self._stopped.set()
         log.info("queue %s: endpoint stopped (%d handled)", self.queue, self.stats.handled)
-        return finished
+        return idle and not held  # True: no handler runs, no worker holds a connection
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until stopped; return whether it is."""
