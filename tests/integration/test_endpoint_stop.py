@@ -11,7 +11,7 @@ import queue
 import threading
 import time
 
-from sqlqueue_orm.receiving import Endpoint, EndpointSettings, TransactionMode, pump
+from sqlqueue_orm.receiving import Endpoint, EndpointSettings, TransactionMode, pump, tasks
 from tests.endpoint_app import Job, send_jobs
 from tests.integration.test_endpoint_concurrency import _workers_checkouts
 
@@ -94,7 +94,7 @@ def test_a_worker_that_took_a_task_as_the_stop_began_does_not_receive_after_it(
     taken = threading.Event()
     returned = threading.Event()
 
-    class HeldReceipt(pump._Receipt):
+    class HeldReceipt(tasks.Receipt):
         armed = False
 
         def __init__(self, *args: object) -> None:
@@ -104,7 +104,7 @@ def test_a_worker_that_took_a_task_as_the_stop_began_does_not_receive_after_it(
                 returned.wait(10)
             super().__init__(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(pump, "_Receipt", HeldReceipt)
+    monkeypatch.setattr(tasks, "Receipt", HeldReceipt)
     transport = database.transport()
     transport.create_queue("taking")
     checkouts, held = _workers_checkouts(transport.engine)
