@@ -222,8 +222,9 @@ class MessagePump:
         except Exception:  # a bug: say so loudly rather than die silently
             log.critical("queue %s: the pump loop failed", self.queue, exc_info=True)
         finally:
-            for _ in self._threads:
-                self._tickets.put(None)
+            with self._condition:  # a resize in progress (it holds the lock) counted too
+                for _ in self._threads:
+                    self._tickets.put(None)
 
     def _held_rows(self) -> int:
         """Rows this pump's handlers hold that the peek counted (0 where it does not count them).

@@ -1,8 +1,10 @@
-"""Stop: when ``stop()`` returns True no worker holds a connection and none receives after it.
+"""Stop: when ``stop()`` returns True no worker holds a connection, none receives after it,
+and every worker thread ends.
 
-Each test holds a worker thread at one exact step while the stop begins (through the pump's
-ticket queue or its receipts, as the other stop test does with its slow tickets), so the
-window it proves closed is hit on every run, not once in a while.
+Each test holds a thread at one exact step while the stop begins (a worker in the pump's ticket
+queue or its receipt, the loop in its peek, a resize starting a worker), as the other stop test
+does with its slow tickets, so the window it proves closed is hit on every run, not once in a
+while.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ import queue
 import threading
 import time
 
+from sqlqueue_orm import exceptions
 from sqlqueue_orm.receiving import Endpoint, EndpointSettings, TransactionMode, pump, tasks
+from sqlqueue_orm.receiving import control as receiving_control
 from tests.endpoint_app import Job, send_jobs
 from tests.integration.test_endpoint_concurrency import _workers_checkouts
 
@@ -130,3 +134,62 @@ def test_a_worker_that_took_a_task_as_the_stop_began_does_not_receive_after_it(
     assert stopped
     assert len(checkouts) == made and handled == [], (len(checkouts), made, handled)
     assert transport.peek("taking") == 1  # the message waits for the next start
+
+
+
+def test_a_resize_as_the_stop_begins_leaves_no_worker_behind(database, monkeypatch):
+    """A concurrency resize (the control poller's) starts a worker while the stop begins and
+    the loop ends (here its peek failed): every worker thread ends. (The loop's last step
+    counted the workers without the lock the resize holds, so it missed the new one, which
+    then waited for a task forever.)"""
+    name = f"resized_{database.dialect}"  # a worker one run left behind is not the next's
+    peeking, resizing, stopping = threading.Event(), threading.Event(), threading.Event()
+
+    class GatedThread(threading.Thread):
+        def start(self) -> None:
+            super().start()
+            if self.name.startswith(f"{name} worker +"):
+                resizing.set()
+                for loop in [t for t in threading.enumerate() if t.name == f"{name} pump"]:
+                    loop.join(1.0)  # the loop ends meanwhile, or waits for the resize
+
+    monkeypatch.setattr(receiving_control.threading, "Thread", GatedThread)
+    stop_taking = pump.MessagePump.stop_taking
+
+    def stop_taking_then_tell(self: pump.MessagePump) -> None:
+        stop_taking(self)
+        stopping.set()
+
+    monkeypatch.setattr(pump.MessagePump, "stop_taking", stop_taking_then_tell)
+    transport = database.transport()
+    transport.create_queue(name)
+    peek = transport.peek
+
+    def gated_peek(*args: object, **kwargs: object) -> int:
+        if threading.current_thread().name == f"{name} pump" and not peeking.is_set():
+            peeking.set()
+            assert resizing.wait(10) and stopping.wait(10)
+            raise exceptions.DatabaseError("the peek failed as the stop began")
+        return peek(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(transport, "peek", gated_peek)
+    settings = EndpointSettings(concurrency=2, peek_delay=0.1, delayed_delivery=False,
+                                transaction_mode=TransactionMode.TRANSACTION_SCOPE)
+    endpoint = Endpoint(name, transport, settings=settings)
+    endpoint.handle(Job)(lambda job, context: None)
+    endpoint.start()
+    assert endpoint._pump is not None
+    resize = threading.Thread(target=receiving_control.resize, args=(endpoint._pump, 3))
+    workers: list[threading.Thread] = []
+    try:
+        assert peeking.wait(30)
+        resize.start()
+        assert resizing.wait(30)
+        workers = _worker_threads(name)
+    finally:
+        stopped = endpoint.stop(5)
+    resize.join(10)
+    for thread in workers:
+        thread.join(5)
+    assert stopped
+    assert len(workers) == 3 and not [each for each in workers if each.is_alive()], workers
