@@ -28,9 +28,15 @@ Peek and receive each have a circuit breaker
 (:class:`~sqlqueue_orm.receiving.circuit_breaker.CircuitBreaker`); while the receive breaker
 is open, one receive is tried at a time.
 
-:meth:`MessagePump.stop` stops taking messages and waits for the handlers in flight; those still
-running at the deadline are abandoned: their connection is closed under them, so the database
-rolls their receive back and the message returns to the queue.
+Where a receive happens: :meth:`MessagePump._work_with`, each worker thread's loop, which
+takes a receive task and hands it to the mode.
+
+:meth:`MessagePump.stop` stops taking messages and waits for the handlers in flight and for the
+workers' kept connections; handlers still running at the deadline are abandoned: their
+connection is closed under them, so the database rolls their receive back and the message
+returns to the queue. It returns True only with no handler running and every connection back
+in the pool; a worker decides to start a receive under the lock that counts it, so none begins
+after a stop that saw none.
 """
 
 from __future__ import annotations
