@@ -1,21 +1,24 @@
 """Stop: when ``stop()`` returns True no worker holds a connection, none receives after it,
-and every worker thread ends.
+and every worker thread ends; a SIGTERM stops ``run()`` whichever thread takes it.
 
 Each test holds a thread at one exact step while the stop begins (a worker in the pump's ticket
-queue or its receipt, the loop in its peek, a resize starting a worker), as the other stop test
-does with its slow tickets, so the window it proves closed is hit on every run, not once in a
-while.
+queue or its receipt, the loop in its peek, a resize starting a worker, the main thread in its
+wait while another takes the signal), as the other stop test does with its slow tickets, so the
+window it proves closed is hit on every run, not once in a while.
 """
 
 from __future__ import annotations
 
 import queue
+import signal
+import sys
 import threading
 import time
 
 from sqlqueue_orm import exceptions
 from sqlqueue_orm.receiving import Endpoint, EndpointSettings, TransactionMode, pump, tasks
 from sqlqueue_orm.receiving import control as receiving_control
+from tests.conftest import only
 from tests.endpoint_app import Job, send_jobs
 from tests.integration.test_endpoint_concurrency import _workers_checkouts
 
@@ -193,3 +196,44 @@ def test_a_resize_as_the_stop_begins_leaves_no_worker_behind(database, monkeypat
         thread.join(5)
     assert stopped
     assert len(workers) == 3 and not [each for each in workers if each.is_alive()], workers
+
+
+@only("sqlite")  # signals, not the database: one dialect proves it
+def test_a_sigterm_another_thread_takes_stops_run(database):
+    """``run()``: a SIGTERM the kernel hands to a thread other than the main one (any thread of
+    a process may take its signal) stops the endpoint. (Python runs a signal's handler in the
+    main thread only, and that thread waited for the stop without a timeout, so it never ran
+    it: the process went on as if it had not been signalled.)"""
+    assert threading.current_thread() is threading.main_thread()  # run() installs handlers
+    transport = database.transport()
+    transport.create_queue("signalled")
+    endpoint = Endpoint("signalled", transport, settings=EndpointSettings(peek_delay=0.1))
+    endpoint.handle(Job)(lambda job, context: None)
+    returned = threading.Event()
+    rescued: list[bool] = []
+
+    main = threading.main_thread().ident
+
+    def main_waits_for_the_stop() -> bool:
+        frame = sys._current_frames().get(main)  # type: ignore[arg-type]
+        names = []
+        while frame is not None:
+            names.append(frame.f_code.co_qualname)
+            frame = frame.f_back
+        return "Endpoint.wait" in names
+
+    def signal_this_thread() -> None:
+        _wait(main_waits_for_the_stop, "run() waiting for the stop")
+        signal.pthread_kill(threading.get_ident(), signal.SIGTERM)  # this thread, not main
+        if not returned.wait(10):
+            rescued.append(True)  # the signal did nothing: stop it, or run() never returns
+            endpoint.stop(5)
+
+    signaller = threading.Thread(target=signal_this_thread, name="signaller")
+    signaller.start()
+    try:
+        endpoint.run()
+    finally:
+        returned.set()
+        signaller.join(30)
+    assert not rescued
