@@ -80,6 +80,10 @@ log = logging.getLogger(__name__)
 #: Longest exception message copied into the error queue's headers (as NServiceBus truncates).
 MAX_EXCEPTION_MESSAGE = forwarding.MAX_EXCEPTION_MESSAGE
 
+#: Seconds :meth:`Endpoint.run` waits at a time: a signal another thread took runs its Python
+#: handler only once the main thread runs again, which an untimed wait never lets it do.
+_SIGNAL_CHECK = 0.2
+
 
 class Endpoint:
     """An input queue, handlers per message type, and a pump running them in a transaction mode.
@@ -440,7 +444,8 @@ class Endpoint:
                     while not each.drained.wait(0.1) and each.running:
                         pass  # a signal's stop ends the wait too
                 self.stop()
-            self.wait()
+            while not self.wait(_SIGNAL_CHECK):
+                pass
 
     @contextmanager
     def _signals(self) -> Iterator[None]:

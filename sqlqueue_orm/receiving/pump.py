@@ -19,19 +19,24 @@ peek counted rows (another process holds them, or flow control refused) is follo
 of at most :data:`EMPTY_RECEIVE_PAUSE`, not by a peek at once: on PostgreSQL that spun peeks
 and receives for as long as any handler ran.
 
-Each worker thread has a :class:`_Worker` (:class:`~sqlqueue_orm.receiving.worker.WorkerState`),
-handed with a :class:`_Receipt` to the mode's ``process`` on every receive. A worker keeps its
-connection while receive tasks keep coming and gives it back after :data:`LINGER` without one
-(a checkout per message costs the unbatched pump much of its CPU); a receive that raises, or
-whose connection a timed-out stop closed, drops it.
+Each worker thread has a :class:`~sqlqueue_orm.receiving.tasks.Worker`, handed with a
+:class:`~sqlqueue_orm.receiving.tasks.Receipt` to the mode's ``process`` on every receive; the
+connection a worker keeps between receives, and when it gives it back, are
+:mod:`~sqlqueue_orm.receiving.tasks`'s.
 
 Peek and receive each have a circuit breaker
 (:class:`~sqlqueue_orm.receiving.circuit_breaker.CircuitBreaker`); while the receive breaker
 is open, one receive is tried at a time.
 
-:meth:`MessagePump.stop` stops taking messages and waits for the handlers in flight; those still
-running at the deadline are abandoned: their connection is closed under them, so the database
-rolls their receive back and the message returns to the queue.
+Where a receive happens: :meth:`MessagePump._work_with`, each worker thread's loop, which
+takes a receive task and hands it to the mode.
+
+:meth:`MessagePump.stop` stops taking messages and waits for the handlers in flight and for the
+workers' kept connections; handlers still running at the deadline are abandoned: their
+connection is closed under them, so the database rolls their receive back and the message
+returns to the queue. It returns True only with no handler running and every connection back
+in the pool; a worker decides to start a receive under the lock that counts it, so none begins
+after a stop that saw none.
 """
 
 from __future__ import annotations
@@ -42,20 +47,17 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from sqlalchemy.engine import Connection, Engine, RootTransaction
-
-from sqlqueue_orm import dialects, exceptions
-from sqlqueue_orm.receiving import wakeup
+from sqlqueue_orm import dialects
+from sqlqueue_orm.receiving import tasks, wakeup
 from sqlqueue_orm.receiving.circuit_breaker import DATABASE_ERRORS, CircuitBreaker
 from sqlqueue_orm.receiving.stats import PumpStats
-from sqlqueue_orm.receiving.worker import WorkerState
 
 if TYPE_CHECKING:
     from sqlqueue_orm import addressing
     from sqlqueue_orm.receiving.handling import Handling
     from sqlqueue_orm.receiving.modes.base import ReceiveMode
 
-__all__ = ["EMPTY_RECEIVE_PAUSE", "KEEP_MOST", "LINGER", "MessagePump", "PumpStats"]
+__all__ = ["EMPTY_RECEIVE_PAUSE", "MessagePump", "PumpStats"]
 
 log = logging.getLogger(__name__)
 
@@ -65,156 +67,9 @@ _MAX_TICKETS = 10_000
 #: Longest pause (seconds) after a receive found nothing that its peek had counted; a send's
 #: wake-up or a handler of the pump ending cuts it short.
 EMPTY_RECEIVE_PAUSE = 0.05
-
-
-class _Batch:
-    """The receive tickets handed out after one peek."""
-
-    def __init__(self, size: int) -> None:
-        self._remaining = size
-        self.empty = False
-        self.done = threading.Event()
-        self._lock = threading.Lock()
-        if size <= 0:
-            self.done.set()
-
-    def mark(self, found: bool) -> None:
-        with self._lock:
-            self._remaining -= 1
-            if not found:
-                self.empty = True
-            if self._remaining <= 0:
-                self.done.set()
-
-
-#: Seconds a worker that finds no receive task waiting keeps its connection before giving it
-#: back to the pool. Under load the loop hands out the next tasks a peek after the last was
-#: taken (a millisecond or a few), and a connection given back there and checked out again
-#: costs a checkin and a checkout, and, batched under a per-key limit, its key leases claimed
-#: anew.
-LINGER = 0.05
-
-#: Most receives a worker runs on one kept connection before giving it back to the pool, so
-#: the pool's own checks (``pool_pre_ping``, ``pool_recycle``) still run under steady load.
-KEEP_MOST = 1_000
-
-
-class _Worker(WorkerState):
-    """One worker thread's state, with the connection it keeps (see the module docstring).
-
-    Used as the ``with`` block of one receive (:meth:`_Receipt.connect`): on leaving it a
-    transaction still open is rolled back, and after an exception, when the stop abandoned the
-    receive, when the receive asked not to keep it (NONE: its handler runs after the block) or
-    after :data:`KEEP_MOST` receives, the connection goes back to the pool.
-    """
-
-    __slots__ = ("connection", "keep", "pump", "receipt", "uses")
-
-    def __init__(self, pump: MessagePump) -> None:
-        super().__init__()
-        self.pump = pump
-        self.connection: Connection | None = None
-        self.receipt: _Receipt | None = None
-        self.keep = True
-        self.uses = 0
-
-    def open(self, engine: Engine, receipt: _Receipt, keep: bool) -> _Worker:
-        """Ready for *receipt*'s receive on *engine*: the kept connection, or a new one."""
-        connection = self.connection
-        if (
-            connection is None
-            or connection.closed
-            or connection.invalidated
-            or connection.engine is not engine
-        ):
-            self.release()
-            connection = engine.connect()
-            self.pump._holding(1)
-            self.connection = connection
-            self.uses = 0
-        self.uses += 1
-        self.receipt = receipt
-        self.keep = keep
-        receipt._connection = connection
-        return self
-
-    def __enter__(self) -> Connection:
-        assert self.connection is not None
-        return self.connection
-
-    def __exit__(self, kind: object, error: object, traceback: object) -> None:
-        connection = self.connection
-        receipt, self.receipt = self.receipt, None
-        if receipt is not None:
-            receipt._connection = None  # a stop abandoning it later must not close this one
-        if connection is None:
-            return
-        if (
-            kind is not None
-            or connection.invalidated
-            or (receipt is not None and receipt.abandoned)
-            or not self.keep
-            or self.uses >= KEEP_MOST
-        ):
-            self.release()  # (after a failure its state is not known: the next gets another)
-        elif connection.in_transaction():
-            connection.rollback()  # what closing it would have done
-
-    def release(self) -> None:
-        """Give the connection back to the pool (idle, stopping, or after a failure)."""
-        connection, self.connection = self.connection, None
-        if connection is not None:
-            try:
-                connection.close()
-            except Exception as error:  # already broken: the pool discards it
-                log.debug("closing a worker's connection: %s", error)
-            finally:
-                self.pump._holding(-1)
-
-
-class _Receipt:
-    """One worker's receive: reports to the batch, can be abandoned by a timed-out stop."""
-
-    def __init__(self, pump: MessagePump, batch: _Batch, worker: _Worker) -> None:
-        self._pump = pump
-        self._batch = batch
-        self._worker = worker
-        self._signalled = False
-        self._connection: Connection | None = None
-        self.abandoned = False
-        #: Whether the receive took a message.
-        self.found = False
-        #: Whether its row is still held: taken, the receive's transaction not committed
-        #: (NONE commits before the handler runs; a rollback ends with the receipt).
-        self.holding = False
-
-    def received(self, found: bool) -> None:
-        if not self._signalled:
-            self._signalled = True
-            self.found = self.holding = found
-            self._batch.mark(found)
-
-    def connect(self, engine: Engine, keep: bool = True) -> _Worker:
-        """The receive's connection (the worker's, kept unless *keep* is False), for ``with``."""
-        return self._worker.open(engine, self, keep)
-
-    def commit(self, transaction: RootTransaction) -> None:
-        if self.abandoned:
-            raise exceptions.SqlQueueError("abandoned by a timed-out stop; rolled back")
-        transaction.commit()
-        self.holding = False
-
-    def outcome(self, name: str, count: int = 1) -> None:
-        self._pump._count(name, count)
-
-    def abandon(self) -> None:
-        self.abandoned = True
-        connection = self._connection
-        if connection is not None:
-            try:
-                connection.invalidate()  # closes the DBAPI connection: the server rolls back
-            except Exception as error:  # the worker may be using it this very moment
-                log.debug("queue %s: closing an abandoned connection: %s", self._pump.queue, error)
+#: Longest wait (seconds, after :data:`~.tasks.LINGER`) of a stop for idle workers to give
+#: their connections back: no handler runs there, only a scheduler starving a thread delays it.
+_RELEASE_WAIT = 2.0
 
 
 class MessagePump:
@@ -250,12 +105,12 @@ class MessagePump:
         self._ended = 0
         #: Whether the dialect's peek counts rows whose receive has not committed.
         self._peek_counts_held_rows = False
-        self._tickets: queue_module.SimpleQueue[_Batch | None] = queue_module.SimpleQueue()
-        #: Kept connections the workers hold (under ``_condition``; see :class:`_Worker`).
+        self._tickets: queue_module.SimpleQueue[tasks.Batch | None] = queue_module.SimpleQueue()
+        #: Kept connections the workers hold (under ``_condition``; see :class:`~.tasks.Worker`).
         self._held = 0
         self._condition = threading.Condition()
         self._busy = 0
-        self._active: set[_Receipt] = set()
+        self._active: set[tasks.Receipt] = set()
         self._threads: list[threading.Thread] = []
         self._loop_thread: threading.Thread | None = None
         self._listener: wakeup.IdleWaiter | None = None
@@ -354,7 +209,7 @@ class MessagePump:
                 size = -(-size // self.settings.batch_size)
                 if self.receive_breaker.armed:
                     size = 1
-                batch = _Batch(size)
+                batch = tasks.Batch(size)
                 for _ in range(size):
                     self._tickets.put(batch)
                 if self._listener is not None:  # after the tickets: adds no latency
@@ -378,8 +233,9 @@ class MessagePump:
         except Exception:  # a bug: say so loudly rather than die silently
             log.critical("queue %s: the pump loop failed", self.queue, exc_info=True)
         finally:
-            for _ in self._threads:
-                self._tickets.put(None)
+            with self._condition:  # a resize in progress (it holds the lock) counted too
+                for _ in self._threads:
+                    self._tickets.put(None)
 
     def _held_rows(self) -> int:
         """Rows this pump's handlers hold that the peek counted (0 where it does not count them).
@@ -438,7 +294,7 @@ class MessagePump:
         with self._condition:
             if self._busy:
                 return False
-        batch = _Batch(1)
+        batch = tasks.Batch(1)
         self._tickets.put(batch)
         while not batch.done.wait(0.5):
             if self._stopping.is_set():
@@ -453,13 +309,13 @@ class MessagePump:
         return False
 
     def _work(self) -> None:
-        worker = _Worker(self)
+        worker = tasks.Worker(self.queue, self._holding)
         try:
             self._work_with(worker)
         finally:
             worker.release()
 
-    def _work_with(self, worker: _Worker) -> None:
+    def _work_with(self, worker: tasks.Worker) -> None:
         tickets = self._tickets
         while True:
             try:
@@ -468,15 +324,21 @@ class MessagePump:
                 batch = self._next_ticket(worker)
             if batch is None:
                 return
-            if batch.empty or self._stopping.is_set() or self.paused:
-                batch.mark(True)  # cancelled: a sibling found nothing, stopping or paused
-                continue
-            receipt = _Receipt(self, batch, worker)
+            receipt = tasks.Receipt(batch, worker, self._count)
             with self._condition:
-                self._busy += 1
-                self._active.add(receipt)
-                self.stats.in_flight = self._busy
-                self.stats.max_in_flight = max(self.stats.max_in_flight, self._busy)
+                # decided as the receive is counted: a stop that saw none running and no
+                # connection held has returned, and no receive may begin after it
+                cancelled = batch.empty or self._stopping.is_set() or self.paused
+                if not cancelled:
+                    self._busy += 1
+                    self._active.add(receipt)
+                    self.stats.in_flight = self._busy
+                    self.stats.max_in_flight = max(self.stats.max_in_flight, self._busy)
+            if cancelled:  # a sibling found nothing, stopping or paused
+                if self._stopping.is_set():
+                    worker.release()  # now, not after passing over the tasks still queued
+                batch.mark(True)
+                continue
             failure: BaseException | None = None
             raised = False
             try:
@@ -512,16 +374,16 @@ class MessagePump:
                     if self._pausing:
                         self._wake.set()
 
-    def _next_ticket(self, worker: _Worker) -> _Batch | None:
+    def _next_ticket(self, worker: tasks.Worker) -> tasks.Batch | None:
         """The next receive task when none is waiting (None: stop).
 
-        A worker holding a connection keeps it for up to :data:`LINGER` seconds first (not
+        A worker holding a connection keeps it for up to :data:`~.tasks.LINGER` seconds first (not
         once the pump is stopping), then gives it back to the pool and waits holding none.
         """
         tickets = self._tickets
         if worker.connection is not None and not self._stopping.is_set():
             try:
-                return tickets.get(timeout=LINGER)
+                return tickets.get(timeout=tasks.LINGER)
             except queue_module.Empty:
                 pass
         worker.release()  # nothing to run: an idle worker holds no connection
@@ -563,7 +425,10 @@ class MessagePump:
             self._listener.stop()
 
     def stop(self, timeout: float) -> bool:
-        """Stop taking messages; wait up to *timeout* s for handlers, abandon the rest."""
+        """Stop taking messages; wait up to *timeout* s for handlers, abandon the rest.
+
+        Return True when every handler finished and no worker holds a connection.
+        """
         if self._stopped.is_set():
             return True
         self.stop_taking()
@@ -573,13 +438,16 @@ class MessagePump:
             while (self._busy or self._held) and time.monotonic() < deadline:
                 self._condition.wait(min(0.1, max(0.0, deadline - time.monotonic())))
             # a worker that went idle just before the stop gives its connection back within
-            # LINGER, even when the deadline is shorter
-            lingering = time.monotonic() + LINGER + 0.5
+            # LINGER (no handler runs there), even when the deadline is shorter
+            lingering = time.monotonic() + tasks.LINGER + _RELEASE_WAIT
             while not self._busy and self._held and time.monotonic() < lingering:
                 self._condition.wait(max(0.0, lingering - time.monotonic()))
-            finished = self._busy == 0
+            idle = self._busy == 0
+            held = self._held
             abandoned = list(self._active)
-        if not finished:
+        if idle and held:
+            log.warning("queue %s: %d connection(s) still held by idle workers", self.queue, held)
+        if not idle:
             log.warning(
                 "queue %s: %d handler(s) still running after %.1f s; rolling them back "
                 "(their messages return to the queue)",
@@ -593,7 +461,7 @@ class MessagePump:
             self._loop_thread.join(timeout=1.0)
         self._stopped.set()
         log.info("queue %s: endpoint stopped (%d handled)", self.queue, self.stats.handled)
-        return finished
+        return idle and not held  # True: no handler runs, no worker holds a connection
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until stopped; return whether it is."""

@@ -170,7 +170,7 @@ def test_a_busy_worker_keeps_its_connection_and_an_idle_one_gives_it_back(databa
 def test_a_worker_keeps_its_connection_through_the_gap_between_two_peeks(database, batch):
     """One receive task per peek (``peek_batch_size=1``): after each receive the worker finds no
     task waiting until the loop has peeked again. It keeps its connection for that gap (up to
-    pump.LINGER) instead of giving it back and checking one out again each time; once idle for
+    tasks.LINGER) instead of giving it back and checking one out again each time; once idle for
     longer, it gives it back."""
     made = _drain_counting_checkouts(
         database.transport(), "gaps", 30 * batch, peek_batch_size=1, batch_size=batch

@@ -1,0 +1,201 @@
+"""The receive tasks the pump hands its workers, and the connection a worker keeps between them.
+
+:class:`~sqlqueue_orm.receiving.pump.MessagePump` owns the loop and the stop; this module owns
+what passes through one worker thread:
+
+* :class:`Batch`: the receive tasks (tickets) started after one peek; the loop waits until each
+  has run its receive, and one that found nothing cancels the rest.
+* :class:`Worker`: one worker thread's state (a
+  :class:`~sqlqueue_orm.receiving.worker.WorkerState`) with the connection it keeps. It keeps
+  it while receive tasks keep coming and gives it back after :data:`LINGER` without one (a
+  checkout per message costs the unbatched pump much of its CPU), after :data:`KEEP_MOST`
+  receives, after a receive that raised, and when a timed-out stop closed it. Each take and
+  each give-back is reported to the pump (``holding``): its stop waits for every one back.
+* :class:`Receipt`: one receive, handed with its worker to the mode's ``process``; it reports
+  to its batch whether the receive found a message, and a timed-out stop abandons it, closing
+  its connection under it so the database rolls the receive back.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from sqlqueue_orm import exceptions
+from sqlqueue_orm.receiving.worker import WorkerState
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection, Engine, RootTransaction
+
+    from sqlqueue_orm import addressing
+
+__all__ = ["KEEP_MOST", "LINGER", "Batch", "Receipt", "Worker"]
+
+log = logging.getLogger(__name__)
+
+#: Seconds a worker that finds no receive task waiting keeps its connection before giving it
+#: back to the pool. Under load the loop hands out the next tasks a peek after the last was
+#: taken (a millisecond or a few), and a connection given back there and checked out again
+#: costs a checkin and a checkout, and, batched under a per-key limit, its key leases claimed
+#: anew.
+LINGER = 0.05
+
+#: Most receives a worker runs on one kept connection before giving it back to the pool, so
+#: the pool's own checks (``pool_pre_ping``, ``pool_recycle``) still run under steady load.
+KEEP_MOST = 1_000
+
+
+class Batch:
+    """The receive tickets handed out after one peek."""
+
+    def __init__(self, size: int) -> None:
+        self._remaining = size
+        self.empty = False
+        self.done = threading.Event()
+        self._lock = threading.Lock()
+        if size <= 0:
+            self.done.set()
+
+    def mark(self, found: bool) -> None:
+        """One ticket ran its receive (or was cancelled: *found* True); *found*: a message."""
+        with self._lock:
+            self._remaining -= 1
+            if not found:
+                self.empty = True
+            if self._remaining <= 0:
+                self.done.set()
+
+
+class Worker(WorkerState):
+    """One worker thread's state, with the connection it keeps (see the module docstring).
+
+    Used as the ``with`` block of one receive (:meth:`Receipt.connect`): on leaving it a
+    transaction still open is rolled back, and after an exception, when the stop abandoned the
+    receive, when the receive asked not to keep it (NONE: its handler runs after the block) or
+    after :data:`KEEP_MOST` receives, the connection goes back to the pool.
+
+    :param queue: the pumped queue (for the log).
+    :param holding: told 1 when the worker takes a connection, -1 when it gives it back.
+    """
+
+    __slots__ = ("connection", "holding", "keep", "queue", "receipt", "uses")
+
+    def __init__(
+        self, queue: str | addressing.QueueAddress, holding: Callable[[int], None]
+    ) -> None:
+        super().__init__()
+        self.queue = queue
+        self.holding = holding
+        self.connection: Connection | None = None
+        self.receipt: Receipt | None = None
+        self.keep = True
+        self.uses = 0
+
+    def open(self, engine: Engine, receipt: Receipt, keep: bool) -> Worker:
+        """Ready for *receipt*'s receive on *engine*: the kept connection, or a new one."""
+        connection = self.connection
+        if (
+            connection is None
+            or connection.closed
+            or connection.invalidated
+            or connection.engine is not engine
+        ):
+            self.release()
+            connection = engine.connect()
+            self.holding(1)
+            self.connection = connection
+            self.uses = 0
+        self.uses += 1
+        self.receipt = receipt
+        self.keep = keep
+        receipt._connection = connection
+        return self
+
+    def __enter__(self) -> Connection:
+        assert self.connection is not None
+        return self.connection
+
+    def __exit__(self, kind: object, error: object, traceback: object) -> None:
+        connection = self.connection
+        receipt, self.receipt = self.receipt, None
+        if receipt is not None:
+            receipt._connection = None  # a stop abandoning it later must not close this one
+        if connection is None:
+            return
+        if (
+            kind is not None
+            or connection.invalidated
+            or (receipt is not None and receipt.abandoned)
+            or not self.keep
+            or self.uses >= KEEP_MOST
+        ):
+            self.release()  # (after a failure its state is not known: the next gets another)
+        elif connection.in_transaction():
+            connection.rollback()  # what closing it would have done
+
+    def release(self) -> None:
+        """Give the connection back to the pool (idle, stopping, or after a failure)."""
+        connection, self.connection = self.connection, None
+        if connection is not None:
+            try:
+                connection.close()
+            except Exception as error:  # already broken: the pool discards it
+                log.debug("queue %s: closing a worker's connection: %s", self.queue, error)
+            finally:
+                self.holding(-1)
+
+
+class Receipt:
+    """One worker's receive: reports to the batch, can be abandoned by a timed-out stop.
+
+    :param counted: counts the messages of one outcome (the pump's stats).
+    """
+
+    def __init__(self, batch: Batch, worker: Worker, counted: Callable[[str, int], None]) -> None:
+        self._batch = batch
+        self._worker = worker
+        self._counted = counted
+        self._signalled = False
+        self._connection: Connection | None = None
+        self.abandoned = False
+        #: Whether the receive took a message.
+        self.found = False
+        #: Whether its row is still held: taken, the receive's transaction not committed
+        #: (NONE commits before the handler runs; a rollback ends with the receipt).
+        self.holding = False
+
+    def received(self, found: bool) -> None:
+        """The receive ran: *found* whether it took a message (only the first call counts)."""
+        if not self._signalled:
+            self._signalled = True
+            self.found = self.holding = found
+            self._batch.mark(found)
+
+    def connect(self, engine: Engine, keep: bool = True) -> Worker:
+        """The receive's connection (the worker's, kept unless *keep* is False), for ``with``."""
+        return self._worker.open(engine, self, keep)
+
+    def commit(self, transaction: RootTransaction) -> None:
+        """Commit the receive's *transaction*, unless a timed-out stop abandoned it."""
+        if self.abandoned:
+            raise exceptions.SqlQueueError("abandoned by a timed-out stop; rolled back")
+        transaction.commit()
+        self.holding = False
+
+    def outcome(self, name: str, count: int = 1) -> None:
+        """Count *count* messages of outcome *name*."""
+        self._counted(name, count)
+
+    def abandon(self) -> None:
+        """Close the connection under the receive (a timed-out stop): the server rolls back."""
+        self.abandoned = True
+        connection = self._connection
+        if connection is not None:
+            try:
+                connection.invalidate()  # closes the DBAPI connection: the server rolls back
+            except Exception as error:  # the worker may be using it this very moment
+                log.debug(
+                    "queue %s: closing an abandoned connection: %s", self._worker.queue, error
+                )
