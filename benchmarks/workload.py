@@ -117,6 +117,15 @@ def merge(timings: list[tuple[float, float, int, list[float]]]) -> Timing:
     return Timing(sum(item[2] for item in timings), end - start, latencies)
 
 
+def median_round(rounds: list[Timing]) -> Timing:
+    """The round of median rate (the lower middle of an even count), with every round's
+    latencies: one side's figure from rounds alternated with the other sides'."""
+    ordered = sorted(rounds, key=lambda timing: timing.rate)
+    middle = ordered[(len(ordered) - 1) // 2]
+    latencies = [value for timing in rounds for value in timing.latencies]
+    return Timing(middle.messages, middle.seconds, latencies)
+
+
 @dataclasses.dataclass
 class Result:
     """One measured (or skipped) cell: a scenario on a database by one side."""

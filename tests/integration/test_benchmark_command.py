@@ -171,3 +171,30 @@ def test_the_compare_command_sets_another_library_beside_this_one():
     assert completed.returncode == 0, completed.stderr[-2000:]
     for path in ("recv ours (ours)", "recv ours - raw", "recv in begin ours - raw"):
         assert f"SQLite       {path}" in completed.stdout, completed.stdout
+
+
+def test_the_raw_receive_in_a_transaction_parses_before_it_commits(tmp_path):
+    """As ours builds its messages in the caller's transaction: a row whose headers do not
+    parse is not taken (the transaction never commits), so the write lock is held as long."""
+    database = servers.sqlite(str(tmp_path))
+    with Transport(database.url) as transport:
+        transport.create_queue("raw")
+        raw = baselines.RawQueue(database, "raw", autocommit=False)
+        transport.send("raw", OutgoingMessage(b"x"))
+        with transport.engine.begin() as connection:
+            connection.exec_driver_sql('UPDATE "raw" SET "Headers" = \'not json\'')
+        try:
+            raw.receive(1)
+        except ValueError:
+            pass
+        else:
+            raise AssertionError("headers that are not JSON parsed")
+        raw.close()  # closing with the transaction open rolls it back
+        assert transport.peek("raw") == 1
+
+
+def test_a_receive_side_is_its_median_round():
+    rounds = [workload.Timing(100, seconds, [seconds]) for seconds in (1.0, 4.0, 2.0, 3.0)]
+    chosen = workload.median_round(rounds)
+    assert (chosen.messages, chosen.seconds) == (100, 3.0)  # rates 100, 25, 50, 33: lower middle
+    assert sorted(chosen.latencies) == [1.0, 2.0, 3.0, 4.0]
