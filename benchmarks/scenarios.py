@@ -72,7 +72,7 @@ def send(run: Run) -> None:
 def _send_ours(run: Run, queue: str, batch: int) -> workload.Timing:
     messages = workload.outgoing(0, run.settings.messages)
     transport = run.transport
-    transport.peek(queue)
+    workload.warm_up(transport, queue)
     if batch == 1:
         iterator = iter(messages)
         return workload.timed(len(messages), 1, lambda: transport.send(queue, next(iterator)))
@@ -323,6 +323,7 @@ def _depth_at(run: Run, waiting: int) -> None:
     run.log(f"  {run.database.name:10} filled {waiting:,} in "
             f"{time.perf_counter() - started:.0f} s")
     scenario = f"{waiting:,} waiting"
+    workload.warm_up(transport, queue)
     peek = workload.timed_for(settings.peek_calls, 5.0, lambda: transport.peek(queue))
     run.add(Result.of(run.database.name, f"peek, {scenario}", workers.OURS, peek,
                       note="rate = peeks/s"))
