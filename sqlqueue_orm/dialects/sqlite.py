@@ -312,7 +312,9 @@ class _ReadsOnly(characteristics.ConnectionCharacteristic):
     Set, the driver connection's transactions begin with :data:`BEGIN_READ`; SQLAlchemy
     resets it (:data:`BEGIN` again) when the connection goes back to the pool. Only a
     :class:`WaitingConnection` carries the setting: another connection class keeps
-    :data:`BEGIN`, which waits for the lock instead of refusing a write.
+    :data:`BEGIN`, which waits for the lock instead of refusing a write; so does a driver
+    connection SQLAlchemy puts under the Connection after an invalidation (the setting was
+    the one before it).
     """
 
     __slots__ = ()
