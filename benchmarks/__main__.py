@@ -57,6 +57,8 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, harness.Settings]
                         "count is rounded up, so each side goes first as often)")
     parser.add_argument("--sender-seconds", type=float,
                         help="seconds of each four-sender round (default 3)")
+    parser.add_argument("--receive-rounds", type=int,
+                        help="rounds the receive cells alternate their sides in (default 5)")
     parser.add_argument("--no-peers", action="store_true", help="skip kombu and PGQueuer")
     parser.add_argument("--no-write", action="store_true", help="print only; write no files")
     args = parser.parse_args(argv)
@@ -73,6 +75,7 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, harness.Settings]
                          ("burn_down", args.burn_down),
                          ("wakeup_samples", args.wakeup_samples),
                          ("sender_rounds", args.sender_rounds),
+                         ("receive_rounds", args.receive_rounds),
                          ("failed_messages", args.failed_messages)):
         if value is not None:
             if value < 1:

@@ -94,10 +94,11 @@ class RawQueue:
         self._commit()
 
     def receive(self, count: int) -> list[bytes]:
-        """Delete up to *count* messages; parse each one's headers; return their bodies.
+        """Delete up to *count* messages; parse each one's headers; commit; return the bodies.
 
         The headers are parsed by ``json.loads`` (what a consumer of the row must do at the
-        least) and dropped: the loop pays for the wire format as ours does.
+        least) and dropped: the loop pays for the wire format as ours does, and inside the
+        transaction, as a receive in the caller's transaction builds its messages.
         """
         self._begin()
         cursor = self.connection.cursor()
@@ -111,12 +112,14 @@ class RawQueue:
             # SQLite reads it as CAST("Headers" AS BLOB), so the name holds it, quoted
             self._headers_index = next(i for i, name in enumerate(names) if "headers" in name)
         cursor.close()
-        self._commit()
         index, headers, loads = self._body_index or 0, self._headers_index, json.loads
         bodies = []
         for row in rows:
             loads(row[headers])  # text (PostgreSQL) or bytes (SQLite, SQL Server): both parse
             bodies.append(bytes(row[index]))
+        # After the parse, as ours hands its messages to the caller's transaction: on SQLite
+        # the write lock (one per database) is held until here, on both sides.
+        self._commit()
         return bodies
 
     def peek(self) -> int:

@@ -46,7 +46,7 @@ def _round(transport: Transport, database: servers.Database, messages: int) -> d
     """One round of every path, ours and raw one after the other, on a new queue."""
     queue = f"cpu_{time.monotonic_ns() % 10**9}"
     transport.create_queue(queue)
-    transport.peek(queue)  # connect and probe before the clock
+    workload.warm_up(transport, queue)  # connect and look the queue up, untimed
     raw_auto = baselines.RawQueue(database, queue, autocommit=True)
     raw_tx = baselines.RawQueue(database, queue, autocommit=False)
     engine = transport.engine

@@ -72,7 +72,7 @@ def send(run: Run) -> None:
 def _send_ours(run: Run, queue: str, batch: int) -> workload.Timing:
     messages = workload.outgoing(0, run.settings.messages)
     transport = run.transport
-    transport.peek(queue)
+    workload.warm_up(transport, queue)
     if batch == 1:
         iterator = iter(messages)
         return workload.timed(len(messages), 1, lambda: transport.send(queue, next(iterator)))
@@ -137,37 +137,51 @@ def _fill_kombu(database: Database, queue: str, n: int) -> None:
 
 # -- receive ------------------------------------------------------------------------------------
 def receive(run: Run) -> None:
-    """1 and 4 consumer processes, 1 and 10 messages per transaction."""
+    """1 and 4 consumer processes, 1 and 10 messages per transaction.
+
+    Ours and the raw loops move the cell's messages in :attr:`Settings.receive_rounds` rounds
+    of a share each, the sides taking turns (each round starting one side later), and each
+    side's figure is its median round (latencies of every round): a ratio of sides measured
+    minutes apart moved by whatever else the machine did in between.
+    """
     n = run.settings.messages
+    rounds = max(1, min(run.settings.receive_rounds, n))
     for consumers in run.settings.consumers:
         for per_transaction in run.settings.per_transaction:
             scenario = f"receive {per_transaction}/txn, {consumers} consumer(s)"
             sides = [workers.OURS, workers.OURS_TX, workers.OURS_KEPT, baselines.AUTOCOMMIT,
                      baselines.TRANSACTION]
+            timings: dict[str, list[workload.Timing]] = {side: [] for side in sides}
+            for number in range(rounds):
+                share = n // rounds + (1 if number < n % rounds else 0)
+                for side in sides[number % len(sides):] + sides[:number % len(sides)]:
+                    queue = run.new_queue("recv")
+                    run.fill(queue, share)
+                    timings[side].append(_consume(run, side, queue, consumers, per_transaction,
+                                                  share))
+            note = f"median of {rounds} alternating rounds" if rounds > 1 else ""
+            for side in sides:
+                run.add(Result.of(run.database.name, scenario, side,
+                                  workload.median_round(timings[side]), note=note))
             if per_transaction == 1:
-                sides.append(workers.KOMBU)
+                _receive_kombu(run, scenario, consumers)
             elif run.settings.peers:
                 run.skip(scenario, workers.KOMBU, "kombu receives one message at a time")
-            for side in sides:
-                if side == workers.KOMBU:
-                    if run.peer_skipped(side, scenario):
-                        continue
-                    with run.peer_failure(scenario, side):
-                        queue = f"kombu_recv_{uuid.uuid4().hex[:6]}"
-                        _in_child(_fill_kombu, run.database, queue, run.settings.peer_messages)
-                        timing = _consume(run, side, queue, consumers, per_transaction,
-                                          run.settings.peer_messages)
-                        run.add(Result.of(run.database.name, scenario, side, timing))
-                    continue
-                queue = run.new_queue("recv")
-                run.fill(queue, n)
-                timing = _consume(run, side, queue, consumers, per_transaction)
-                run.add(Result.of(run.database.name, scenario, side, timing))
             for peer in (workers.PGQUEUER_ASYNCPG, workers.PGQUEUER_PSYCOPG):
                 if run.peer_skipped(peer, scenario):
                     continue
                 with run.peer_failure(scenario, peer):
                     _receive_pgqueuer(run, scenario, peer, consumers, per_transaction)
+
+
+def _receive_kombu(run: Run, scenario: str, consumers: int) -> None:
+    if run.peer_skipped(workers.KOMBU, scenario):
+        return
+    with run.peer_failure(scenario, workers.KOMBU):
+        queue = f"kombu_recv_{uuid.uuid4().hex[:6]}"
+        _in_child(_fill_kombu, run.database, queue, run.settings.peer_messages)
+        timing = _consume(run, workers.KOMBU, queue, consumers, 1, run.settings.peer_messages)
+        run.add(Result.of(run.database.name, scenario, workers.KOMBU, timing))
 
 
 def _receive_pgqueuer(run: Run, scenario: str, peer: str, consumers: int,
@@ -309,6 +323,7 @@ def _depth_at(run: Run, waiting: int) -> None:
     run.log(f"  {run.database.name:10} filled {waiting:,} in "
             f"{time.perf_counter() - started:.0f} s")
     scenario = f"{waiting:,} waiting"
+    workload.warm_up(transport, queue)
     peek = workload.timed_for(settings.peek_calls, 5.0, lambda: transport.peek(queue))
     run.add(Result.of(run.database.name, f"peek, {scenario}", workers.OURS, peek,
                       note="rate = peeks/s"))

@@ -56,7 +56,7 @@ def _receiver(side: str, database: Database, queue: str, per_transaction: int) -
         from sqlqueue_orm import Transport
 
         transport = Transport(database.url)
-        transport.peek(queue)  # connect and probe before the clock starts
+        workload.warm_up(transport, queue)  # connect and look the queue up, untimed
 
         if side == OURS:
             def receive() -> list[Any]:

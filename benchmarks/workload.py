@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from sqlqueue_orm import OutgoingMessage, headers
+from sqlqueue_orm import OutgoingMessage, Transport, headers
 
 BODY_SIZE = 1024
 _SEQUENCE_DIGITS = 10
@@ -115,6 +115,26 @@ def merge(timings: list[tuple[float, float, int, list[float]]]) -> Timing:
     end = max(item[1] for item in timings)
     latencies = [value for item in timings for value in item[3]]
     return Timing(sum(item[2] for item in timings), end - start, latencies)
+
+
+def warm_up(transport: Transport, queue: str) -> None:
+    """Connect and look *queue* up before a clock starts, as the raw loops probe before theirs.
+
+    The first use of a queue looks its table up in the catalog (columns and indexes: the
+    schema warnings and the hot path's probe), once per queue and transport; a peek alone
+    leaves that to the first send or receive, inside the clock.
+    """
+    transport.peek(queue)
+    transport._ready(transport._table_queue(queue))
+
+
+def median_round(rounds: list[Timing]) -> Timing:
+    """The round of median rate (the lower middle of an even count), with every round's
+    latencies: one side's figure from rounds alternated with the other sides'."""
+    ordered = sorted(rounds, key=lambda timing: timing.rate)
+    middle = ordered[(len(ordered) - 1) // 2]
+    latencies = [value for timing in rounds for value in timing.latencies]
+    return Timing(middle.messages, middle.seconds, latencies)
 
 
 @dataclasses.dataclass

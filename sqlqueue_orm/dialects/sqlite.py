@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.dialects import sqlite
+from sqlalchemy.engine import characteristics
 
 from sqlqueue_orm.dialects import base
 
 if TYPE_CHECKING:
-    from sqlalchemy.engine import Connection, Dialect, Engine
+    from sqlalchemy.engine import Dialect, Engine
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,9 @@ class WaitingConnection(sqlite3.Connection):
     timeout = BUSY_TIMEOUT_S
     #: Whether the file is in WAL mode (set on connect): readers wait for no writer.
     wal = False
+    #: What its transactions begin with: :data:`BEGIN`, or :data:`BEGIN_READ` while a
+    #: Connection marked :data:`base.READS_ONLY` uses it (see ``_ReadsOnly``).
+    begin_statement = BEGIN
 
     def cursor(self, factory: Any = None) -> Any:
         """A :class:`WaitingCursor` outside a transaction, the driver's own inside (or *factory*).
@@ -279,22 +283,55 @@ def _setup(engine: Engine, in_memory: bool, synchronous: str, file: str, timeout
         finally:
             cursor.close()
 
-    @event.listens_for(engine, "begin")
-    def _on_begin(connection: Connection) -> None:
-        # Straight to the driver: this runs once per transaction, on the hot path.
-        driver = connection.connection.driver_connection
-        begin = BEGIN_READ if connection.get_execution_options().get(base.READS_ONLY) else BEGIN
-        try:
-            try:
-                driver.execute(begin)  # type: ignore[union-attr]
-            except sqlite3.OperationalError as error:
-                if not isinstance(driver, WaitingConnection):
-                    raise
-                driver.waited(error, lambda: sqlite3.Connection.execute(driver, begin))
-        except sqlite3.Error as error:
-            # Raised as SQLAlchemy raises the driver's errors, so that wrap_db_errors and the
-            # callers' handlers see it (SQLAlchemy does not wrap what a "begin" listener raises).
-            raise sa.exc.DBAPIError.instance(begin, None, error, sqlite3.Error) from error
+    # The transactions' BEGIN is the dialect's (SQLAlchemy calls do_begin where it would fire
+    # a "begin" event): an engine-level listener would make every Connection of the engine pay
+    # for SQLAlchemy's event dispatch (its creation, begin and commit), the bulk of what
+    # engine.begin() costs beyond the driver's BEGIN and COMMIT.
+    dialect: Any = engine.dialect
+    dialect.do_begin = _do_begin
+    dialect.connection_characteristics = dialect.connection_characteristics.union(
+        {base.READS_ONLY: _ReadsOnly()}
+    )
+
+
+def _do_begin(fairy: Any) -> None:
+    """Begin a transaction: :data:`BEGIN`, or :data:`BEGIN_READ` on a reading connection."""
+    driver = fairy.driver_connection
+    begin = getattr(driver, "begin_statement", BEGIN)
+    try:
+        driver.execute(begin)
+    except sqlite3.OperationalError as error:  # SQLAlchemy wraps what do_begin raises
+        if not isinstance(driver, WaitingConnection):
+            raise
+        driver.waited(error, lambda: sqlite3.Connection.execute(driver, begin))
+
+
+class _ReadsOnly(characteristics.ConnectionCharacteristic):
+    """:data:`base.READS_ONLY` as an execution option of a Connection (``db.reading``).
+
+    Set, the driver connection's transactions begin with :data:`BEGIN_READ`; SQLAlchemy
+    resets it (:data:`BEGIN` again) when the connection goes back to the pool. Only a
+    :class:`WaitingConnection` carries the setting: another connection class keeps
+    :data:`BEGIN`, which waits for the lock instead of refusing a write; so does a driver
+    connection SQLAlchemy puts under the Connection after an invalidation (the setting was
+    the one before it).
+    """
+
+    __slots__ = ()
+
+    def reset_characteristic(self, dialect: Dialect, dbapi_conn: Any) -> None:
+        """Back to :data:`BEGIN` (the connection goes back to the pool)."""
+        if isinstance(dbapi_conn, WaitingConnection):
+            dbapi_conn.begin_statement = BEGIN
+
+    def set_characteristic(self, dialect: Dialect, dbapi_conn: Any, value: Any) -> None:
+        """:data:`BEGIN_READ` when *value* is true, else :data:`BEGIN`."""
+        if isinstance(dbapi_conn, WaitingConnection):
+            dbapi_conn.begin_statement = BEGIN_READ if value else BEGIN
+
+    def get_characteristic(self, dialect: Dialect, dbapi_conn: Any) -> Any:
+        """Whether the connection's transactions begin without the write lock."""
+        return getattr(dbapi_conn, "begin_statement", BEGIN) == BEGIN_READ
 
 
 SUPPORT = SqliteSupport(

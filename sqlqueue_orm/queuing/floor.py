@@ -89,7 +89,8 @@ class ReceiveFloor:
         :param epoch: what :meth:`start` returned with *position*.
         """
         target = lowest - self.margin
-        if position == 0 and target < self.position:
+        # (a target below 0 is 0: near the head of a new queue there is nothing to lower)
+        if position == 0 and max(target, 0) < self.position:
             # A scan from 0 found a row below the floor (committed late, or rolled back where
             # nobody told us): scan from it, so the rows after it come in order.
             self._lower(target, lowest)

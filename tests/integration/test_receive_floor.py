@@ -10,6 +10,7 @@ the hot path runs, from ``EXPLAIN (ANALYZE, BUFFERS)``, never timings).
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from typing import Any
@@ -251,3 +252,17 @@ def test_with_a_snapshot_held_the_receive_and_peek_do_not_walk_the_dead_rows(dat
     assert whole > 20 * floored, (floored, whole)
     assert whole_peek > 20 * floored_peek, (floored_peek, whole_peek)
     assert len(transport.receive("bloat", 200)) == 100
+
+
+def test_a_scan_from_0_near_the_head_of_a_new_queue_lowers_nothing(caplog):
+    """Rows within the margin of seq 0 (the first of every new queue) put the floor at 0,
+    where it is: no lowering (its lock and log line) and no new epoch per receive."""
+    floor = ReceiveFloor("new", margin=1_000)
+    caplog.set_level(logging.DEBUG, logger="sqlqueue_orm.queuing.floor")
+    for lowest in (1, 5, 999):
+        position, epoch = floor.start()
+        floor.advance(lowest, epoch, position)
+        assert floor.start() == (0, epoch)  # a receive under way may still raise the floor
+    assert not caplog.records
+    floor.advance(1_500, epoch, 0)
+    assert floor.position == 500

@@ -155,3 +155,32 @@ def test_only_statements_that_can_take_the_write_lock_run_through_the_waiting_cu
     finally:
         raw.close()
     assert [message.body for message in transport.receive("orders", 5)] == [b"x", b"x"]
+
+
+
+@only("sqlite")
+def test_transactions_begin_immediate_except_reads_without_an_event_listener(database):
+    """Writing transactions take the write lock up front, reading ones do not, on one pooled
+    connection in turn; and no engine-level listener makes every Connection pay SQLAlchemy's
+    event dispatch (each ``engine.begin()`` and each kept connection's block)."""
+    engine = db.create_engine(database.url)
+    try:
+        assert not engine._has_events  # the flag SQLAlchemy checks on every Connection
+        statements: list[str] = []
+        with engine.connect() as connection:  # the pool's one connection, traced from now on
+            connection.connection.driver_connection.set_trace_callback(statements.append)
+        for _ in range(2):
+            with engine.connect() as connection, connection.begin():
+                pass
+            with db.reading(engine) as connection:
+                with connection.begin():
+                    pass
+                with connection.begin():  # the same Connection reads again
+                    pass
+            with engine.begin():  # back in the pool: a writer again
+                pass
+        assert engine.pool.checkedin() == 1  # one pooled connection served every block
+        begins = [statement for statement in statements if statement.startswith("BEGIN")]
+        assert begins == ["BEGIN IMMEDIATE", "BEGIN", "BEGIN", "BEGIN IMMEDIATE"] * 2
+    finally:
+        engine.dispose()
