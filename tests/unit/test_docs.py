@@ -76,6 +76,10 @@ def test_every_relative_link_resolves(page):
             assert anchor in _anchors(resolved.read_text()), f"{page.name}: {target}"
 
 
+#: A link of the guarantees index to a test: ``[<path under tests/>::<function>](<the file>)``.
+_TEST_LINK = re.compile(r"\[`?([^\]`]+?)::(test_\w+)`?\]\((\.\./tests/[^)\s]+)\)")
+
+
 def test_the_guarantees_index_names_only_tests_that_exist():
     text = (REPO / "docs" / "guarantees.md").read_text()
     tests = [target for target in _LINK.findall(text) if target.startswith("../tests/")]
@@ -84,6 +88,20 @@ def test_the_guarantees_index_names_only_tests_that_exist():
         path = (REPO / "docs" / target).resolve()
         assert path.is_file(), f"the guarantees index names {target}, which does not exist"
         assert path.name.startswith("test_"), target
+
+
+def test_each_row_of_the_guarantees_index_names_test_functions_that_exist():
+    text = (REPO / "docs" / "guarantees.md").read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "../tests/" in line]
+    assert len(rows) > 50
+    for row in rows:
+        named = _TEST_LINK.findall(row)
+        assert len(named) == row.count("](../tests/"), f"a test link names no function: {row}"
+        for shown, function, target in named:
+            path = (REPO / "docs" / target).resolve()
+            assert target.endswith(shown), (shown, target)
+            source = path.read_text()
+            assert re.search(rf"^\s*(async )?def {function}\(", source, re.M), (target, function)
 
 
 def test_the_guarantees_index_covers_every_page():
