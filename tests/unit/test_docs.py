@@ -59,6 +59,18 @@ def test_no_words_of_how_the_work_was_organised(page):
     assert not re.search(r"stop [0-9]|issue [0-9]", text, re.IGNORECASE)
 
 
+@pytest.mark.parametrize("page", [README, *PAGES], ids=["README.md", *[p.name for p in PAGES]])
+def test_pages_read_as_a_manual_not_a_log_of_runs(page):
+    """No first person, no run durations that drift, no figures of a run: those are history."""
+    text = page.read_text()
+    if "<!-- headline:start -->" in text:  # the generated headline table is a run's figures
+        head, rest = text.split("<!-- headline:start -->", 1)
+        text = head + rest.split("<!-- headline:end -->", 1)[1]
+    for pattern in (r"\bwe\b", r"\bthe runs\b", r"\b(about|takes|took) \d+ (minutes|seconds|s)\b"):
+        found = re.search(pattern, text, re.IGNORECASE)
+        assert found is None, f"{page.name}: {text[max(found.start() - 40, 0):found.end() + 40]!r}"
+
+
 def test_the_history_of_runs_speaks_of_the_product_only():
     text = (REPO / "benchmarks" / "results" / "history.md").read_text()
     assert not re.search(r"stop [0-9]|issue [0-9]|\bstop's\b|engineer", text, re.IGNORECASE)
