@@ -5,12 +5,8 @@ import sys
 from sqlalchemy import String, func, select
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from sqlqueue_orm import OutgoingMessage, Transport
-from sqlqueue_orm.config import DispatcherSettings
-from sqlqueue_orm.sending.dispatcher import OutboxDispatcher
-from sqlqueue_orm.sending.outbox import Outbox
-from sqlqueue_orm.sending.routing import Routing
-from sqlqueue_orm.session import UnitOfWork
+from sqlqueue_orm import OutgoingMessage, Transport, UnitOfWork
+from sqlqueue_orm.sending import DispatcherSettings, Outbox, OutboxDispatcher, Routing
 
 APP_URL = sys.argv[1] if len(sys.argv) > 1 else "sqlite:///shop.db"
 LEDGER_URL = sys.argv[2] if len(sys.argv) > 2 else "sqlite:///ledger.db"

@@ -47,8 +47,7 @@ def body_string_column(dialect_name: str) -> str:
 
 def body_string_statement(dialect: sa.engine.Dialect, address: addressing.QueueAddress) -> str:
     """``ALTER TABLE`` adding the optional ``BodyString`` computed column (run without params)."""
-    expression = str(ddl.BodyAsText().compile(dialect=dialect))
-    template = dialects.for_dialect(dialect).body_string_ddl.format(expression=expression)
+    template = dialects.for_dialect(dialect).body_string_ddl
     return sql.render(template, dialect, sql.format_table(dialect, address)).text
 
 

@@ -87,11 +87,15 @@ def repair_script(drifts: Iterable[Drift]) -> list[str]:
     return list(dict.fromkeys(statement for drift in drifts for statement in drift.repair))
 
 
-def _normalised(text: str | None) -> str:
-    """SQL text compared loosely: no quotes, brackets, parentheses, casts or spaces; lower case."""
+def _normalised(text: str | None, support: dialects.DialectSupport) -> str:
+    """SQL text compared loosely: no quotes, brackets, parentheses, casts or spaces; lower case.
+
+    The casts removed are those *support*'s catalog adds (:attr:`~.DialectSupport.catalog_casts`).
+    """
     if text is None:
         return ""
-    text = re.sub(r"::\w+( \w+)*", "", text)  # PostgreSQL's own casts ('...'::timestamp)
+    if support.catalog_casts is not None:
+        text = re.sub(support.catalog_casts, "", text)
     return re.sub(r"[\s\"\[\]()`]", "", text).lower()
 
 
@@ -350,7 +354,7 @@ class _Checker:
             on_server = catalog.get(name, _IndexOnServer(name))
             columns = [str(name) for name in there["column_names"]] if there is not None else []
             found = self._found_shape(columns, on_server)
-            if _normalised(found) != _normalised(expected):
+            if _normalised(found, self.support) != _normalised(expected, self.support):
                 self.drift("index", name, found, expected,
                            *(self.rebuild() if self.rebuilt else (drop, create)))
                 drifted = True

@@ -25,7 +25,7 @@ from typing import IO, Any
 
 import sqlalchemy as sa
 
-from sqlqueue_orm import db, exceptions
+from sqlqueue_orm import db, dialects, exceptions
 from sqlqueue_orm.addressing import QueueAddress
 from sqlqueue_orm.cli import arguments, failures, listings
 from sqlqueue_orm.cli.context import CommandContext
@@ -34,9 +34,6 @@ from sqlqueue_orm.transport import Transport
 
 log = logging.getLogger(__name__)
 
-#: Schemas that hold the database's own catalog, never queue tables (PostgreSQL, SQL Server).
-SYSTEM_SCHEMAS = frozenset({"information_schema", "pg_catalog", "sys", "guest"})
-_SYSTEM_PREFIXES = ("pg_toast", "pg_temp", "db_")
 #: Seconds a live reader of a pipe may read nothing before receive stops waiting for it.
 PATIENCE = 5.0
 
@@ -268,12 +265,13 @@ def user_schemas(engine: sa.Engine) -> list[str | None]:
         inspector = sa.inspect(connection)
         default = inspector.default_schema_name
         names = inspector.get_schema_names()
+    support = dialects.for_dialect(engine)
     chosen: list[str | None] = [None]
     for name in sorted(names):
         lowered = name.lower()
-        if name == default or lowered in SYSTEM_SCHEMAS or lowered.startswith(_SYSTEM_PREFIXES):
+        if name == default or lowered in support.system_schemas:
             continue
-        if lowered == "main" or lowered == "temp":  # SQLite's own names for its default files
+        if lowered.startswith(support.system_schema_prefixes):
             continue
         chosen.append(name)
     return chosen

@@ -342,10 +342,10 @@ class DialectSupport:
     narrow_text_headers: bool = False
     #: Name of the optional computed BodyString column.
     body_string_column: str = "BodyString"
-    #: ``ALTER TABLE`` adding that column: ``{expression}`` the body as text, ``{{table}}``.
+    #: ``ALTER TABLE`` adding that column (``{table}``), the body as text: a cast here.
     body_string_ddl: str = (
-        'ALTER TABLE {{table}} ADD COLUMN "BodyString" TEXT GENERATED ALWAYS AS '
-        "({expression}) VIRTUAL"
+        'ALTER TABLE {table} ADD COLUMN "BodyString" TEXT GENERATED ALWAYS AS '
+        '(CAST("Body" AS TEXT)) VIRTUAL'
     )
     #: A condition true when the Body column (``{body}``: its quoted name) holds the bytes
     #: ``:needle`` (the error queue's search by body text); ``""``: the dialect cannot.
@@ -373,6 +373,10 @@ class DialectSupport:
     #: Lower-case fragments of a driver error for a write lock another connection held past
     #: the busy timeout (SQLite's whole-database lock).
     locked_markers: tuple[str, ...] = ()
+    #: Schemas holding the database's own catalog, never queue tables (lower case), and the
+    #: prefixes of more such schemas (``sqlqueue list-queues`` skips them).
+    system_schemas: frozenset[str] = frozenset({"information_schema"})
+    system_schema_prefixes: tuple[str, ...] = ()
     #: Whether a column declared with a length (``CHAR(32)``, ``VARCHAR(255)``) holds text of
     #: any length (SQLite: the declared length is only a name), so two lengths are one type.
     enforces_text_length: bool = True
@@ -413,6 +417,10 @@ class DialectSupport:
     #: predicate (or the whole ``CREATE INDEX`` holding it), clustered (0/1), an ``INCLUDE``
     #: column or NULL. ``:table`` is the table quoted by SQLAlchemy, ``:name`` its bare name.
     index_catalog: str = ""
+    #: A regular expression matching the casts the catalog writes into the index predicates it
+    #: prints (``'...'::timestamp``), removed before they are compared with ours; ``None``:
+    #: the catalog prints none.
+    catalog_casts: str | None = None
     #: How a column's type or nullability is repaired: ``"alter"`` (each on its own),
     #: ``"restate"`` (one ALTER COLUMN naming type and nullability) or ``"rebuild"`` (the
     #: table is copied into a new one: SQLite cannot alter a column).

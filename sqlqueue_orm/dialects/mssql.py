@@ -337,7 +337,11 @@ SUPPORT = MssqlSupport(
     index_names_per_table=True,
     table_layouts=True,
     narrow_text_headers=True,
-    body_string_ddl="ALTER TABLE {{table}} ADD [BodyString] AS {expression}",
+    # The cast NServiceBus's AddMessageBodyStringColumn makes (UTF-8 bodies come out garbled
+    # there, as in NServiceBus, PR #453).
+    body_string_ddl="ALTER TABLE {table} ADD [BodyString] AS CAST([Body] AS NVARCHAR(max))",
+    system_schemas=frozenset({"information_schema", "sys", "guest"}),
+    system_schema_prefixes=("db_",),  # the fixed database roles' schemas (db_owner, ...)
     # Skip rows another dispatcher holds, lock only rows.
     claim_hint="WITH (UPDLOCK, READPAST, ROWLOCK)",
     committed_read_hint="WITH (READPAST, READCOMMITTEDLOCK)",

@@ -414,10 +414,15 @@ SUPPORT = PostgresqlSupport(
     queue_signature=QUEUE_SIGNATURE,
     # NServiceBus's PostgreSqlConstants.AddMessageBodyStringColumn: BodyString unquoted.
     body_string_column="bodystring",
+    # encode(..., 'escape') never fails on bytes that are not UTF-8 (a generated column that
+    # fails would block the send); the body column is unquoted ``body`` in this layout.
     body_string_ddl=(
-        "ALTER TABLE {{table}} ADD COLUMN bodystring TEXT GENERATED ALWAYS AS "
-        "({expression}) STORED"
+        "ALTER TABLE {table} ADD COLUMN bodystring TEXT GENERATED ALWAYS AS "
+        "(encode(body, 'escape')) STORED"
     ),
+    system_schemas=frozenset({"information_schema", "pg_catalog"}),
+    system_schema_prefixes=("pg_toast", "pg_temp"),  # pg_toast_temp_<n> and pg_temp_<n> too
+    catalog_casts=r"::\w+( \w+)*",  # pg_get_expr's casts: '...'::timestamp without time zone
     # Transaction-scoped: an installer that fails releases it with its rollback.
     install_lock="SELECT pg_advisory_xact_lock(hashtextextended(:resource, 0))",
     missing_table_markers=("42p01", "undefinedtable"),

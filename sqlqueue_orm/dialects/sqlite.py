@@ -357,6 +357,8 @@ SUPPORT = SqliteSupport(
     transient_markers=(*base.GENERIC_TRANSIENT, _LOCKED),
     locked_markers=(_LOCKED,),
     enforces_text_length=False,
+    # The main database file's schema and the temporary one's (attached files have theirs).
+    system_schemas=frozenset({"main", "temp"}),
     integer_key_never_null=True,
     flow=None,  # no locks shared between processes: flow control holds within one
 )

@@ -19,7 +19,7 @@
   ``PostgresqlImpl``, ``SqliteImpl``).
 * the ``sqlqueue migrate`` command is :mod:`sqlqueue_orm.cli.migrate`.
 
-See ``docs/migrations.md``.
+See ``docs/migrations.md``; its documented API is :func:`alembic_config`, exported here.
 """
 
 # Each dialect's implementation registers itself when its module is imported; importing them
@@ -28,3 +28,6 @@ See ``docs/migrations.md``.
 from sqlqueue_orm.migration import plpgsql as plpgsql
 from sqlqueue_orm.migration import sqlite as sqlite
 from sqlqueue_orm.migration import tsql as tsql
+from sqlqueue_orm.migration.environment import alembic_config
+
+__all__ = ["alembic_config"]

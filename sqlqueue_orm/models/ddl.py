@@ -3,7 +3,9 @@
 * ``mssql_with={"OPTIMIZE_FOR_SEQUENTIAL_KEY": "ON", "ONLINE": "ON"}`` on an :class:`Index`
   renders ``WITH (...)`` after ``CREATE INDEX`` on SQL Server. ``OPTIMIZE_FOR_SEQUENTIAL_KEY`` is
   left out when the server is known to be older than SQL Server 2019 (major version 15).
-* :class:`BodyAsText`: the expression of the optional ``BodyString`` computed column per dialect.
+
+The optional ``BodyString`` column's DDL is each dialect's ``body_string_ddl``
+(:mod:`sqlqueue_orm.dialects`).
 """
 
 from __future__ import annotations
@@ -14,9 +16,7 @@ from sqlalchemy import Index
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.schema import CreateIndex, ExecutableDDLElement
-from sqlalchemy.sql.compiler import DDLCompiler, SQLCompiler
-from sqlalchemy.sql.expression import ColumnElement
-from sqlalchemy.types import UnicodeText
+from sqlalchemy.sql.compiler import DDLCompiler
 
 from sqlqueue_orm import dialects
 
@@ -59,32 +59,3 @@ def _create_index_mssql(create: CreateIndex, compiler: DDLCompiler, **kw: Any) -
         )
         text += mssql_index_options(dict(options), version or None)
     return text
-
-
-class BodyAsText(ColumnElement[str]):
-    """``Body`` as text, for the optional ``BodyString`` computed column.
-
-    SQL Server casts to nvarchar(max) exactly as NServiceBus does (UTF-8 bodies come out garbled
-    there, as in NServiceBus, PR #453); PostgreSQL uses ``encode(Body, 'escape')``, which never
-    fails on bytes that are not UTF-8 (a generated column that fails would block the send);
-    SQLite casts.
-    """
-
-    type = UnicodeText()
-    inherit_cache = True
-
-
-@compiles(BodyAsText)
-def _body_as_text_default(element: BodyAsText, compiler: SQLCompiler, **kw: Any) -> str:
-    return 'CAST("Body" AS TEXT)'
-
-
-@compiles(BodyAsText, "mssql")
-def _body_as_text_mssql(element: BodyAsText, compiler: SQLCompiler, **kw: Any) -> str:
-    return "CAST([Body] AS NVARCHAR(max))"
-
-
-@compiles(BodyAsText, "postgresql")
-def _body_as_text_postgresql(element: BodyAsText, compiler: SQLCompiler, **kw: Any) -> str:
-    # NServiceBus's PostgreSQL layout: the body column is unquoted ``body``.
-    return "encode(body, 'escape')"

@@ -9,4 +9,13 @@
 
 The unit of work that stores outbox records is :class:`sqlqueue_orm.session.UnitOfWork`;
 ``sqlqueue outbox dispatch|cleanup`` is :mod:`sqlqueue_orm.cli.outbox`.
+
+The names below are the documented API of sending (``docs/outbox.md`` imports them from here).
 """
+
+from sqlqueue_orm.config import DispatcherSettings
+from sqlqueue_orm.sending.dispatcher import OutboxDispatcher
+from sqlqueue_orm.sending.outbox import Outbox
+from sqlqueue_orm.sending.routing import Routing
+
+__all__ = ["DispatcherSettings", "Outbox", "OutboxDispatcher", "Routing"]

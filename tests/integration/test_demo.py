@@ -16,6 +16,10 @@ def test_demo_runs_on_sqlite(tmp_path):
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "demo OK" in result.stdout
+    # The last line says what each figure is: billing's count is the one after the rollback.
+    last = result.stdout.strip().splitlines()[-1]
+    assert last.startswith("demo OK: billing held 1 message after the rolled-back order;"), last
+    assert "300 handled by 3 consumers, 0 duplicates" in last, last
     assert "handled 300 distinct messages, 0 duplicates" in result.stdout
     # The three consumers compete for the queue: each takes a share of it.
     shares = ast.literal_eval(re.search(r"per consumer: (\{.*\})", result.stdout).group(1))

@@ -34,3 +34,19 @@ def test_rolled_back_receive_puts_the_message_back_in_its_place(database):
     again = transport.receive("back", 3)
     assert bodies(again) == [b"a", b"b", b"c"]
     assert again[0].id == taken.id and again[0].row_version == taken.row_version
+
+
+def test_a_rolled_back_batch_receive_puts_every_message_back_in_its_place_in_order(database):
+    transport = database.transport()
+    transport.create_queue("batch back")
+    transport.send_many("batch back", [OutgoingMessage(name) for name in "abcde"])
+    before = transport.browse("batch back", 5)
+    with database.engine.connect() as connection:
+        transaction = connection.begin()
+        taken = transport.receive("batch back", 3, connection=connection)
+        assert bodies(taken) == [b"a", b"b", b"c"]
+        transaction.rollback()
+    again = transport.receive("batch back", 5)
+    assert bodies(again) == [b"a", b"b", b"c", b"d", b"e"]
+    assert [(m.id, m.row_version) for m in again[:3]] == [(m.id, m.row_version) for m in taken]
+    assert [(m.id, m.row_version) for m in again] == [(m.id, m.row_version) for m in before]

@@ -59,6 +59,18 @@ def test_no_words_of_how_the_work_was_organised(page):
     assert not re.search(r"stop [0-9]|issue [0-9]", text, re.IGNORECASE)
 
 
+@pytest.mark.parametrize("page", [README, *PAGES], ids=["README.md", *[p.name for p in PAGES]])
+def test_pages_read_as_a_manual_not_a_log_of_runs(page):
+    """No first person, no run durations that drift, no figures of a run: those are history."""
+    text = page.read_text()
+    if "<!-- headline:start -->" in text:  # the generated headline table is a run's figures
+        head, rest = text.split("<!-- headline:start -->", 1)
+        text = head + rest.split("<!-- headline:end -->", 1)[1]
+    for pattern in (r"\bwe\b", r"\bthe runs\b", r"\b(about|takes|took) \d+ (minutes|seconds|s)\b"):
+        found = re.search(pattern, text, re.IGNORECASE)
+        assert found is None, f"{page.name}: {text[max(found.start() - 40, 0):found.end() + 40]!r}"
+
+
 def test_the_history_of_runs_speaks_of_the_product_only():
     text = (REPO / "benchmarks" / "results" / "history.md").read_text()
     assert not re.search(r"stop [0-9]|issue [0-9]|\bstop's\b|engineer", text, re.IGNORECASE)
@@ -76,6 +88,10 @@ def test_every_relative_link_resolves(page):
             assert anchor in _anchors(resolved.read_text()), f"{page.name}: {target}"
 
 
+#: A link of the guarantees index to a test: ``[<path under tests/>::<function>](<the file>)``.
+_TEST_LINK = re.compile(r"\[`?([^\]`]+?)::(test_\w+)`?\]\((\.\./tests/[^)\s]+)\)")
+
+
 def test_the_guarantees_index_names_only_tests_that_exist():
     text = (REPO / "docs" / "guarantees.md").read_text()
     tests = [target for target in _LINK.findall(text) if target.startswith("../tests/")]
@@ -84,6 +100,20 @@ def test_the_guarantees_index_names_only_tests_that_exist():
         path = (REPO / "docs" / target).resolve()
         assert path.is_file(), f"the guarantees index names {target}, which does not exist"
         assert path.name.startswith("test_"), target
+
+
+def test_each_row_of_the_guarantees_index_names_test_functions_that_exist():
+    text = (REPO / "docs" / "guarantees.md").read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "../tests/" in line]
+    assert len(rows) > 50
+    for row in rows:
+        named = _TEST_LINK.findall(row)
+        assert len(named) == row.count("](../tests/"), f"a test link names no function: {row}"
+        for shown, function, target in named:
+            path = (REPO / "docs" / target).resolve()
+            assert target.endswith(shown), (shown, target)
+            source = path.read_text()
+            assert re.search(rf"^\s*(async )?def {function}\(", source, re.M), (target, function)
 
 
 def test_the_guarantees_index_covers_every_page():

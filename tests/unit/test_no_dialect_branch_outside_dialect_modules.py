@@ -18,6 +18,11 @@ parses every module of the package with :mod:`ast` and reports:
 SQLAlchemy's own dialect plumbing is left alone: arguments such as ``with_variant(t, "mssql")``,
 ``@compiles(X, "mssql")``, ``ddl_if(dialect="sqlite")`` and ``postgresql_where=`` are calls
 and keywords, not comparisons or keys.
+
+A second check reads every string constant outside the homes (docstrings and a column's
+``server_default=`` aside) for one database's SQL text: its catalog names (``pg_catalog``,
+``sys.indexes``), its functions (``encode(``), its casts (``::``) and table hints
+(``READPAST``). Such text is a capability field of the dialect (``DialectSupport``).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import pathlib
+import re
 import textwrap
 from collections.abc import Callable
 
@@ -258,3 +264,67 @@ def test_the_guard_reads_every_module_of_the_package() -> None:
     assert len(modules) > 50
     for path in modules:
         ast.parse(path.read_text(encoding="utf-8"))  # every module parses
+
+
+#: SQL text and catalog names that belong to one database: its catalog schemas and tables, its
+#: functions, its casts, its table hints (case as the database's own SQL writes them).
+DATABASE_SPECIFIC_SQL = re.compile(
+    r"\bpg_[a-z_]+|\bencode\(|::[a-z\\]|\bsqlite_master\b|\bPRAGMA\b|\bsys\.[a-z_]+|"
+    r"\bsp_getapplock\b|\bREADPAST\b|\bUPDLOCK\b|\bNVARCHAR\("
+)
+
+def _left_alone(tree: ast.AST) -> set[int]:
+    """Docstrings (prose), and a column's ``server_default=`` (table DDL declared per layout)."""
+    bodies = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    ids = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, bodies)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    for node in ast.walk(tree):
+        if isinstance(node, ast.keyword) and node.arg == "server_default":
+            ids.update(id(inner) for inner in ast.walk(node.value))
+    return ids
+
+
+def database_sql_in(package: pathlib.Path) -> list[str]:
+    """String constants of *package* holding one database's SQL text, outside :data:`HOMES`."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        relative = path.relative_to(package).as_posix()
+        if relative.startswith(HOMES):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        left_alone = _left_alone(tree)
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and id(node) not in left_alone
+                and (match := DATABASE_SPECIFIC_SQL.search(node.value))
+            ):
+                found.append(f"{relative}:{node.lineno}: {match.group(0)!r}")
+    return found
+
+
+def test_no_database_specific_sql_text_outside_the_dialect_modules() -> None:
+    """A database's SQL fragments and catalog names are capability fields of its dialect."""
+    assert database_sql_in(PACKAGE) == []
+
+
+def test_the_sql_guard_sees_a_catalog_name_a_function_and_a_cast(tmp_path) -> None:
+    module = tmp_path / "planted.py"
+    module.write_text(
+        '"""pg_catalog in a docstring is prose."""\n'
+        'SYSTEM = ("pg_catalog", "sys")\n'
+        "BODY = \"encode(body, 'escape')\"\n"
+        'CAST = r"::\\w+"\n'
+        'LOCAL = "::1"\n'
+        'ID = sa.Column("id", server_default=sa.text("gen_random_uuid()"))\n'
+    )
+    assert sorted(line.split(": ", 1)[1] for line in database_sql_in(tmp_path)) == sorted(
+        ["'pg_catalog'", "'encode('", "'::\\\\'"]
+    )

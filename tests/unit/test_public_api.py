@@ -59,6 +59,23 @@ MOVED_FROM_TOP = {
     "unit_of_work": "sqlqueue_orm.session",
 }
 
+#: The subpackages the docs import from, and the names each exports (its ``__all__``): with
+#: the top level, the whole of the documented API.
+DOCUMENTED_SUBPACKAGES = {
+    "sqlqueue_orm.migration": ["alembic_config"],
+    "sqlqueue_orm.receiving": ["Endpoint", "EndpointSettings", "HandlerContext", "TransactionMode"],
+    "sqlqueue_orm.recoverability": [
+        "ErrorFilter",
+        "ErrorQueue",
+        "ErrorSearch",
+        "FailedMessage",
+        "FailureGroup",
+        "FailureGroups",
+        "Page",
+    ],
+    "sqlqueue_orm.sending": ["DispatcherSettings", "Outbox", "OutboxDispatcher", "Routing"],
+}
+
 ENDPOINT_METHODS = {
     "__init__": (
         "(self, name, transport, *, settings=None, user_database=None, outbox=None, "
@@ -151,3 +168,10 @@ def test_one_root_exception():
     for name in ("ConfigurationError", "DatabaseError", "DuplicateMessage", "QueueNotFound"):
         assert issubclass(getattr(sqlqueue_orm, name), sqlqueue_orm.SqlQueueError)
 
+
+def test_documented_subpackages_export_what_the_docs_import():
+    for module_name, names in DOCUMENTED_SUBPACKAGES.items():
+        module = importlib.import_module(module_name)
+        assert module.__all__ == names, module_name
+        for name in names:
+            assert inspect.getdoc(getattr(module, name)), (module_name, name)
