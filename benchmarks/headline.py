@@ -82,6 +82,12 @@ def _ratio(by_cell: dict[tuple[str, str, str], dict[str, Any]], database: str, s
             "msg/s)")
 
 
+def _command(document: dict[str, Any]) -> str:
+    """The command of the run: :data:`COMMAND`, with ``--no-peers`` when it skipped the peers."""
+    peers = document.get("settings", {}).get("peers", True)
+    return COMMAND if peers else f"{COMMAND} --no-peers"
+
+
 def headline(document: dict[str, Any]) -> str:
     """The README's figures from one run's JSON document (``latest.json``'s content)."""
     by_cell = {(r["database"], r["scenario"], r["side"]): r
@@ -95,7 +101,8 @@ def headline(document: dict[str, Any]) -> str:
         f"the end, in {minutes} min {seconds} s. Databases: "
         + "; ".join(document["databases"][name] for name, _ in DATABASES
                     if name in document["databases"])
-        + f". Command: `{COMMAND}`. \"x raw\" is our rate divided by the raw driver running the "
+        + f". Command: `{_command(document)}`. \"x raw\" is our rate divided by the raw driver "
+        "running the "
         "same statements in the same run (above 1: faster).",
         "",
         "| | " + " | ".join(title for _, title in DATABASES) + " |",
