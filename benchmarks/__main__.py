@@ -58,7 +58,8 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, harness.Settings]
     parser.add_argument("--sender-seconds", type=float,
                         help="seconds of each four-sender round (default 3)")
     parser.add_argument("--receive-rounds", type=int,
-                        help="rounds the receive cells alternate their sides in (default 5)")
+                        help="rounds the send and receive cells alternate their sides in "
+                        "(default 5)")
     parser.add_argument("--no-peers", action="store_true", help="skip kombu and PGQueuer")
     parser.add_argument("--no-write", action="store_true", help="print only; write no files")
     args = parser.parse_args(argv)

@@ -37,7 +37,7 @@ class Settings:
     batch: int = 500
     consumers: tuple[int, ...] = (1, 4)
     per_transaction: tuple[int, ...] = (1, 10)
-    #: Rounds the receive cells' messages are split in, the sides taking turns (medians).
+    #: Rounds the send and receive cells' messages are split in, the sides taking turns (medians).
     receive_rounds: int = 5
     shallow: int = 1_000
     deep: int = 1_000_000

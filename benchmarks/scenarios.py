@@ -51,26 +51,40 @@ _SPAWN = multiprocessing.get_context("fork")
 
 # -- send ---------------------------------------------------------------------------------------
 def send(run: Run) -> None:
-    """One message per transaction, and batches: ours, raw (both ways), the peers."""
+    """One message per transaction, and batches: ours, raw (both ways), the peers.
+
+    As the receive cells do, the sides send the cell's messages in
+    :attr:`Settings.receive_rounds` rounds of a share each (a multiple of the batch), taking
+    turns, each round starting one side later; each side's figure is its median round.
+    """
     n = run.settings.messages
     for batch in (1, run.settings.batch):
         scenario = f"send {batch}/txn"
-        sides: list[tuple[str, Callable[[str], workload.Timing]]] = [
-            (workers.OURS, lambda q, b=batch: _send_ours(run, q, b)),
-            (baselines.TRANSACTION, lambda q, b=batch: _send_raw(run, q, b, False)),
+        sides: list[tuple[str, Callable[[str, int], workload.Timing]]] = [
+            (workers.OURS, lambda q, k, b=batch: _send_ours(run, q, b, k)),
+            (baselines.TRANSACTION, lambda q, k, b=batch: _send_raw(run, q, b, False, k)),
         ]
         if batch == 1:
-            sides.insert(1, (baselines.AUTOCOMMIT, lambda q: _send_raw(run, q, 1, True)))
-        for side, function in sides:
-            queue = run.new_queue("send")
-            timing = function(queue)
-            workload.check_exactly_once(run.drain_bodies(queue), range(n), f"{scenario} {side}")
-            run.add(Result.of(run.database.name, scenario, side, timing))
+            sides.insert(1, (baselines.AUTOCOMMIT, lambda q, k: _send_raw(run, q, 1, True, k)))
+        rounds = max(1, min(run.settings.receive_rounds, n // batch))
+        share = n // rounds // batch * batch
+        timings: dict[str, list[workload.Timing]] = {side: [] for side, _ in sides}
+        for number in range(rounds):
+            for side, function in sides[number % len(sides):] + sides[:number % len(sides)]:
+                queue = run.new_queue("send")
+                timings[side].append(function(queue, share))
+                workload.check_exactly_once(
+                    run.drain_bodies(queue), range(share), f"{scenario} {side}"
+                )
+        note = f"median of {rounds} alternating rounds" if rounds > 1 else ""
+        for side, _ in sides:
+            run.add(Result.of(run.database.name, scenario, side,
+                              workload.median_round(timings[side]), note=note))
         _send_peers(run, scenario, batch)
 
 
-def _send_ours(run: Run, queue: str, batch: int) -> workload.Timing:
-    messages = workload.outgoing(0, run.settings.messages)
+def _send_ours(run: Run, queue: str, batch: int, count: int) -> workload.Timing:
+    messages = workload.outgoing(0, count)
     transport = run.transport
     workload.warm_up(transport, queue)
     if batch == 1:
@@ -81,9 +95,9 @@ def _send_ours(run: Run, queue: str, batch: int) -> workload.Timing:
                           lambda: transport.send_many(queue, next(chunks)))
 
 
-def _send_raw(run: Run, queue: str, batch: int, autocommit: bool) -> workload.Timing:
+def _send_raw(run: Run, queue: str, batch: int, autocommit: bool, count: int) -> workload.Timing:
     raw = baselines.RawQueue(run.database, queue, autocommit)
-    messages = workload.outgoing(0, run.settings.messages)
+    messages = workload.outgoing(0, count)
     # The rows (headers by the json module) are built inside the clock, as ours are.
     chunks = iter([messages[i:i + batch] for i in range(0, len(messages), batch)])
     timing = workload.timed(len(messages) // batch, batch,
