@@ -20,18 +20,25 @@ from sqlqueue_orm.receiving import Endpoint, EndpointSettings, TransactionMode, 
 from sqlqueue_orm.receiving import control as receiving_control
 from tests.conftest import only
 from tests.endpoint_app import Job, send_jobs
+from tests.integration.support import wait_until
 from tests.integration.test_endpoint_concurrency import _workers_checkouts
+
+TIMEOUT = 30.0
 
 
 def _worker_threads(queue_name: str) -> list[threading.Thread]:
     return [each for each in threading.enumerate() if each.name.startswith(f"{queue_name} worker")]
 
 
-def _wait(condition, what: str, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.005)
+def _tell_when_the_stop_begins(monkeypatch, stopping: threading.Event) -> None:  # type: ignore[no-untyped-def]
+    """Set *stopping* once a pump's stop has begun (it stopped taking receive tasks)."""
+    stop_taking = pump.MessagePump.stop_taking
+
+    def stop_taking_then_tell(self: pump.MessagePump) -> None:
+        stop_taking(self)
+        stopping.set()
+
+    monkeypatch.setattr(pump.MessagePump, "stop_taking", stop_taking_then_tell)
 
 
 def test_a_worker_between_two_receives_gives_its_connection_back_before_the_tasks_left(
@@ -62,13 +69,7 @@ def test_a_worker_between_two_receives_gives_its_connection_back_before_the_task
 
     tickets = type("Tickets", (), {"SimpleQueue": GatedTickets, "Empty": queue.Empty})
     monkeypatch.setattr(pump, "queue_module", tickets)
-    stop_taking = pump.MessagePump.stop_taking
-
-    def stop_taking_then_tell(self: pump.MessagePump) -> None:
-        stop_taking(self)
-        stopping.set()
-
-    monkeypatch.setattr(pump.MessagePump, "stop_taking", stop_taking_then_tell)
+    _tell_when_the_stop_begins(monkeypatch, stopping)
     transport = database.transport()
     transport.create_queue("between")
     send_jobs(transport, "between", 300)
@@ -79,7 +80,7 @@ def test_a_worker_between_two_receives_gives_its_connection_back_before_the_task
     endpoint.handle(Job)(lambda job, context: None)
     endpoint.start()
     try:
-        _wait(lambda: endpoint.stats.handled >= 20, "handled 20")
+        wait_until(lambda: endpoint.stats.handled >= 20, "handled 20", TIMEOUT)
         GatedTickets.armed = True
         assert between.wait(30)
     finally:
@@ -123,7 +124,7 @@ def test_a_worker_that_took_a_task_as_the_stop_began_does_not_receive_after_it(
     endpoint.start()
     try:
         # the receive that confirmed the queue empty, then idle: its connection given back
-        _wait(lambda: checkouts and not held, "idle, holding no connection")
+        wait_until(lambda: checkouts and not held, "idle, holding no connection", TIMEOUT)
         HeldReceipt.armed = True
         send_jobs(transport, "taking", 1)
         assert taken.wait(30)
@@ -157,13 +158,7 @@ def test_a_resize_as_the_stop_begins_leaves_no_worker_behind(database, monkeypat
                     loop.join(1.0)  # the loop ends meanwhile, or waits for the resize
 
     monkeypatch.setattr(receiving_control.threading, "Thread", GatedThread)
-    stop_taking = pump.MessagePump.stop_taking
-
-    def stop_taking_then_tell(self: pump.MessagePump) -> None:
-        stop_taking(self)
-        stopping.set()
-
-    monkeypatch.setattr(pump.MessagePump, "stop_taking", stop_taking_then_tell)
+    _tell_when_the_stop_begins(monkeypatch, stopping)
     transport = database.transport()
     transport.create_queue(name)
     peek = transport.peek
@@ -223,7 +218,7 @@ def test_a_sigterm_another_thread_takes_stops_run(database):
         return "Endpoint.wait" in names
 
     def signal_this_thread() -> None:
-        _wait(main_waits_for_the_stop, "run() waiting for the stop")
+        wait_until(main_waits_for_the_stop, "run() waiting for the stop", TIMEOUT)
         signal.pthread_kill(threading.get_ident(), signal.SIGTERM)  # this thread, not main
         if not returned.wait(10):
             rescued.append(True)  # the signal did nothing: stop it, or run() never returns

@@ -14,20 +14,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 
 import sqlalchemy as sa
 
 from sqlqueue_orm import control
 from sqlqueue_orm.receiving import Endpoint, HandlerContext, TransactionMode
+from tests.integration.support import wait_until
 
-
-def wait_until(condition: Callable[[], object], what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
+TIMEOUT = 20.0
 
 
 def backends(engine: sa.Engine) -> set[tuple[int, object]]:
@@ -74,7 +68,7 @@ def test_poller_and_health_writer_share_one_kept_connection(database):
     try:
         poller = endpoint._control
         assert poller is not None
-        wait_until(lambda: poller.ops.opened == 1, "the first poll or beat")
+        wait_until(lambda: poller.ops.opened == 1, "the first poll or beat", TIMEOUT)
         time.sleep(0.6)  # the health writer's first beats and samples: tables, first row
         sa.event.listen(transport.engine.pool, "checkout", counted)
         before = backends(watcher) if watcher is not None else set()
@@ -87,21 +81,23 @@ def test_poller_and_health_writer_share_one_kept_connection(database):
         assert after - before == set(), "a poll or a beat opened a server connection"
         assert poller.ops.opened == 1
         control.pause(transport, "ops")
-        wait_until(lambda: poller.paused, "the poller applying the pause")
+        wait_until(lambda: poller.paused, "the poller applying the pause", TIMEOUT)
 
         # a connection that failed is dropped, and the next poll connects anew
         poller.ops._fairy.invalidate()
         poller.poll()  # fails on the dead connection: the state is kept
         assert poller.paused
         control.resume(transport, "ops")
-        wait_until(lambda: not poller.paused, "the poller applying the resume")
+        wait_until(lambda: not poller.paused, "the poller applying the resume", TIMEOUT)
         assert poller.ops.opened == 2
 
         # a beat holding the kept connection (SQLite: waiting for the write lock) does not hold
         # up the control read: it reads through the pool meanwhile
         with poller.ops._lock:
             control.pause(transport, "ops")
-            wait_until(lambda: poller.paused, "a pause applied while the connection is busy")
+            wait_until(
+                lambda: poller.paused, "a pause applied while the connection is busy", TIMEOUT
+            )
     finally:
         endpoint.stop()
         if watcher is not None:

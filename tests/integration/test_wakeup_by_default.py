@@ -30,6 +30,7 @@ from sqlqueue_orm.models.queue_table import queue_table
 from sqlqueue_orm.receiving import Endpoint, HandlerContext, pump, wakeup
 from tests.conftest import Database, only
 from tests.endpoint_app import Job
+from tests.integration.support import waited
 
 PEEK_DELAY = 30.0
 
@@ -51,15 +52,6 @@ def raw_insert(url: str, queue: str) -> None:
             connection.execute(sa.insert(table).values(values))
     finally:
         engine.dispose()
-
-
-def wait_until(condition: Any, seconds: float = 10.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 def test_a_raw_insert_by_another_connection_wakes_an_idle_endpoint(database: Database) -> None:
@@ -104,7 +96,7 @@ def test_a_wake_for_a_message_taken_already_leaves_the_endpoint_listening(
         peeks = endpoint.stats.peeks
         endpoint._pump.wake()  # a notification whose message is gone already
         # the empty receive, then (once mended) a peek: waiting again
-        wait_until(lambda: endpoint.stats.peeks > peeks, 2.0)
+        waited(lambda: endpoint.stats.peeks > peeks, 2.0)
         time.sleep(0.2)
         raw_insert(database.url, "late")
         assert handled.wait(PEEK_DELAY / 3), "deaf after the empty receive: not woken"
@@ -187,12 +179,12 @@ def test_sends_notify_only_while_an_endpoint_waits(database, notifications):
             time.sleep(0.005)
         assert sent >= 10, sent
         assert notifications.count() == 0
-        assert wait_until(lambda: endpoint.stats.handled == backlog + sent, 30)
-        assert wait_until(lambda: waiters(database.engine, "loaded") == 1)
+        assert waited(lambda: endpoint.stats.handled == backlog + sent, 30)
+        assert waited(lambda: waiters(database.engine, "loaded") == 1, 10.0)
         assert notifications.count(0.1) == 0  # idle, nothing sent: nothing notified
         other.send("loaded", OutgoingMessage(Job(number=-1)))
         assert notifications.count(2.0) == 1
-        assert wait_until(lambda: endpoint.stats.handled == backlog + sent + 1, PEEK_DELAY / 3)
+        assert waited(lambda: endpoint.stats.handled == backlog + sent + 1, PEEK_DELAY / 3)
     finally:
         endpoint.stop()
         other_engine.dispose()
@@ -224,16 +216,16 @@ def test_a_killed_waiting_endpoint_leaves_no_send_notifying(database, notificati
         env={**os.environ, "PYTHONPATH": os.getcwd()},
     )
     try:
-        assert wait_until(lambda: waiters(database.engine, "killed") == 1, 30)
+        assert waited(lambda: waiters(database.engine, "killed") == 1, 30)
         transport.send("killed", OutgoingMessage(Job(number=1)))
         assert notifications.count(2.0) == 1  # it waits, so the send notified
         assert process.stdout is not None
         while process.stdout.readline().strip() != "handled":
             pass
-        assert wait_until(lambda: waiters(database.engine, "killed") == 1, 30)
+        assert waited(lambda: waiters(database.engine, "killed") == 1, 30)
         process.send_signal(signal.SIGKILL)
         process.wait(10)
-        assert wait_until(lambda: waiters(database.engine, "killed") == 0)
+        assert waited(lambda: waiters(database.engine, "killed") == 0, 10.0)
         for number in range(3):
             transport.send("killed", OutgoingMessage(Job(number=number)))
         assert notifications.count(0.5) == 0
@@ -276,7 +268,7 @@ def test_behind_pgbouncer_in_transaction_mode_the_default_polls_and_handles_ever
                 for number in range(30):
                     sender.send("pooled", OutgoingMessage(Job(number=number)))
                     time.sleep(0.01)
-                assert wait_until(lambda: len(handled) >= 30, 60), len(handled)
+                assert waited(lambda: len(handled) >= 30, 60), len(handled)
                 time.sleep(0.3)
                 assert sorted(handled) == list(range(30))
                 assert waiters(database.engine, "pooled") == 0
