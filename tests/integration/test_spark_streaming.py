@@ -160,10 +160,13 @@ def test_stream_killed_and_restarted_from_its_checkpoint_delivers_each_message_o
         kill_child(child, kill_when, what)
 
     try:
-        # 1. mid-batch: a batch planned (its offsets logged) but not committed
-        run_until(lambda: len(batch_files(checkpoint, "commits")) >= 1
-                  and batch_files(checkpoint, "offsets") - batch_files(checkpoint, "commits"),
-                  "a batch in flight")
+        # 1. mid-batch: a batch planned (its offsets logged) but not committed. Its replay
+        # reads the same rows whatever the database: proved where writers run concurrently
+        # (each killed run starts its own JVM).
+        if database.dialect != "sqlite":
+            run_until(lambda: len(batch_files(checkpoint, "commits")) >= 1
+                      and batch_files(checkpoint, "offsets") - batch_files(checkpoint, "commits"),
+                      "a batch in flight")
         # 2. just after a batch's commit, before the next latestOffset deletes its rows
         done = batch_files(checkpoint, "commits")
         run_until(lambda: len(batch_files(checkpoint, "commits") - done) >= 2,
@@ -356,12 +359,26 @@ def test_ingest_follow_streams_until_sigterm(spark, database, tmp_path):
     child = start_child(FOLLOW, "--url", database.url, "spark", "ingest", "--queue", "audit",
                         "--path", path, "--follow", "--trigger", "0.5", "--master", "local[2]",
                         log_path=tmp_path / "child.log")
-    try:
-        def landed():
-            if not os.path.isdir(path) or not any(n.startswith("date=") for n in os.listdir(path)):
-                return 0
-            return dataset.read_dataset(spark, path).count()
+    counted = {}  # the dataset's data files -> its row count
 
+    def landed():
+        # Counted with Spark only when the files changed: a Spark job per poll would take the
+        # cores the child needs.
+        if not os.path.isdir(path) or not any(n.startswith("date=") for n in os.listdir(path)):
+            return 0
+        files = frozenset(
+            os.path.join(root, name)
+            for root, _, names in os.walk(path)
+            if not os.path.relpath(root, path).startswith("_sqlqueue")
+            for name in names
+            if name.endswith(".parquet")
+        )
+        if files not in counted:
+            counted.clear()
+            counted[files] = dataset.read_dataset(spark, path).count()
+        return counted[files]
+
+    try:
         wait_for(lambda: landed() == 50 or child.poll() is not None, "the first messages")
         transport.send_many("audit", [message(i) for i in range(50, 80)])  # while it runs
         wait_for(lambda: landed() == 80 or child.poll() is not None, "the later messages")
