@@ -40,7 +40,7 @@ import os
 import threading
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy.engine import Connection, Engine, RootTransaction
 from sqlalchemy.engine.default import DefaultDialect
@@ -61,6 +61,117 @@ def _forked() -> None:
 os.register_at_fork(after_in_child=_forked)
 
 
+class Transaction(Protocol):
+    """A transaction begun for some work: a SQLAlchemy ``RootTransaction``, or a KeptRoot."""
+
+    def commit(self) -> None:
+        """Commit it."""
+
+    def rollback(self) -> None:
+        """Roll it back."""
+
+
+def driver_begins(engine: Engine) -> bool:
+    """Whether *engine*'s dialect leaves BEGIN to the driver (its ``do_begin`` does nothing).
+
+    SQLAlchemy's default ``do_begin``; psycopg and pyodbc begin with the first statement.
+    """
+    return getattr(engine.dialect.do_begin, "__func__", None) is DefaultDialect.do_begin
+
+
+def _observed(connection: Connection) -> bool:
+    """Whether SQLAlchemy's BEGIN and COMMIT do more here than the dialect's (events, echo)."""
+    return bool(connection._has_events or connection.engine._has_events or connection._echo)
+
+
+# begin_again and commit_kept take the steps of SQLAlchemy's Connection.begin() and
+# Transaction.commit() without their transaction object: they read a few of the Connection's
+# attributes and call its _begin_impl, _commit_impl and _handle_dbapi_exception.
+
+
+def begin_again(connection: Connection, root: RootTransaction, begins_itself: bool) -> None:
+    """Begin the next database transaction under *root*, kept open since the last COMMIT.
+
+    SQLAlchemy's own BEGIN of the connection (the "begin" event, the echo line, the dialect's
+    ``do_begin``, its error handling), skipped when it would do nothing: *begins_itself* (see
+    :func:`driver_begins`) and nobody listens.
+    """
+    if not begins_itself or _observed(connection):
+        connection._begin_impl(root)
+
+
+def commit_kept(connection: Connection, root: RootTransaction | None) -> bool:
+    """COMMIT the database transaction and keep *root* open for the next one.
+
+    The steps of SQLAlchemy's own COMMIT of the connection (the "commit" event, the echo line,
+    the dialect's ``do_commit``; a failure wrapped, the connection invalidated if it is gone).
+    Return False, having done nothing, when the transaction is not as *root* began it: *root*
+    ended or replaced, a SAVEPOINT still open, the connection invalidated or closed; the
+    caller then ends it as SQLAlchemy would.
+    """
+    if not (
+        root is not None
+        and root.is_active
+        and connection._transaction is root
+        and connection._nested_transaction is None
+        and connection._dbapi_connection is not None
+    ):
+        return False
+    if _observed(connection):
+        connection._commit_impl()
+    else:
+        try:
+            connection.dialect.do_commit(connection._dbapi_connection)
+        except BaseException as failure:  # wrapped, invalidated if disconnected
+            connection._handle_dbapi_exception(failure, None, None, None, None)
+    return True
+
+
+class KeptRoot:
+    """A connection's transactions, one after another, under one SQLAlchemy transaction object.
+
+    :meth:`begin` returns it begun; :meth:`commit` and :meth:`rollback` end it as a
+    ``RootTransaction``'s would (the endpoint's workers use it on the connection they keep).
+    A commit keeps the object open for the next :meth:`begin`; a rollback, or a commit of a
+    transaction the work changed (see :func:`commit_kept`), ends it through SQLAlchemy, and the
+    next :meth:`begin` makes a new one.
+    """
+
+    __slots__ = ("_begins_itself", "connection", "open", "root")
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+        self._begins_itself = driver_begins(connection.engine)
+        self.root: RootTransaction | None = None
+        #: Whether a transaction :meth:`begin` began is neither committed nor rolled back.
+        self.open = False
+
+    def begin(self) -> KeptRoot:
+        """Begin a database transaction on the connection; return this object."""
+        root, connection = self.root, self.connection
+        if root is None or not root.is_active or connection._transaction is not root:
+            self.root = connection.begin()
+        else:
+            begin_again(connection, root, self._begins_itself)
+        self.open = True
+        return self
+
+    def commit(self) -> None:
+        """Commit the transaction :meth:`begin` began."""
+        self.open = False
+        if not commit_kept(self.connection, self.root):
+            root, self.root = self.root, None
+            if root is not None:
+                root.commit()  # SQLAlchemy's own, whatever the work did with the transaction
+
+    def rollback(self) -> None:
+        """Roll the transaction back (through SQLAlchemy; the next begin makes a new object)."""
+        self.open = False
+        root, self.root = self.root, None
+        if root is not None:
+            root.rollback()
+
+
 class KeptConnections:
     """Per-thread SQLAlchemy Connections for :meth:`begin` blocks (see the module docstring).
 
@@ -75,9 +186,7 @@ class KeptConnections:
         self.engine = engine
         #: Whether the dialect's do_begin is SQLAlchemy's default, which does nothing: the
         #: driver begins a transaction by itself with its first statement (psycopg, pyodbc).
-        self.driver_begins = (
-            getattr(engine.dialect.do_begin, "__func__", None) is DefaultDialect.do_begin
-        )
+        self.driver_begins = driver_begins(engine)
         self._reserve = reserve
         self._unreserve = unreserve
         self._local = threading.local()
@@ -134,10 +243,8 @@ class KeptConnections:
 class KeptTransaction:
     """The ``with`` block of :meth:`KeptConnections.begin` (a class: cheap to enter).
 
-    The kept path reads a few attributes of SQLAlchemy's Connection and calls its BEGIN and
-    COMMIT steps (``_begin_impl``, ``_commit_impl``, ``_handle_dbapi_exception``): the same
-    steps ``Connection.begin()`` and ``Transaction.commit()`` take, without a transaction
-    object per block. ``tests/integration/test_transport_begin.py`` pins what they do.
+    On a kept connection a block begins by :func:`begin_again` and commits by
+    :func:`commit_kept` (``tests/integration/test_transport_begin.py`` pins what they do).
     """
 
     __slots__ = ("_connection", "_connections", "_kept", "_transaction")
@@ -162,12 +269,8 @@ class KeptTransaction:
             if root is None:
                 # as `with connection.begin():` does, so SQLAlchemy sees the same block
                 kept.root = connection.begin().__enter__()
-            elif not connections.driver_begins or _observed(connection):
-                # SQLAlchemy's own BEGIN of the connection (the "begin" event, the echo line,
-                # the dialect's do_begin, its error handling) under the kept transaction
-                connection._begin_impl(root)
-            # else: the dialect's do_begin does nothing (the driver begins by itself with
-            # the block's first statement) and nobody listens: SQLAlchemy's BEGIN is a no-op
+            else:
+                begin_again(connection, root, connections.driver_begins)
         except BaseException:
             self._give_back(failed=True)
             raise
@@ -184,30 +287,18 @@ class KeptTransaction:
                 self._connection.close()
             return
         connection, root = self._connection, kept.root
-        if (
-            kind is None
-            and root is not None
-            and root.is_active  # the block left the kept transaction as it found it
-            and connection._transaction is root
-            and connection._nested_transaction is None
-            and connection._dbapi_connection is not None  # not invalidated, not closed
-        ):
+        if kind is None:
             try:
-                if _observed(connection):
-                    connection._commit_impl()  # with the "commit" event and the echo line
-                else:
-                    try:
-                        connection.dialect.do_commit(connection._dbapi_connection)
-                    except BaseException as failure:  # wrapped, invalidated if disconnected
-                        connection._handle_dbapi_exception(failure, None, None, None, None)
+                committed = commit_kept(connection, root)
             except BaseException:
                 self._give_back(failed=True)
                 raise
-            kept.busy = False
-            kept.uses += 1
-            if kept.uses >= KEEP_MOST:
-                self._connections.drop(kept)
-            return
+            if committed:
+                kept.busy = False
+                kept.uses += 1
+                if kept.uses >= KEEP_MOST:
+                    self._connections.drop(kept)
+                return
         # The block raised, or ended or changed the transaction itself: engine.begin()'s ending.
         failed = kind is not None
         kept.root = None
@@ -234,11 +325,6 @@ class KeptTransaction:
             or kept.uses >= KEEP_MOST
         ):
             self._connections.drop(kept)
-
-
-def _observed(connection: Connection) -> bool:
-    """Whether SQLAlchemy's BEGIN and COMMIT do more here than the dialect's (events, echo)."""
-    return bool(connection._has_events or connection.engine._has_events or connection._echo)
 
 
 class _Kept:
