@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -60,10 +61,10 @@ def _child(url: str, side: str, count: int) -> None:
 
     for _ in range(4):  # warm: the statements prepared, the kept connection taken
         receive()
-    switch = ["callgrind_control", "-i"]
-    subprocess.run([*switch, "on", str(os.getpid())], check=True, capture_output=True)
+    switch = [_tool("callgrind_control"), "-i"]
+    subprocess.run([*switch, "on", str(os.getpid())], check=True, capture_output=True)  # noqa: S603  (our own arguments)
     got = sum(receive() for _ in range(count))
-    subprocess.run([*switch, "off", str(os.getpid())], check=True, capture_output=True)
+    subprocess.run([*switch, "off", str(os.getpid())], check=True, capture_output=True)  # noqa: S603
     if got != per * count:
         raise SystemExit(f"{side}: received {got} of {per * count}")
     raw.close()
@@ -73,8 +74,8 @@ def _child(url: str, side: str, count: int) -> None:
 def _count(url: str, side: str, count: int) -> float:
     """Instructions per message of *side*, from a child run under callgrind."""
     with tempfile.TemporaryDirectory() as directory:
-        done = subprocess.run(
-            ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+        done = subprocess.run(  # noqa: S603  (our own arguments)
+            [_tool("valgrind"), "--tool=callgrind", "--instr-atstart=no",
              f"--callgrind-out-file={directory}/out", sys.executable, __file__, "--child",
              url, side, str(count)],
             capture_output=True, text=True, check=False,
@@ -86,7 +87,17 @@ def _count(url: str, side: str, count: int) -> float:
     return int(match.group(1)) / (count * per)
 
 
+def _tool(name: str) -> str:
+    """The path of valgrind's *name*; exit 2 naming it when it is not installed."""
+    path = shutil.which(name)
+    if path is None:
+        print(f"{name} not found: apt-get install valgrind", file=sys.stderr)
+        raise SystemExit(2)
+    return path
+
+
 def main() -> None:
+    """Count each side's instructions per message and print the table."""
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         _child(sys.argv[2], sys.argv[3], int(sys.argv[4]))
         return
