@@ -4,19 +4,34 @@
 :class:`~sqlalchemy.engine.Connection`, begins, commits (or rolls back) and checks it back in:
 on a receive of one message that is most of what the library adds to the driver's own BEGIN and
 COMMIT. :meth:`KeptConnections.begin` gives the same block (the same Connection API, the same
-commit on success and rollback on failure, through SQLAlchemy's own transaction object, so
-events, sessions bound to the connection and invalidation behave as there) on a Connection the
-thread keeps from one block to the next:
+commit on success and rollback on failure, with SQLAlchemy's events, sessions bound to the
+connection and invalidation behaving as there) on a Connection the thread keeps from one block
+to the next:
 
 * a thread keeps at most one, counted in the budget of the transport's own kept connections
   (:meth:`~sqlqueue_orm.connections.ThreadConnections.reserve`, half the pool); when the budget
   is spent, or the thread's is in use (a block inside a block), the block gets a connection of
   its own, exactly as ``engine.begin()`` does;
-* after a block that raised, whose connection was invalidated or closed, that left a
-  transaction open, or after :data:`KEEP_MOST` blocks (so the pool's own checks still run),
+* after a block that raised, whose connection was invalidated or closed, that ended or changed
+  its transaction itself, or after :data:`KEEP_MOST` blocks (so the pool's own checks still run),
   the connection goes back to the pool and the next block takes another;
 * it goes back when the thread ends (its ``threading.local`` lets go) or on :meth:`close`; a
   forked child never uses (nor closes) the connection its parent kept.
+
+On a kept connection the SQLAlchemy transaction object outlives the block: the first block
+begins it (``connection.begin()``, entered as ``engine.begin()`` enters it), and a block that
+ends normally commits by the steps of SQLAlchemy's own COMMIT of the connection (its "commit"
+event, its echo line, the dialect's ``do_commit``, its error handling) while the object stays
+open for the next block, which begins by the steps of SQLAlchemy's own BEGIN (its "begin"
+event, the dialect's ``do_begin``: SQLite's ``BEGIN IMMEDIATE``; with no listener and a
+``do_begin`` that does nothing, as on psycopg and pyodbc, nothing at all: the driver begins with
+the block's first statement). Each block is still one database transaction, and
+inside it the connection is in that transaction as SQLAlchemy sees it, so a Session bound to it
+joins and never commits it. What is saved is the creation, the context handling and the ending
+of a transaction object per block: on a receive of one message, the larger part of what a block
+cost beyond the driver's BEGIN and COMMIT. Any other ending (the block raised, committed or
+rolled back by itself, left a SAVEPOINT open, lost its connection) is ``engine.begin()``'s own
+ending of that object, and the connection then goes back to the pool.
 """
 
 from __future__ import annotations
@@ -25,13 +40,136 @@ import os
 import threading
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection, Engine, RootTransaction
+from sqlalchemy.engine.default import DefaultDialect
 
 #: Most blocks one kept connection serves before it goes back to the pool (as the pump's
 #: workers do), so ``pool_pre_ping`` and ``pool_recycle`` still see it under steady load.
 KEEP_MOST = 1_000
+
+#: This process's id, kept current in forked children (``os.getpid()`` is a system call).
+_pid = os.getpid()
+
+
+def _forked() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
+class Transaction(Protocol):
+    """A transaction begun for some work: a SQLAlchemy ``RootTransaction``, or a KeptRoot."""
+
+    def commit(self) -> None:
+        """Commit it."""
+
+    def rollback(self) -> None:
+        """Roll it back."""
+
+
+def driver_begins(engine: Engine) -> bool:
+    """Whether *engine*'s dialect leaves BEGIN to the driver (its ``do_begin`` does nothing).
+
+    SQLAlchemy's default ``do_begin``; psycopg and pyodbc begin with the first statement.
+    """
+    return getattr(engine.dialect.do_begin, "__func__", None) is DefaultDialect.do_begin
+
+
+def _observed(connection: Connection) -> bool:
+    """Whether SQLAlchemy's BEGIN and COMMIT do more here than the dialect's (events, echo)."""
+    return bool(connection._has_events or connection.engine._has_events or connection._echo)
+
+
+# begin_again and commit_kept take the steps of SQLAlchemy's Connection.begin() and
+# Transaction.commit() without their transaction object: they read a few of the Connection's
+# attributes and call its _begin_impl, _commit_impl and _handle_dbapi_exception.
+
+
+def begin_again(connection: Connection, root: RootTransaction, begins_itself: bool) -> None:
+    """Begin the next database transaction under *root*, kept open since the last COMMIT.
+
+    SQLAlchemy's own BEGIN of the connection (the "begin" event, the echo line, the dialect's
+    ``do_begin``, its error handling), skipped when it would do nothing: *begins_itself* (see
+    :func:`driver_begins`) and nobody listens.
+    """
+    if not begins_itself or _observed(connection):
+        connection._begin_impl(root)
+
+
+def commit_kept(connection: Connection, root: RootTransaction | None) -> bool:
+    """COMMIT the database transaction and keep *root* open for the next one.
+
+    The steps of SQLAlchemy's own COMMIT of the connection (the "commit" event, the echo line,
+    the dialect's ``do_commit``; a failure wrapped, the connection invalidated if it is gone).
+    Return False, having done nothing, when the transaction is not as *root* began it: *root*
+    ended or replaced, a SAVEPOINT still open, the connection invalidated or closed; the
+    caller then ends it as SQLAlchemy would.
+    """
+    if not (
+        root is not None
+        and root.is_active
+        and connection._transaction is root
+        and connection._nested_transaction is None
+        and connection._dbapi_connection is not None
+    ):
+        return False
+    if _observed(connection):
+        connection._commit_impl()
+    else:
+        try:
+            connection.dialect.do_commit(connection._dbapi_connection)
+        except BaseException as failure:  # wrapped, invalidated if disconnected
+            connection._handle_dbapi_exception(failure, None, None, None, None)
+    return True
+
+
+class KeptRoot:
+    """A connection's transactions, one after another, under one SQLAlchemy transaction object.
+
+    :meth:`begin` returns it begun; :meth:`commit` and :meth:`rollback` end it as a
+    ``RootTransaction``'s would (the endpoint's workers use it on the connection they keep).
+    A commit keeps the object open for the next :meth:`begin`; a rollback, or a commit of a
+    transaction the work changed (see :func:`commit_kept`), ends it through SQLAlchemy, and the
+    next :meth:`begin` makes a new one.
+    """
+
+    __slots__ = ("_begins_itself", "connection", "open", "root")
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+        self._begins_itself = driver_begins(connection.engine)
+        self.root: RootTransaction | None = None
+        #: Whether a transaction :meth:`begin` began is neither committed nor rolled back.
+        self.open = False
+
+    def begin(self) -> KeptRoot:
+        """Begin a database transaction on the connection; return this object."""
+        root, connection = self.root, self.connection
+        if root is None or not root.is_active or connection._transaction is not root:
+            self.root = connection.begin()
+        else:
+            begin_again(connection, root, self._begins_itself)
+        self.open = True
+        return self
+
+    def commit(self) -> None:
+        """Commit the transaction :meth:`begin` began."""
+        self.open = False
+        if not commit_kept(self.connection, self.root):
+            root, self.root = self.root, None
+            if root is not None:
+                root.commit()  # SQLAlchemy's own, whatever the work did with the transaction
+
+    def rollback(self) -> None:
+        """Roll the transaction back (through SQLAlchemy; the next begin makes a new object)."""
+        self.open = False
+        root, self.root = self.root, None
+        if root is not None:
+            root.rollback()
 
 
 class KeptConnections:
@@ -46,6 +184,9 @@ class KeptConnections:
         self, engine: Engine, reserve: Callable[[], bool], unreserve: Callable[[], None]
     ) -> None:
         self.engine = engine
+        #: Whether the dialect's do_begin is SQLAlchemy's default, which does nothing: the
+        #: driver begins a transaction by itself with its first statement (psycopg, pyodbc).
+        self.driver_begins = driver_begins(engine)
         self._reserve = reserve
         self._unreserve = unreserve
         self._local = threading.local()
@@ -69,7 +210,7 @@ class KeptConnections:
         """The calling thread's free kept connection (made now if the budget allows), or None."""
         kept: _Kept | None = getattr(self._local, "kept", None)
         if kept is not None:
-            if kept.pid != os.getpid():  # inherited from the parent process
+            if kept.pid != _pid:  # inherited from the parent process
                 self._local.kept = None
                 kept.abandon()
                 self._inherited.append(kept)
@@ -100,7 +241,11 @@ class KeptConnections:
 
 
 class KeptTransaction:
-    """The ``with`` block of :meth:`KeptConnections.begin` (a class: cheap to enter)."""
+    """The ``with`` block of :meth:`KeptConnections.begin` (a class: cheap to enter).
+
+    On a kept connection a block begins by :func:`begin_again` and commits by
+    :func:`commit_kept` (``tests/integration/test_transport_begin.py`` pins what they do).
+    """
 
     __slots__ = ("_connection", "_connections", "_kept", "_transaction")
 
@@ -110,23 +255,56 @@ class KeptTransaction:
     def __enter__(self) -> Connection:
         connections = self._connections
         kept = self._kept = connections.take()
-        connection = self._connection = (
-            kept.connection if kept is not None else connections.engine.connect()
-        )
+        if kept is None:  # a connection of its own: exactly engine.begin()
+            connection = self._connection = connections.engine.connect()
+            try:
+                self._transaction = connection.begin().__enter__()
+            except BaseException:
+                connection.close()
+                raise
+            return connection
+        connection = self._connection = kept.connection
         try:
-            # as `with connection.begin():` does, so SQLAlchemy sees the same block
-            self._transaction = connection.begin().__enter__()
+            root = kept.root
+            if root is None:
+                # as `with connection.begin():` does, so SQLAlchemy sees the same block
+                kept.root = connection.begin().__enter__()
+            else:
+                begin_again(connection, root, connections.driver_begins)
         except BaseException:
             self._give_back(failed=True)
             raise
         return connection
 
     def __exit__(self, kind: Any, error: BaseException | None, trace: Any) -> None:
+        kept = self._kept
+        if kept is None:
+            try:
+                # SQLAlchemy's own ending of engine.begin()'s block: commit, or roll back on
+                # error (and on a failed commit), whatever the block did with the transaction
+                self._transaction.__exit__(kind, error, trace)
+            finally:
+                self._connection.close()
+            return
+        connection, root = self._connection, kept.root
+        if kind is None:
+            try:
+                committed = commit_kept(connection, root)
+            except BaseException:
+                self._give_back(failed=True)
+                raise
+            if committed:
+                kept.busy = False
+                kept.uses += 1
+                if kept.uses >= KEEP_MOST:
+                    self._connections.drop(kept)
+                return
+        # The block raised, or ended or changed the transaction itself: engine.begin()'s ending.
         failed = kind is not None
+        kept.root = None
         try:
-            # SQLAlchemy's own ending of engine.begin()'s block: commit, or roll back on error
-            # (and on a failed commit), whatever the block did with the transaction.
-            self._transaction.__exit__(kind, error, trace)
+            if root is not None:
+                root.__exit__(kind, error, trace)
         except BaseException:
             failed = True
             raise
@@ -134,17 +312,16 @@ class KeptTransaction:
             self._give_back(failed)
 
     def _give_back(self, failed: bool) -> None:
-        kept, connection = self._kept, self._connection
-        if kept is None:
-            connection.close()
-            return
+        kept = self._kept
+        assert kept is not None
         kept.busy = False
         kept.uses += 1
+        connection = self._connection
         if (
             failed  # its state is not known: the next block takes another
+            or kept.root is None  # ended otherwise than by the kept COMMIT
             or connection.invalidated
             or connection.closed
-            or connection.in_transaction()  # (closing rolls it back, as engine.begin() does)
             or kept.uses >= KEEP_MOST
         ):
             self._connections.drop(kept)
@@ -153,11 +330,15 @@ class KeptTransaction:
 class _Kept:
     """A thread's kept Connection; given back to the pool when dropped."""
 
-    __slots__ = ("__weakref__", "_closed", "_unreserve", "busy", "connection", "pid", "uses")
+    __slots__ = (
+        "__weakref__", "_closed", "_unreserve", "busy", "connection", "pid", "root", "uses"
+    )
 
     def __init__(self, connection: Connection, unreserve: Callable[[], None]) -> None:
         self.connection = connection
-        self.pid = os.getpid()
+        #: The SQLAlchemy transaction the blocks run under (see the module docstring), or None.
+        self.root: RootTransaction | None = None
+        self.pid = _pid
         self.busy = False
         self.uses = 0
         self._closed = False
@@ -168,6 +349,7 @@ class _Kept:
         if self._closed:
             return
         self.abandon()
+        self.root = None
         self.connection.close()
 
     def abandon(self) -> None:

@@ -25,11 +25,13 @@ from typing import TYPE_CHECKING
 
 from sqlqueue_orm import exceptions
 from sqlqueue_orm.receiving.worker import WorkerState
+from sqlqueue_orm.transactions import KeptRoot
 
 if TYPE_CHECKING:
-    from sqlalchemy.engine import Connection, Engine, RootTransaction
+    from sqlalchemy.engine import Connection, Engine
 
     from sqlqueue_orm import addressing
+    from sqlqueue_orm.transactions import Transaction
 
 __all__ = ["KEEP_MOST", "LINGER", "Batch", "Receipt", "Worker"]
 
@@ -80,7 +82,7 @@ class Worker(WorkerState):
     :param holding: told 1 when the worker takes a connection, -1 when it gives it back.
     """
 
-    __slots__ = ("connection", "holding", "keep", "queue", "receipt", "uses")
+    __slots__ = ("connection", "holding", "keep", "kept", "queue", "receipt", "uses")
 
     def __init__(
         self, queue: str | addressing.QueueAddress, holding: Callable[[int], None]
@@ -89,6 +91,8 @@ class Worker(WorkerState):
         self.queue = queue
         self.holding = holding
         self.connection: Connection | None = None
+        #: The transactions of the kept connection (one SQLAlchemy transaction object).
+        self.kept: KeptRoot | None = None
         self.receipt: Receipt | None = None
         self.keep = True
         self.uses = 0
@@ -106,6 +110,7 @@ class Worker(WorkerState):
             connection = engine.connect()
             self.holding(1)
             self.connection = connection
+            self.kept = KeptRoot(connection)
             self.uses = 0
         self.uses += 1
         self.receipt = receipt
@@ -132,12 +137,17 @@ class Worker(WorkerState):
             or self.uses >= KEEP_MOST
         ):
             self.release()  # (after a failure its state is not known: the next gets another)
-        elif connection.in_transaction():
-            connection.rollback()  # what closing it would have done
+        elif self.kept is not None and self.kept.open:
+            self.kept.rollback()  # what closing it would have done
+        elif connection.in_transaction() and (
+            self.kept is None or connection.get_transaction() is not self.kept.root
+        ):
+            connection.rollback()  # one the receive began itself
 
     def release(self) -> None:
         """Give the connection back to the pool (idle, stopping, or after a failure)."""
         connection, self.connection = self.connection, None
+        self.kept = None
         if connection is not None:
             try:
                 connection.close()
@@ -177,7 +187,18 @@ class Receipt:
         """The receive's connection (the worker's, kept unless *keep* is False), for ``with``."""
         return self._worker.open(engine, self, keep)
 
-    def commit(self, transaction: RootTransaction) -> None:
+    def begin(self, connection: Connection) -> Transaction:
+        """Begin the receive's transaction on *connection* (the worker's, from :meth:`connect`).
+
+        The worker keeps SQLAlchemy's transaction object open on its kept connection from
+        one receive to the next (:class:`~sqlqueue_orm.transactions.KeptRoot`).
+        """
+        kept = self._worker.kept
+        if kept is None or kept.connection is not connection:
+            return connection.begin()
+        return kept.begin()
+
+    def commit(self, transaction: Transaction) -> None:
         """Commit the receive's *transaction*, unless a timed-out stop abandoned it."""
         if self.abandoned:
             raise exceptions.SqlQueueError("abandoned by a timed-out stop; rolled back")

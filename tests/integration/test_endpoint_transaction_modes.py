@@ -244,6 +244,9 @@ class _Receipt:
     def connect(self, engine, keep=True):  # type: ignore[no-untyped-def]
         return engine.connect()
 
+    def begin(self, connection):  # type: ignore[no-untyped-def]
+        return connection.begin()
+
     def commit(self, transaction) -> None:  # type: ignore[no-untyped-def]
         transaction.commit()
 
@@ -337,3 +340,45 @@ def test_none_handler_failing_after_its_session_wrote_and_it_sent(database):
     # only write lock, and rolled back with it. Elsewhere sends leave at once.
     single_writer = dialects.for_dialect(database.engine).single_writer
     assert count(database.engine, "out") == (0 if single_writer else 1)
+
+
+@only("postgresql")
+@pytest.mark.parametrize("batch", [1, 5], ids=["unbatched", "batched"])
+def test_each_receive_of_a_worker_is_a_transaction_of_its_own_and_none_stays_open(
+    database, postgres_admin, batch
+):
+    """The worker keeps SQLAlchemy's transaction object between receives, not a transaction."""
+    transport = database.transport()
+    settings = EndpointSettings(
+        concurrency=1, transaction_mode=TransactionMode.TRANSACTION_SCOPE, peek_delay=0.1,
+        batch_size=batch,
+    )
+    endpoint = Endpoint("orders", transport, settings=settings, user_database=database.engine)
+    transaction_ids: list[int] = []
+
+    @endpoint.handle(Job, type_name="Sales.Messages.Job")
+    def handle(job: Job, context: HandlerContext) -> None:
+        transaction_ids.append(context.session.execute(sa.text("SELECT txid_current()")).scalar())
+
+    transport.create_queue("orders")
+    transport.send_many("orders", [OutgoingMessage(Job(number=number)) for number in range(20)])
+    endpoint.start()
+    try:
+        deadline = time.monotonic() + 30
+        while len(transaction_ids) < 20:
+            assert time.monotonic() < deadline, endpoint.stats
+            time.sleep(0.02)
+        time.sleep(0.2)  # the last receive commits; the worker keeps its connection, idle
+        with postgres_admin.connect() as admin:
+            states = admin.execute(
+                sa.text("SELECT state FROM pg_stat_activity WHERE datname = :name"),
+                {"name": database.engine.url.database},
+            ).scalars().all()
+    finally:
+        assert endpoint.stop(10)
+    assert "idle in transaction" not in states, states
+    # one transaction per receive: per message, or per batch (a batch may take fewer)
+    assert len(set(transaction_ids)) >= 20 // batch
+    if batch == 1:
+        assert len(set(transaction_ids)) == 20
+    assert transport.receive("orders", 5) == []

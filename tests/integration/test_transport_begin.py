@@ -5,13 +5,17 @@ receive's messages return to their places with the block's own writes undone). T
 keeps the connection between blocks (no pool checkout per transaction), within the same budget
 as the transport's own statements, never after a failure, and gives it back when the thread
 ends or the transport closes. A nested block is a transaction of its own, as with
-``engine.begin()``.
+``engine.begin()``. SQLAlchemy's transaction object outlives the block on a kept connection,
+but each block is one database transaction: the database is idle between two (SQLite's write
+lock free, no PostgreSQL transaction open), a Session bound to the block joins it, and
+SQLAlchemy's "begin" and "commit" events fire once per block.
 """
 
 from __future__ import annotations
 
 import gc
 import os
+import sqlite3
 import threading
 
 import pytest
@@ -29,6 +33,19 @@ _ORDERS = sa.Table(
     sa.Column("id", sa.Integer, primary_key=True),
     sa.Column("body", sa.LargeBinary),
 )
+
+
+def _sqlite_write_lock_is_free(url: str) -> bool:
+    """Whether another SQLite connection can take the write lock now (without waiting)."""
+    other = sqlite3.connect(sa.make_url(url).database or "", timeout=0, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as error:
+        assert "locked" in str(error), error
+        return False
+    finally:
+        other.close()  # rolls the BEGIN back if it was taken
+    return True
 
 
 def _checkouts(engine: sa.Engine) -> list[int]:
@@ -174,4 +191,99 @@ def test_a_forked_child_never_uses_the_connection_its_parent_keeps(database):
     with transport.begin() as connection:  # the parent's kept connection works as before
         assert connection.connection.dbapi_connection.info.backend_pid == pid
         assert bodies(transport.receive("forked", connection=connection)) == [b"parent"]
+    transport.close()
+
+
+@only("sqlite")
+def test_each_sqlite_block_takes_the_write_lock_when_it_begins_and_frees_it_when_it_ends(database):
+    transport = database.transport()
+    transport.create_queue("locks")
+    transport.send_many("locks", [OutgoingMessage(b"%d" % number) for number in range(3)])
+    got = []
+    for _ in range(3):  # the first block begins the kept transaction, the others reuse it
+        assert _sqlite_write_lock_is_free(database.url)
+        with transport.begin() as connection:
+            assert not _sqlite_write_lock_is_free(database.url)  # BEGIN IMMEDIATE, at once
+            got.extend(transport.receive("locks", connection=connection))
+    assert _sqlite_write_lock_is_free(database.url)
+    assert bodies(got) == [b"0", b"1", b"2"]
+    transport.close()
+
+
+@only("postgresql")
+def test_between_two_blocks_no_postgresql_transaction_is_open(database, postgres_admin):
+    transport = database.transport()
+    transport.create_queue("idle")
+    transport.send_many("idle", [OutgoingMessage(b"%d" % number) for number in range(3)])
+    seen = set()
+    for _ in range(3):
+        with transport.begin() as connection:
+            pid = connection.connection.dbapi_connection.info.backend_pid
+            seen.add(connection.execute(sa.text("SELECT txid_current()")).scalar_one())
+            assert bodies(transport.receive("idle", connection=connection))
+        with postgres_admin.connect() as admin:
+            state = admin.execute(
+                sa.text("SELECT state FROM pg_stat_activity WHERE pid = :pid"), {"pid": pid}
+            ).scalar_one()
+        assert state == "idle"  # committed, not "idle in transaction"
+    assert len(seen) == 3  # three transactions, one per block
+    transport.close()
+
+
+def test_a_session_bound_to_a_block_joins_it_and_never_commits_it(database):
+    transport = database.transport()
+    transport.create_queue("joined")
+    _METADATA.create_all(database.engine)
+    transport.send_many("joined", [OutgoingMessage(b"first"), OutgoingMessage(b"second")])
+    with transport.begin() as connection:  # the kept transaction, begun by this block
+        [first] = transport.receive("joined", connection=connection)
+    for _ in range(2):  # on the kept transaction: the session's commit is not the block's
+        with pytest.raises(RuntimeError), transport.begin() as connection:
+            [message] = transport.receive("joined", connection=connection)
+            with Session(bind=connection) as session:
+                session.execute(_ORDERS.insert().values(body=message.body))
+                session.commit()
+            raise RuntimeError("the handler failed after its session committed")
+    assert first.body == b"first"
+    assert _orders(database.engine) == []
+    assert bodies(transport.receive("joined", 5)) == [b"second"]
+    transport.close()
+
+
+def test_a_block_that_commits_by_itself_keeps_what_it_committed(database):
+    transport = database.transport()
+    transport.create_queue("own")
+    _METADATA.create_all(database.engine)
+    transport.send_many("own", [OutgoingMessage(b"%d" % number) for number in range(3)])
+    with transport.begin() as connection:
+        transport.receive("own", connection=connection)
+    with transport.begin() as connection:
+        [message] = transport.receive("own", connection=connection)
+        connection.execute(_ORDERS.insert().values(body=message.body))
+        connection.commit()  # SQLAlchemy's own: the block's transaction ends here
+    with transport.begin() as connection:  # the next block commits as before
+        [last] = transport.receive("own", connection=connection)
+    assert (message.body, last.body) == (b"1", b"2")
+    assert _orders(database.engine) == [b"1"]
+    assert transport.receive("own", 5) == []
+    transport.close()
+    assert database.engine.pool.checkedout() == 0
+
+
+def test_sqlalchemy_events_see_each_block_begin_and_end(database):
+    transport = database.transport()
+    transport.create_queue("events")
+    transport.send_many("events", [OutgoingMessage(b"%d" % number) for number in range(3)])
+    seen: list[str] = []
+    for name in ("begin", "commit", "rollback"):
+        sa.event.listen(database.engine, name, lambda _c, name=name: seen.append(name))
+    for _ in range(2):
+        with transport.begin() as connection:
+            transport.receive("events", connection=connection)
+    with pytest.raises(RuntimeError), transport.begin() as connection:
+        transport.receive("events", connection=connection)
+        raise RuntimeError("rolled back")
+    with transport.begin() as connection:
+        assert bodies(transport.receive("events", connection=connection)) == [b"2"]
+    assert seen == ["begin", "commit", "begin", "commit", "begin", "rollback", "begin", "commit"]
     transport.close()

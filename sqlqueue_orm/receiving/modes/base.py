@@ -38,13 +38,14 @@ from sqlqueue_orm.receiving.failure_counts import FailureCounts
 from sqlqueue_orm.receiving.scope import MessageScope
 
 if TYPE_CHECKING:
-    from sqlalchemy.engine import Connection, Engine, RootTransaction
+    from sqlalchemy.engine import Connection, Engine
 
     from sqlqueue_orm import addressing
     from sqlqueue_orm.messages import IncomingMessage
     from sqlqueue_orm.receiving.handling import HandlerContext, Handling, Sender
     from sqlqueue_orm.receiving.settings import TransactionMode
     from sqlqueue_orm.receiving.worker import WorkerState
+    from sqlqueue_orm.transactions import Transaction
     from sqlqueue_orm.transport import Transport
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,10 @@ class Receipt(Protocol):
         rolls back what it left open.
         """
 
-    def commit(self, transaction: RootTransaction) -> None:
+    def begin(self, connection: Connection) -> Transaction:
+        """Begin the receive's transaction on *connection* (the one :meth:`connect` gave)."""
+
+    def commit(self, transaction: Transaction) -> None:
         """Commit the receive unless the stop abandoned this message (then roll back)."""
 
     def outcome(self, name: str, count: int = 1) -> None:
@@ -192,7 +196,7 @@ class ReceiveMode:
             return
         receiver = self.receiver
         with receipt.connect(self.transport.engine) as connection:
-            transaction = connection.begin()
+            transaction = receipt.begin(connection)
             messages = receiver.receive(worker, connection, 1)
             receipt.received(bool(messages))
             if not messages or not receiver.paced(worker):
@@ -268,7 +272,7 @@ class ReceiveMode:
 
     # -- shared steps ----------------------------------------------------------------------
     def _nothing_handled(
-        self, transaction: RootTransaction, messages: list[IncomingMessage]
+        self, transaction: Transaction, messages: list[IncomingMessage]
     ) -> None:
         """End a receive's transaction that handles nothing.
 

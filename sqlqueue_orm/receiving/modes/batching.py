@@ -61,7 +61,7 @@ class BatchingMode(ReceiveMode):
         transport = self.transport
         receive = self.receiver.receive
         with receipt.connect(transport.engine) as connection:
-            transaction = connection.begin()
+            transaction = receipt.begin(connection)
             opened = time.monotonic()
             taken = handled = 0
             received: list[IncomingMessage] = []

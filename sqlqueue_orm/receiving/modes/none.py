@@ -107,7 +107,7 @@ class NoTransaction(ReceiveMode):
         transport = self.transport
         # not kept: the handler runs after the block, and must not find it checked out still
         with receipt.connect(transport.engine, keep=False) as connection:
-            transaction = connection.begin()
+            transaction = receipt.begin(connection)
             messages = self.receiver.receive(worker, connection, 1)
             receipt.received(bool(messages))
             if not messages or not self.receiver.paced(worker):
