@@ -144,7 +144,7 @@ class Transport(QueueDirectory):
 
         See :mod:`sqlqueue_orm.transactions`; pass the connection to receive, send, your writes.
         """
-        return self._kept.begin()
+        return transactions.KeptTransaction(self._kept)
 
     # -- addressing ------------------------------------------------------------------------
     def address_text(self, queue: QueueRef) -> str:

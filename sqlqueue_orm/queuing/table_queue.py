@@ -105,7 +105,8 @@ class TableQueue:
     def send(self, connection: Connection, messages: Sequence[PreparedMessage]) -> None:
         """Insert *messages* in the caller's transaction (one statement; executemany for many)."""
         if messages:
-            self.probe(connection)
+            if not self._probe_ran or self._has_recoverable is None:  # else probe() does nothing
+                self.probe(connection)
             self._sent(messages, self._on(connection, self._send_args(messages)))
 
     def receive(self, connection: Connection, max_messages: int = 1) -> list[IncomingMessage]:
@@ -114,7 +115,8 @@ class TableQueue:
         Expired rows are deleted too and come back with ``expired=True``. The rows are gone only
         when the caller's transaction commits; a rollback puts them back in their places.
         """
-        self.probe(connection)
+        if not self._probe_ran or self._has_recoverable is None:  # else probe() does nothing
+            self.probe(connection)
         if self.floor is not None:
             return self._receive_from_floor(self._on, connection, max_messages)
         rows = self._on(connection, self._receive_args(max_messages), fetch=True)
