@@ -269,8 +269,8 @@ class KeptTransaction:
             if root is None:
                 # as `with connection.begin():` does, so SQLAlchemy sees the same block
                 kept.root = connection.begin().__enter__()
-            elif not connections.driver_begins or _observed(connection):
-                connection._begin_impl(root)  # as begin_again(), one call less per block
+            else:
+                begin_again(connection, root, connections.driver_begins)
         except BaseException:
             self._give_back(failed=True)
             raise

@@ -144,7 +144,7 @@ class Transport(QueueDirectory):
 
         See :mod:`sqlqueue_orm.transactions`; pass the connection to receive, send, your writes.
         """
-        return transactions.KeptTransaction(self._kept)
+        return self._kept.begin()
 
     # -- addressing ------------------------------------------------------------------------
     def address_text(self, queue: QueueRef) -> str:

@@ -105,8 +105,7 @@ class TableQueue:
     def send(self, connection: Connection, messages: Sequence[PreparedMessage]) -> None:
         """Insert *messages* in the caller's transaction (one statement; executemany for many)."""
         if messages:
-            if not self._probe_ran or self._has_recoverable is None:  # else probe() does nothing
-                self.probe(connection)
+            self.probe(connection)
             self._sent(messages, self._on(connection, self._send_args(messages)))
 
     def receive(self, connection: Connection, max_messages: int = 1) -> list[IncomingMessage]:
@@ -115,8 +114,7 @@ class TableQueue:
         Expired rows are deleted too and come back with ``expired=True``. The rows are gone only
         when the caller's transaction commits; a rollback puts them back in their places.
         """
-        if not self._probe_ran or self._has_recoverable is None:  # else probe() does nothing
-            self.probe(connection)
+        self.probe(connection)
         if self.floor is not None:
             return self._receive_from_floor(self._on, connection, max_messages)
         rows = self._on(connection, self._receive_args(max_messages), fetch=True)
@@ -301,6 +299,8 @@ class TableQueue:
         :param columns: the table's column names if the caller already looked them up (empty:
             no such table), so the table is not looked up a second time.
         """
+        if self._probe_ran and self._has_recoverable is not None:
+            return  # both ran, and the columns were not forgotten since: nothing to do
         self.check_layout(connection, columns)
         if self._may_lock_rows is None:
             self._may_lock_rows = self._check_update_privilege(connection)
