@@ -1,7 +1,8 @@
 """What the PostgreSQL wake-up trigger costs senders, measured side by side.
 
     python scripts/wakeup_trigger_cost.py [--interleaved 20000] [--cpu-sends 10000]
-                                          [--rounds 7] [--seconds 2] [--senders 4] [--durable]
+                                          [--concurrent 10000] [--rounds 7] [--seconds 2]
+                                          [--senders 4] [--durable]
 
 Three figures, each comparing the trigger variants (no trigger; the conditional trigger with
 nobody waiting, the default, where only the ``WHEN`` test runs; the conditional trigger with an
@@ -13,8 +14,14 @@ endpoint registered as waiting, where every send notifies; the old unconditional
 * ``--cpu-sends``: the server CPU per send of one connection (Linux ``/proc``), variants
   alternating by round, slot counts 1, 2 and 4 included, and a ``WHEN`` that calls a
   function but tries no lock (what any non-constant test costs);
-* ``--rounds`` x ``--seconds``: the rate of ``--senders`` processes, one INSERT per transaction,
-  variants alternating by round, medians and their ratio to "no trigger".
+* ``--concurrent``: ``--senders`` processes, each writing tables with the cheapest triggers
+  that could tell a waiter from none (a ``WHEN`` that is false, one that calls a function, one
+  that reads a sequence, the conditional trigger) and a table without one in turn, statement by
+  statement, one INSERT per transaction: what each costs a send under concurrency, with
+  whatever else the machine does falling on every variant alike;
+* ``--rounds`` x ``--seconds`` (``--seconds 0``: skip it): the rate of ``--senders`` processes,
+  one INSERT per transaction, variants alternating by round, medians and their ratio to "no
+  trigger".
 
 A throwaway cluster (fsync off; ``--durable``: PostgreSQL's defaults, each commit waits for its
 WAL flush), or ``$SQLQUEUE_BENCH_POSTGRES_URL``. Figures from a shared machine are noisy:
@@ -65,6 +72,97 @@ def _sender(url: str, table: str, seconds: float, go: Any, results: Any) -> None
         count += 1
     results.put(count)
     raw.close()
+
+
+def _turns(url: str, inserts: dict[str, str], sends: int, go: Any, results: Any) -> None:
+    """In another process: each of *inserts* in turn, *sends* times, the order rotating.
+
+    Put the median and the total seconds per statement of each.
+    """
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    raw = engine.raw_connection()
+    driver: Any = raw.driver_connection
+    driver.autocommit = True
+    labels = list(inserts)
+    for label in labels:  # warm: the plans, the tables' pages, the relation caches
+        for _ in range(50):
+            driver.execute(inserts[label])
+    go.wait()
+    times: dict[str, list[float]] = {label: [] for label in labels}
+    for number in range(sends):
+        shift = number % len(labels)
+        for label in labels[shift:] + labels[:shift]:
+            began = time.perf_counter()
+            driver.execute(inserts[label])
+            times[label].append(time.perf_counter() - began)
+    results.put({label: (statistics.median(v), sum(v)) for label, v in times.items()})
+    raw.close()
+
+
+def concurrent(url: str, sends: int, senders: int) -> None:
+    """Concurrent senders, each writing the variants' tables in turn statement by statement."""
+    engine = db.create_engine(url)
+    transport = Transport(engine)
+    statements = dialects.for_dialect(engine).notify_wakeup
+    assert statements is not None
+    sequence = "sqlqueue_cost_flag"
+    # each WHEN below is false, as the conditional trigger's is with nobody waiting
+    whens = {
+        "no trigger": None,
+        "a trigger whose WHEN is false": "true",
+        "a WHEN calling a function, no lock": "pg_backend_pid() > 0",
+        "a WHEN reading a sequence, no lock": (
+            f"pg_sequence_last_value(CAST('{sequence}' AS regclass)) IS NULL"
+        ),
+        "conditional, nobody waiting": "",
+    }
+    inserts = {}
+    with engine.begin() as connection:
+        connection.exec_driver_sql(f"CREATE SEQUENCE IF NOT EXISTS {sequence}")
+    for number, (label, when) in enumerate(whens.items()):
+        name = f"t_turn_{number}"
+        transport.create_queue(name)
+        quoted = str(engine.dialect.identifier_preparer.quote(name))
+        if when == "":
+            wakeup.ensure_trigger(engine, transport._address(name), required=True)
+        elif when is not None:
+            with engine.begin() as connection:
+                connection.exec_driver_sql(statements.create_function)
+                connection.exec_driver_sql(
+                    statements.create_trigger.format(table=quoted, when=when)
+                )
+        inserts[label] = (
+            f"INSERT INTO {quoted} (id, expires, headers, body) "
+            "VALUES (gen_random_uuid(), NULL, '{}', '\\x00'::bytea)"
+        )
+    spawn = multiprocessing.get_context("spawn")
+    go, results = spawn.Event(), spawn.Queue()
+    processes = [
+        spawn.Process(target=_turns, args=(url, inserts, sends, go, results))
+        for _ in range(senders)
+    ]
+    for process in processes:
+        process.start()
+    time.sleep(2.0)  # every sender connected and warm
+    go.set()
+    reports = [results.get(timeout=sends * 0.05 + 120) for _ in processes]
+    for process in processes:
+        process.join(30)
+    print(
+        f"\n{senders} senders, one INSERT per transaction, each writing the tables in turn, "
+        f"{sends:,} sends per table each; load {os.getloadavg()[0]:.1f}; "
+        "no trigger's figure / the variant's:"
+    )
+    median_base = statistics.median(report["no trigger"][0] for report in reports)
+    total_base = sum(report["no trigger"][1] for report in reports)
+    for label in whens:
+        median = statistics.median(report[label][0] for report in reports)
+        total = sum(report[label][1] for report in reports)
+        print(
+            f"{label:<38} median {median * 1e6:7.1f} us  {median_base / median:5.3f}x   "
+            f"mean {total / sends / senders * 1e6:7.1f} us  {total_base / total:5.3f}x"
+        )
+    engine.dispose()
 
 
 def _round(url: str, table: str, seconds: float, senders: int) -> float:
@@ -186,12 +284,18 @@ def main() -> None:
     """Measure and print the medians."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--seconds", type=float, default=2.0, help="0: skip the rates")
     parser.add_argument("--senders", type=int, default=4)
     parser.add_argument("--durable", action="store_true")
     parser.add_argument("--cpu-sends", type=int, default=5_000, help="0: skip the CPU figures")
     parser.add_argument(
         "--interleaved", type=int, default=5_000, help="sends per table taking turns (0: skip)"
+    )
+    parser.add_argument(
+        "--concurrent",
+        type=int,
+        default=5_000,
+        help="sends per table and sender, the senders taking turns over the tables (0: skip)",
     )
     args = parser.parse_args()
     server = os.environ.get("SQLQUEUE_BENCH_POSTGRES_URL")
@@ -266,6 +370,8 @@ def main() -> None:
 
     if args.interleaved:
         interleaved(url, args.interleaved)
+    if args.concurrent:
+        concurrent(url, args.concurrent, args.senders)
     if args.cpu_sends:
         server_cpu(
             url,
@@ -284,31 +390,32 @@ def main() -> None:
             args.rounds,
         )
         waiter_driver.execute("SELECT pg_advisory_unlock_all()")
-    variants = {
-        "no trigger": none,
-        "conditional, nobody waiting": conditional,
-        "conditional, one waiter registered": waiting,
-        "old unconditional pg_notify": old,
-    }
-    rates: dict[str, list[float]] = {label: [] for label in variants}
-    for number in range(args.rounds):
-        order = list(variants) if number % 2 == 0 else list(reversed(variants))
-        for label in order:
-            variants[label]()
-            rates[label].append(_round(url, table, args.seconds, args.senders))
-            waiter_driver.execute("SELECT pg_advisory_unlock_all()")
-            with engine.begin() as connection:
-                connection.exec_driver_sql(f"TRUNCATE {table}")
-        print(f"round {number + 1}: " + ", ".join(f"{rates[k][-1]:,.0f}" for k in variants))
-    base = statistics.median(rates["no trigger"])
-    print(
-        f"\n{args.senders} senders, one INSERT per transaction, {args.rounds} rounds of "
-        f"{args.seconds:g} s, {'durable' if args.durable else 'fsync off'}; load "
-        f"{os.getloadavg()[0]:.1f}"
-    )
-    for label, values in rates.items():
-        median = statistics.median(values)
-        print(f"{label:<38} {median:9,.0f} sends/s  {median / base:5.3f}x")
+    if args.seconds:
+        variants = {
+            "no trigger": none,
+            "conditional, nobody waiting": conditional,
+            "conditional, one waiter registered": waiting,
+            "old unconditional pg_notify": old,
+        }
+        rates: dict[str, list[float]] = {label: [] for label in variants}
+        for number in range(args.rounds):
+            order = list(variants) if number % 2 == 0 else list(reversed(variants))
+            for label in order:
+                variants[label]()
+                rates[label].append(_round(url, table, args.seconds, args.senders))
+                waiter_driver.execute("SELECT pg_advisory_unlock_all()")
+                with engine.begin() as connection:
+                    connection.exec_driver_sql(f"TRUNCATE {table}")
+            print(f"round {number + 1}: " + ", ".join(f"{rates[k][-1]:,.0f}" for k in variants))
+        base = statistics.median(rates["no trigger"])
+        print(
+            f"\n{args.senders} senders, one INSERT per transaction, {args.rounds} rounds of "
+            f"{args.seconds:g} s, {'durable' if args.durable else 'fsync off'}; load "
+            f"{os.getloadavg()[0]:.1f}"
+        )
+        for label, values in rates.items():
+            median = statistics.median(values)
+            print(f"{label:<38} {median:9,.0f} sends/s  {median / base:5.3f}x")
     waiter.close()
     engine.dispose()
     with admin.connect() as connection:
