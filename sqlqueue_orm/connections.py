@@ -55,6 +55,20 @@ def raw_connection(engine: Engine) -> Any:
         ) from error
 
 
+def pool_has_room(engine: Engine, wanted: int) -> bool:
+    """Whether *engine*'s pool could hand out *wanted* more connections now without waiting.
+
+    True for a :class:`~sqlalchemy.pool.QueuePool` whose size plus overflow (none: no limit)
+    leaves *wanted* beyond the connections checked out; False for any other pool (one
+    connection per thread, or none kept), whose checkouts are not counted this way.
+    """
+    pool = engine.pool
+    if not isinstance(pool, sa.pool.QueuePool):
+        return False
+    overflow = pool._max_overflow  # (SQLAlchemy names no public accessor; -1: no limit)
+    return overflow < 0 or pool.size() + overflow - pool.checkedout() >= wanted
+
+
 class ThreadConnections:
     """Pooled DBAPI connections for short transactions, kept per thread up to a limit.
 

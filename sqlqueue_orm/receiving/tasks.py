@@ -9,7 +9,8 @@ what passes through one worker thread:
   :class:`~sqlqueue_orm.receiving.worker.WorkerState`) with the connection it keeps. It keeps
   it while receive tasks keep coming and gives it back after :data:`LINGER` without one (a
   checkout per message costs the unbatched pump much of its CPU), after :data:`KEEP_MOST`
-  receives, after a receive that raised, and when a timed-out stop closed it. Each take and
+  receives, after a receive that raised, when a timed-out stop closed it, and in NONE before
+  the handler when the pool has no room for the handler's own connections. Each take and
   each give-back is reported to the pump (``holding``): its stop waits for every one back.
 * :class:`Receipt`: one receive, handed with its worker to the mode's ``process``; it reports
   to its batch whether the receive found a message, and a timed-out stop abandons it, closing
@@ -75,8 +76,9 @@ class Worker(WorkerState):
 
     Used as the ``with`` block of one receive (:meth:`Receipt.connect`): on leaving it a
     transaction still open is rolled back, and after an exception, when the stop abandoned the
-    receive, when the receive asked not to keep it (NONE: its handler runs after the block) or
-    after :data:`KEEP_MOST` receives, the connection goes back to the pool.
+    receive, when the receive asked not to keep it (NONE, whose handler runs after the block on
+    connections of its own, when the pool has no room for them) or after :data:`KEEP_MOST`
+    receives, the connection goes back to the pool.
 
     :param queue: the pumped queue (for the log).
     :param holding: told 1 when the worker takes a connection, -1 when it gives it back.

@@ -11,7 +11,7 @@ import time
 import pytest
 import sqlalchemy as sa
 
-from sqlqueue_orm import Transport, dialects
+from sqlqueue_orm import Transport, db, dialects
 from sqlqueue_orm.receiving import Endpoint, EndpointSettings, HandlerContext, TransactionMode
 from tests.conftest import only
 from tests.endpoint_app import Handled, Job, Meter, UserBase, handled_ids, send_jobs
@@ -133,9 +133,10 @@ def _drain_counting_checkouts(transport: Transport, queue: str, n: int, **option
     transport.create_queue(queue)
     send_jobs(transport, queue, n)
     checkouts, held = _workers_checkouts(transport.engine)
+    options.setdefault("transaction_mode", TransactionMode.TRANSACTION_SCOPE)
     settings = EndpointSettings(
         concurrency=1, peek_delay=0.1, batch_flush=0.05, delayed_delivery=False,
-        transaction_mode=TransactionMode.TRANSACTION_SCOPE, **options,  # type: ignore[arg-type]
+        **options,  # type: ignore[arg-type]
     )
     endpoint = Endpoint(queue, transport, settings=settings)
     endpoint.handle(Job)(lambda job, context: None)
@@ -164,6 +165,54 @@ def test_a_busy_worker_keeps_its_connection_and_an_idle_one_gives_it_back(databa
     )
     # before: one checkout per receive; now one each time the worker had been idle
     assert made < 60 // batch // 2, made
+
+
+def test_a_none_mode_worker_keeps_its_connection_through_its_handlers_while_the_pool_has_room(
+    database,
+):
+    """NONE runs the handler after the receive's commit, outside the block of the worker's
+    connection. With the pool far from full the worker keeps that connection, idle, through the
+    handler: far fewer checkouts than receives."""
+    made = _drain_counting_checkouts(
+        database.transport(), "none_kept", 60, wakeup="poll",
+        transaction_mode=TransactionMode.NONE,
+    )
+    assert made < 60 // 2, made
+
+
+def test_a_none_mode_worker_gives_its_connection_back_for_the_handlers_when_the_pool_is_full(
+    database,
+):
+    """A pool with no room for the handler's own session beside what the endpoint holds: the
+    NONE worker gives its connection back before each handler runs, so the handler's session
+    gets one and every message is handled, none waiting out the pool's timeout."""
+    engine = db.create_engine(database.url, pool_size=4, max_overflow=0, pool_timeout=5)
+    transport = Transport(engine)
+    transport.create_queue("none_full")
+    transport.create_queue("error")
+    send_jobs(transport, "none_full", 20)
+    seen: list[int] = []
+    endpoint = Endpoint(
+        "none_full", transport, concurrency=1, peek_delay=0.1, wakeup="poll",
+        delayed_delivery=False, transaction_mode=TransactionMode.NONE,
+    )
+
+    @endpoint.handle(Job)
+    def handle(job: Job, context: HandlerContext) -> None:
+        seen.append(context.session.execute(sa.text("SELECT 1")).scalar_one())
+
+    endpoint.start()
+    try:
+        deadline = time.monotonic() + 60
+        while endpoint.stats.handled + endpoint.stats.failed < 20:
+            assert time.monotonic() < deadline, endpoint.stats
+            time.sleep(0.01)
+    finally:
+        assert endpoint.stop(10)
+    assert endpoint.stats.failed == 0 and seen == [1] * 20, (endpoint.stats, seen)
+    assert transport.peek("error") == 0
+    transport.close()
+    engine.dispose()
 
 
 @pytest.mark.parametrize("batch", [1, 5], ids=["unbatched", "batched"])
@@ -214,22 +263,6 @@ def test_stop_returns_with_the_workers_connections_back_in_the_pool(database, mo
     SlowTickets.delay = 0.3
     assert endpoint.stop(10)
     assert not held, held
-
-
-def test_a_mode_none_handler_runs_with_its_worker_holding_no_connection(database):
-    """NONE commits its receive before the handler runs: the worker gives the connection back
-    first, so a handler using the same engine needs no second one from the pool."""
-    transport = database.transport()
-    transport.create_queue("none_kept")
-    send_jobs(transport, "none_kept", 5)
-    _checkouts, held = _workers_checkouts(transport.engine)
-    seen: list[int] = []
-    settings = EndpointSettings(concurrency=1, peek_delay=0.1, delayed_delivery=False,
-                                transaction_mode=TransactionMode.NONE)
-    endpoint = Endpoint("none_kept", transport, settings=settings)
-    endpoint.handle(Job)(lambda job, context: seen.append(len(held)))
-    run_until(endpoint, lambda: endpoint.stats.handled == 5)
-    assert seen == [0] * 5
 
 
 @only("postgresql")

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
-from sqlqueue_orm import dialects
+from sqlqueue_orm import connections, dialects
 from sqlqueue_orm.receiving.modes.base import Receipt, ReceiveMode, Receiver, same_database
 from sqlqueue_orm.receiving.settings import TransactionMode
 
@@ -105,8 +105,11 @@ class NoTransaction(ReceiveMode):
     def _process(self, receipt: Receipt, worker: WorkerState) -> None:
         """Receive (committed), then handle outside any transaction of the queue."""
         transport = self.transport
-        # not kept: the handler runs after the block, and must not find it checked out still
-        with receipt.connect(transport.engine, keep=False) as connection:
+        # The handler runs after the block, its session and its sends on connections of their
+        # own: the worker keeps its (idle) connection through it only while the pool has room
+        # for those two, so they do not wait for one the worker sits on.
+        keep = connections.pool_has_room(transport.engine, 2)
+        with receipt.connect(transport.engine, keep=keep) as connection:
             transaction = receipt.begin(connection)
             messages = self.receiver.receive(worker, connection, 1)
             receipt.received(bool(messages))
