@@ -54,15 +54,40 @@ OLD_TRIGGER = (
 )
 
 
+def _insert(table: str) -> str:
+    """A single-row send into *table* (quoted), one round trip."""
+    return (
+        f"INSERT INTO {table} (id, expires, headers, body) "
+        "VALUES (gen_random_uuid(), NULL, '{}', '\\x00'::bytea)"
+    )
+
+
+def _senders(
+    target: Any, args: tuple[Any, ...], count: int, warm: float, timeout: float
+) -> list[Any]:
+    """Run *count* processes of ``target(*args, go, results)``; return what each put.
+
+    They go together once *warm* seconds have let each connect and warm up.
+    """
+    spawn = multiprocessing.get_context("spawn")
+    go, results = spawn.Event(), spawn.Queue()
+    processes = [spawn.Process(target=target, args=(*args, go, results)) for _ in range(count)]
+    for process in processes:
+        process.start()
+    time.sleep(warm)
+    go.set()
+    reports = [results.get(timeout=timeout) for _ in processes]
+    for process in processes:
+        process.join(30)
+    return reports
+
+
 def _sender(url: str, table: str, seconds: float, go: Any, results: Any) -> None:
     engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
     raw = engine.raw_connection()
     driver: Any = raw.driver_connection
     driver.autocommit = True
-    statement = (
-        f"INSERT INTO {table} (id, expires, headers, body) "
-        "VALUES (gen_random_uuid(), NULL, '{}', '\\x00'::bytea)"
-    )
+    statement = _insert(table)
     driver.execute(statement)  # warm: the plan, the connection
     go.wait()
     count = 0
@@ -131,23 +156,8 @@ def concurrent(url: str, sends: int, senders: int) -> None:
                 connection.exec_driver_sql(
                     statements.create_trigger.format(table=quoted, when=when)
                 )
-        inserts[label] = (
-            f"INSERT INTO {quoted} (id, expires, headers, body) "
-            "VALUES (gen_random_uuid(), NULL, '{}', '\\x00'::bytea)"
-        )
-    spawn = multiprocessing.get_context("spawn")
-    go, results = spawn.Event(), spawn.Queue()
-    processes = [
-        spawn.Process(target=_turns, args=(url, inserts, sends, go, results))
-        for _ in range(senders)
-    ]
-    for process in processes:
-        process.start()
-    time.sleep(2.0)  # every sender connected and warm
-    go.set()
-    reports = [results.get(timeout=sends * 0.05 + 120) for _ in processes]
-    for process in processes:
-        process.join(30)
+        inserts[label] = _insert(quoted)
+    reports = _senders(_turns, (url, inserts, sends), senders, 2.0, sends * 0.05 + 120)
     print(
         f"\n{senders} senders, one INSERT per transaction, each writing the tables in turn, "
         f"{sends:,} sends per table each; load {os.getloadavg()[0]:.1f}; "
@@ -166,19 +176,7 @@ def concurrent(url: str, sends: int, senders: int) -> None:
 
 
 def _round(url: str, table: str, seconds: float, senders: int) -> float:
-    spawn = multiprocessing.get_context("spawn")
-    go, results = spawn.Event(), spawn.Queue()
-    processes = [
-        spawn.Process(target=_sender, args=(url, table, seconds, go, results))
-        for _ in range(senders)
-    ]
-    for process in processes:
-        process.start()
-    time.sleep(1.0)  # every sender connected and warm
-    go.set()
-    total = sum(results.get(timeout=seconds + 60) for _ in processes)
-    for process in processes:
-        process.join(30)
+    total = sum(_senders(_sender, (url, table, seconds), senders, 1.0, seconds + 60))
     return total / seconds
 
 
@@ -196,10 +194,7 @@ def server_cpu(url: str, table: str, variants: dict[str, Any], sends: int, round
     driver: Any = raw.driver_connection
     driver.autocommit = True
     pid = driver.execute("SELECT pg_backend_pid()").fetchone()[0]
-    statement = (
-        f"INSERT INTO {table} (id, expires, headers, body) "
-        "VALUES (gen_random_uuid(), NULL, '{}', '\\x00'::bytea)"
-    )
+    statement = _insert(table)
     costs: dict[str, list[float]] = {label: [] for label in variants}
     for number in range(rounds):
         order = list(variants) if number % 2 == 0 else list(reversed(variants))
@@ -259,11 +254,7 @@ def interleaved(url: str, sends: int) -> None:
     raw = sa.create_engine(url, poolclass=sa.pool.NullPool).raw_connection()
     driver: Any = raw.driver_connection
     driver.autocommit = True
-    inserts = {
-        label: f"INSERT INTO {name} (id, expires, headers, body) "
-        "VALUES (gen_random_uuid(), NULL, '{}', '\\x00'::bytea)"
-        for label, name in names.items()
-    }
+    inserts = {label: _insert(name) for label, name in names.items()}
     times: dict[str, list[float]] = {label: [] for label in names}
     for _ in range(sends):
         for label, statement in inserts.items():
