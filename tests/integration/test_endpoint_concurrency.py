@@ -201,14 +201,7 @@ def test_a_none_mode_worker_gives_its_connection_back_for_the_handlers_when_the_
     def handle(job: Job, context: HandlerContext) -> None:
         seen.append(context.session.execute(sa.text("SELECT 1")).scalar_one())
 
-    endpoint.start()
-    try:
-        deadline = time.monotonic() + 60
-        while endpoint.stats.handled + endpoint.stats.failed < 20:
-            assert time.monotonic() < deadline, endpoint.stats
-            time.sleep(0.01)
-    finally:
-        assert endpoint.stop(10)
+    run_until(endpoint, lambda: endpoint.stats.handled + endpoint.stats.failed >= 20, 60)
     assert endpoint.stats.failed == 0 and seen == [1] * 20, (endpoint.stats, seen)
     assert transport.peek("error") == 0
     transport.close()
