@@ -9,8 +9,9 @@ run from here (:func:`options`, :func:`database_url`):
   connection's default schema). ``-x queues=q1,q2`` (``--queues``): only these queue tables.
 * ``-x cluster_heaps=true`` (``--cluster-heaps``): on SQL Server, rebuild heap queue tables (the
   NServiceBus 8+ layout) with a clustered Index_RowVersion; without it a heap is kept.
-* A connection in ``config.attributes["connection"]`` is used as it is (Alembic's cookbook
-  recipe; SQLite ATTACHed schemas are reached that way).
+* A ``Connection`` in ``config.attributes["connection"]`` is used as it is (Alembic's cookbook
+  recipe; SQLite ATTACHed schemas are reached that way); an ``Engine`` there (pytest-alembic's
+  way) lends one connection for the run.
 * Our lineage lives in its own version table, ``sqlqueue_alembic_version``, with branch label
   ``sqlqueue_orm``, so it sits beside the application's own Alembic history.
 * ``target_metadata`` is :data:`sqlqueue_orm.models.Base.metadata` with :data:`MODEL_MODULES`

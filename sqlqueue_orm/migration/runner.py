@@ -21,14 +21,16 @@ database that cannot be read, with no range given, is refused before anything is
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging.config
 import sys
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from alembic.util import CommandError
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
 
 from sqlqueue_orm import db, exceptions
 from sqlqueue_orm.migration import configuration, impl, operations, steps
@@ -86,9 +88,10 @@ def database_revision(config: Config, x_arguments: dict[str, str] | None = None)
     :raises DatabaseUnreachable: the database cannot be reached (naming its host).
     """
     url = configuration.database_url(config, x_arguments or {})
-    connection = config.attributes.get("connection")
-    if connection is not None:
-        return _recorded(connection)
+    given = config.attributes.get("connection")
+    if given is not None:
+        with _connected(given) as connection:
+            return _recorded(connection)
     try:
         engine = db.create_engine(url, poolclass=sa.pool.NullPool)
         try:
@@ -102,6 +105,20 @@ def database_revision(config: Config, x_arguments: dict[str, str] | None = None)
             f"({db.driver_cause(error)}); to write the script without it, give the range: "
             "FROM:TO (base:head from scratch)"
         ) from error
+
+
+@contextlib.contextmanager
+def _connected(given: Connection | Engine) -> Iterator[Connection]:
+    """The caller's ``Connection``, or one of the caller's ``Engine`` (closed afterwards).
+
+    ``config.attributes["connection"]`` holds a ``Connection`` in Alembic's cookbook recipe and
+    an ``Engine`` in pytest-alembic's; the engine stays the caller's to dispose of.
+    """
+    if isinstance(given, Engine):
+        with given.connect() as connection:
+            yield connection
+    else:
+        yield given
 
 
 def _where(url: str) -> str:
@@ -145,9 +162,10 @@ def run_migrations() -> None:
             print(f"alembic: error: {error}", file=sys.stderr)
             raise SystemExit(2 if isinstance(error, OfflineRefused) else 1) from error
         return
-    connection = config.attributes.get("connection")
-    if connection is not None:
-        _run_online(connection, options)
+    given = config.attributes.get("connection")
+    if given is not None:
+        with _connected(given) as connection:
+            _run_online(connection, options)
         return
     url = configuration.database_url(config, x_arguments)
     engine = db.create_engine(url, poolclass=sa.pool.NullPool)
