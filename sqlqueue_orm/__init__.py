@@ -11,6 +11,8 @@ decorator from :mod:`sqlqueue_orm.session`, the Core table of a queue from
 :mod:`sqlqueue_orm.models.queue_table`, every exception from :mod:`sqlqueue_orm.exceptions`.
 """
 
+from typing import Any
+
 from sqlqueue_orm.addressing import QueueAddress
 from sqlqueue_orm.exceptions import (
     ConfigurationError,
@@ -28,6 +30,29 @@ from sqlqueue_orm.transport import Transport
 
 __version__ = "0.1.0"
 
+
+def alembic_filter(
+    obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any
+) -> bool:
+    """Alembic ``include_object`` hook that leaves sqlqueue_orm's tables out of autogenerate.
+
+    Put it in your application's ``env.py``, in each ``context.configure(...)`` call::
+
+        context.configure(..., target_metadata=target_metadata,
+                          include_object=sqlqueue_orm.alembic_filter)
+
+    ``alembic check`` and ``alembic revision --autogenerate`` then never propose dropping (or
+    creating) a table of the library: its shared tables by name, and its queue, delayed and
+    subscription tables by their columns whatever their names, queues created at run time
+    included. Your own tables are compared as before. Returns ``False`` for a table of ours,
+    ``True`` for anything else (see :mod:`sqlqueue_orm.migration.ownership`).
+    """
+    # Imported here so that importing the package does not import Alembic.
+    from sqlqueue_orm.migration import ownership
+
+    return ownership.include_object(obj, name, type_, reflected, compare_to)
+
+
 __all__ = [
     "ConfigurationError",
     "DatabaseError",
@@ -44,5 +69,6 @@ __all__ = [
     "Transport",
     "UnitOfWork",
     "__version__",
+    "alembic_filter",
     "queue_model",
 ]

@@ -48,7 +48,7 @@ MODEL_MODULES = (
 )
 
 
-def _load_shared_models() -> sa.MetaData:
+def shared_metadata() -> sa.MetaData:
     """Base.metadata with every module of :data:`MODEL_MODULES` imported (all shared tables)."""
     for name in MODEL_MODULES:
         importlib.import_module(name)
@@ -115,7 +115,7 @@ def options(config: Config, x_arguments: Mapping[str, str]) -> dict[str, Any]:
 
     :param x_arguments: Alembic's ``-x`` arguments, as a dictionary.
     """
-    metadata = _load_shared_models()
+    metadata = shared_metadata()
     return {
         "target_metadata": metadata,
         "version_table": VERSION_TABLE,

@@ -567,5 +567,5 @@ def test_alembic_sees_the_ledger_that_lives_in_contrib():
     # by name, so `alembic check` and autogenerate still compare it with revision 0006.
     from sqlqueue_orm.migration import configuration
 
-    tables = configuration._load_shared_models().tables
+    tables = configuration.shared_metadata().tables
     assert {"OutboxData", "SparkSendLedger"} <= set(tables)

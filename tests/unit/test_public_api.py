@@ -21,6 +21,7 @@ EXPECTED_ALL = [
     "Transport",
     "UnitOfWork",
     "__version__",
+    "alembic_filter",
     "queue_model",
 ]
 
