@@ -10,6 +10,8 @@
   ``op.downgrade_queue_tables(revision)``, online (table by table, with progress lines) or as an
   offline script.
 * :mod:`~sqlqueue_orm.migration.discovery`: which tables are queue tables (column signature).
+* :mod:`~sqlqueue_orm.migration.ownership`: which tables are the library's, for an application's
+  own autogenerate (:func:`sqlqueue_orm.alembic_filter`).
 * :mod:`~sqlqueue_orm.migration.steps`: the step table, one step per revision, and the model
   they target.
 * :mod:`~sqlqueue_orm.migration.impl`: the interface each dialect implements
