@@ -6,7 +6,8 @@ model, its own ``env.py`` with the one line docs/migrations.md gives) and drives
 
 * beside it: the library's tables under ``sqlqueue migrate`` with their own version table;
 * inside it: the library's revisions as the ``sqlqueue_orm`` branch of the application's
-  history (``version_locations``, ``alembic upgrade heads``), and the move from the first way.
+  history (``version_locations``, ``alembic upgrade heads``), and the move from the first way
+  to the second and back.
 
 Either way ``alembic check`` finds nothing to do once the library's tables, two queues and a
 delayed table exist, and still finds a change to the application's own model.
@@ -93,6 +94,11 @@ class Application:
         assert "sqlqueue_orm.migrations_versions" in ini
         self.ini.write_text(ini)
 
+    def exclude_library_revisions(self) -> None:
+        """``alembic.ini`` as ``alembic init`` wrote it again, without the library's location."""
+        ini = self.ini.read_text()
+        self.ini.write_text(ini.replace("    sqlqueue_orm.migrations_versions:.\n", ""))
+
     def alembic(self, *arguments: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         environment = {
             **os.environ,
@@ -170,7 +176,7 @@ def test_inside_the_application_the_library_is_a_labelled_branch_of_its_history(
     _check_is_clean_and_sees_the_applications_change(app)
 
 
-def test_an_application_moves_from_sqlqueue_migrate_to_one_history(
+def test_an_application_moves_from_sqlqueue_migrate_to_one_history_and_back(
     database: Database, tmp_path: Path
 ) -> None:
     app = Application.init(tmp_path, database.url)
@@ -187,4 +193,16 @@ def test_an_application_moves_from_sqlqueue_migrate_to_one_history(
     assert "Running upgrade" not in done.stderr, done.stderr
     (library_head,) = ScriptDirectory.from_config(environment.alembic_config()).get_heads()
     assert library_head in app.alembic("current").stdout
+    _check_is_clean_and_sees_the_applications_change(app)
+    # And back, as docs/migrations.md gives it.
+    app.alembic("stamp", "sqlqueue_orm@base")
+    app.exclude_library_revisions()
+    assert library_head not in app.alembic("current").stdout
+    assert cli.main(["--url", database.url, "migrate"]) == 0
+    with database.engine.connect() as connection:
+        recorded = sa.Table(configuration.VERSION_TABLE, sa.MetaData(), autoload_with=connection)
+        assert connection.execute(sa.select(recorded.c.version_num)).scalars().all() == [
+            library_head
+        ]
+    app.model()
     _check_is_clean_and_sees_the_applications_change(app)
