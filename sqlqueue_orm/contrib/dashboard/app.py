@@ -44,7 +44,7 @@ from sqlqueue_orm.contrib.dashboard import (
     security,
     sources,
 )
-from sqlqueue_orm.contrib.dashboard.inputs import BadInput, missing, status, utc_time
+from sqlqueue_orm.contrib.dashboard.inputs import BadInput, client, missing, status, utc_time
 from sqlqueue_orm.transport import Transport
 
 log = logging.getLogger("sqlqueue_orm.contrib.dashboard")
@@ -56,6 +56,8 @@ PAGE_SIZE = 100
 #: Most messages one retry or delete takes.
 MAX_CHOSEN = 1000
 _ACTIONS = {"retry": "Retry", "delete": "Delete", "retry_all": "Retry all"}
+#: What a failed change could not do, by the word its log line uses when done.
+_UNDONE = {"retried": "retry", "deleted": "delete", "retried all": "retry all"}
 _TEMPLATES = pathlib.Path(__file__).with_name("templates")
 
 
@@ -432,7 +434,7 @@ class _Pages:
         )
         if refusal is not None:
             log.warning("queue %s: dashboard refused a %s from %s: %s",
-                        self.dashboard.error_queue_name, request.url.path, _client(request),
+                        self.dashboard.error_queue_name, request.url.path, client(request),
                         refusal)
             return [], self.problem(request, 403, f"refused: {refusal}")
         if form.get("confirmed") != "yes":
@@ -458,12 +460,13 @@ class _Pages:
         try:
             count = await self.call(lambda: change(self.dashboard.error_queue(), ids))
         except exceptions.SqlQueueError as error:
-            log.error("queue %s: dashboard could not %s message(s) %s: %s",
-                      self.dashboard.error_queue_name, verb, ", ".join(ids), error)
+            log.error("queue %s: dashboard could not %s message(s)%s for %s: %s",
+                      self.dashboard.error_queue_name, _UNDONE[verb],
+                      f" ({', '.join(ids)})" if ids else "", client(request), error)
             return self.problem(request, 400, str(error))
         log.info("queue %s: dashboard %s %d message(s)%s for %s",
                  self.dashboard.error_queue_name, verb, count,
-                 f" ({', '.join(ids)})" if ids else "", _client(request))
+                 f" ({', '.join(ids)})" if ids else "", client(request))
         return self._done(request, f"{verb} {count} message(s)")
 
     async def retry(self, request: Request) -> Response:
@@ -526,11 +529,6 @@ def _remaining(delta: dt.timedelta) -> str:
 
 _READ_ONLY = ("the dashboard is read-only: start it with --allow-changes "
               "(create_app(..., allow_changes=True)) to retry or delete")
-
-
-def _client(request: Request) -> str:
-    client = request.client
-    return f"{client.host}:{client.port}" if client else "an unknown client"
 
 
 def _body_values(body: bytes, request: Request) -> dict[str, Any]:

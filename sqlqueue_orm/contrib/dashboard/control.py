@@ -184,7 +184,7 @@ class ControlPages:
         except exceptions.ConfigurationError as error:
             return self.pages.problem(request, 400, str(error))
         except exceptions.SqlQueueError as error:
-            log.error("queue %s: dashboard could not %s: %s", endpoint, action, error)
+            log.error("queue %s: dashboard could not %s, by %s: %s", endpoint, action, by, error)
             return self.pages.problem(request, 503, str(error))
         done = _done_text(action, endpoint, concurrency)
         log.info("queue %s: dashboard: %s, by %s", endpoint, done, by)
