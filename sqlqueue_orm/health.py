@@ -52,6 +52,8 @@ STALE_BEATS = 3
 RETENTION = 24 * 3600.0
 #: Seconds between samples of one queue by one instance.
 SAMPLE_INTERVAL = 60.0
+#: Seconds of beats an instance's rates are measured over, and the least they are shown over.
+RATE_WINDOW = 60.0
 #: Seconds between one writer's prunings of rows older than :data:`RETENTION`.
 PRUNE_INTERVAL = 600.0
 #: Queue names one read of the samples asks for at most.
@@ -100,6 +102,15 @@ class EndpointInstance:
     failed_rate: float
     #: Seconds since the last beat (by the reader's clock).
     silent_for: float
+
+    @property
+    def rated(self) -> bool:
+        """Whether its rates cover a whole :data:`RATE_WINDOW` of beats.
+
+        An instance that beat for less (a ``--once`` run, a fresh start) has rates over the
+        fraction of a minute it ran, which would claim a pace it never kept: show its counts.
+        """
+        return self.last_seen - self.started_at >= RATE_WINDOW
 
     @property
     def state_text(self) -> str:

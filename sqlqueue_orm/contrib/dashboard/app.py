@@ -486,8 +486,8 @@ class _Pages:
         """The outbox backlog and its oldest record."""
         try:
             backlog = await self.call(sources.outbox_backlog, self.dashboard.transport)
-        except exceptions.SchemaOutdated as error:
-            return self.render(request, "outbox.html", backlog=None, missing=str(error))
+        except exceptions.SchemaOutdated as error:  # backlog(): the table does not exist
+            return self.render(request, "outbox.html", backlog=None, missing=error.table)
         except exceptions.SqlQueueError as error:
             return self.problem(request, 503, str(error))
         return self.render(request, "outbox.html", backlog=backlog, missing=None)
