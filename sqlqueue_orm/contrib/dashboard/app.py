@@ -145,7 +145,7 @@ def create_app(
         application decides). ``sqlqueue dashboard`` on a loopback address passes
         :data:`~.security.LOOPBACK_HOSTS`.
     :param refresh_interval: seconds between a page's reloads of itself (a pause button on
-        every page; a confirmation form never reloads); ``None``: never.
+        every page; a confirmation form and the answer to a POST never reload); ``None``: never.
     """
     if isinstance(transport_or_url, Transport):
         transport, owns = transport_or_url, False
@@ -260,7 +260,10 @@ class _Pages:
             allow_changes=self.dashboard.allow_changes,
             error_queue=self.dashboard.error_queue_name,
             page=template.removesuffix(".html"),
-            refresh_seconds=self.dashboard.refresh_interval,
+            # the answer to a POST never reloads itself: a reload would send the form again
+            refresh_seconds=(
+                self.dashboard.refresh_interval if request.method in ("GET", "HEAD") else None
+            ),
             notice=request.query_params.get("done"),
             **values,
         )
