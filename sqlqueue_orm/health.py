@@ -154,13 +154,19 @@ class QueueMetrics:
         """The newest minute's sample (``None``: none in the window)."""
         return self.samples[-1] if self.samples else None
 
-    def per_minute(self, field: str, minutes: int = 5) -> float | None:
-        """*field* (``processed`` or ``failed``) per minute over the last *minutes* sampled."""
-        recent = self.samples[-minutes:]
-        if not recent:
+    def per_minute(self, field: str, minutes: int = 5, now: float | None = None) -> float | None:
+        """*field* (``processed`` or ``failed``) per minute over the *minutes* before *now*.
+
+        What the samples of those minutes count, divided by their number: every message an
+        endpoint handles is in one of its samples, so minutes without one had none, and an old
+        minute or a run of a fraction of a second is not taken for the pace of every minute.
+        ``None``: no sample at all.
+        """
+        if not self.samples:
             return None
-        total: int = sum(getattr(sample, field) for sample in recent)
-        return total / len(recent)
+        since = (time.time() if now is None else now) - minutes * 60.0
+        total: int = sum(getattr(sample, field) for sample in self.samples if sample.at > since)
+        return total / minutes
 
 
 def _iso(moment: float) -> str:

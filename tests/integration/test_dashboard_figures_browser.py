@@ -1,7 +1,8 @@
 """What the dashboard's pages claim, in a real browser (headless Chromium) on a real database.
 
 A rate is shown only over a window it can claim: an instance that ran for a fraction of a second
-shows its counts alone, one that beat for longer than a minute its rates too. The Control page
+shows its counts alone, one that beat for longer than a minute its rates too; a queue's rate is
+what its last five minutes hold, over five. The Control page
 lists endpoints (instances that beat, control rows), never a queue no endpoint ever ran on. The
 Outbox page on a database without the outbox table says so and names the command creating it.
 """
@@ -65,3 +66,23 @@ def test_the_outbox_page_without_the_table_names_the_command_creating_it(databas
     assert "outdated" not in said
     assert "OutboxData" in said and "does not exist" in said
     assert "sqlqueue migrate" in said
+
+
+def test_queue_rates_are_over_the_last_five_minutes_not_the_last_five_samples(database, driver):  # noqa: F811
+    transport = database.transport()
+    transport.create_queue("billing")
+    health.create_tables(transport.engine)
+    now = time.time()
+    health.write_samples(transport.engine, uuid.uuid4().hex, [  # a burst half an hour ago
+        ("billing", health.QueueSample(now - 1800, 0, None, 500, 100))])
+    health.write_samples(transport.engine, uuid.uuid4().hex, [  # a --once run just now
+        ("billing", health.QueueSample(now - 1, 0, None, 10, 1))])
+    with browser.served(create_app(transport)) as base:
+        driver.get(base + "/")
+        row = 'tr[data-queue="billing"]'
+        queues = [driver.find_element(By.CSS_SELECTOR, f"{row} .{field}").text
+                  for field in ("processed", "failed")]
+        driver.get(base + "/queue?name=billing")
+        queue = [driver.find_element(By.CSS_SELECTOR, f"#metrics-latest .{field}").text
+                 for field in ("processed", "failed")]
+    assert queues == queue == ["2.0", "0.2"]  # what the last five minutes hold, over five
