@@ -52,6 +52,8 @@ STALE_BEATS = 3
 RETENTION = 24 * 3600.0
 #: Seconds between samples of one queue by one instance.
 SAMPLE_INTERVAL = 60.0
+#: Seconds of beats an instance's rates are measured over, and the least they are shown over.
+RATE_WINDOW = 60.0
 #: Seconds between one writer's prunings of rows older than :data:`RETENTION`.
 PRUNE_INTERVAL = 600.0
 #: Queue names one read of the samples asks for at most.
@@ -102,6 +104,15 @@ class EndpointInstance:
     silent_for: float
 
     @property
+    def rated(self) -> bool:
+        """Whether its rates cover a whole :data:`RATE_WINDOW` of beats.
+
+        An instance that beat for less (a ``--once`` run, a fresh start) has rates over the
+        fraction of a minute it ran, which would claim a pace it never kept: show its counts.
+        """
+        return self.last_seen - self.started_at >= RATE_WINDOW
+
+    @property
     def state_text(self) -> str:
         """``running``, ``stale for 12 min`` (silent that long) or ``stopped 3 min ago``."""
         silent = format_duration(self.silent_for)
@@ -143,13 +154,19 @@ class QueueMetrics:
         """The newest minute's sample (``None``: none in the window)."""
         return self.samples[-1] if self.samples else None
 
-    def per_minute(self, field: str, minutes: int = 5) -> float | None:
-        """*field* (``processed`` or ``failed``) per minute over the last *minutes* sampled."""
-        recent = self.samples[-minutes:]
-        if not recent:
+    def per_minute(self, field: str, minutes: int = 5, now: float | None = None) -> float | None:
+        """*field* (``processed`` or ``failed``) per minute over the *minutes* before *now*.
+
+        What the samples of those minutes count, divided by their number: every message an
+        endpoint handles is in one of its samples, so minutes without one had none, and an old
+        minute or a run of a fraction of a second is not taken for the pace of every minute.
+        ``None``: no sample at all.
+        """
+        if not self.samples:
             return None
-        total: int = sum(getattr(sample, field) for sample in recent)
-        return total / len(recent)
+        since = (time.time() if now is None else now) - minutes * 60.0
+        total: int = sum(getattr(sample, field) for sample in self.samples if sample.at > since)
+        return total / minutes
 
 
 def _iso(moment: float) -> str:

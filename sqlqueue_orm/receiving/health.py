@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: Seconds of beats the rates are measured over.
-RATE_WINDOW = 60.0
+RATE_WINDOW = health.RATE_WINDOW
 #: Seconds :meth:`HealthWriter.stop` waits for a beat in progress (a database that hangs).
 STOP_WAIT = 10.0
 

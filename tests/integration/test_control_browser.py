@@ -16,12 +16,13 @@ import time
 import httpx
 import pytest
 
-from sqlqueue_orm import control
+from sqlqueue_orm import control, health
 from sqlqueue_orm.receiving import control as receiving_control
 from tests import browser
 from tests.endpoint_app import UserBase, send_jobs
 from tests.integration.test_control_cli import EndpointProcess, _handled, _wait_handled
-from tests.integration.test_dashboard_browser import By, click, driver  # noqa: F401
+from tests.integration.test_dashboard_browser import By, click, driver, wait_for  # noqa: F401
+from tests.integration.test_dashboard_figures_browser import beat_for_two_minutes
 
 pytest.importorskip("starlette", reason="the dashboard extra is not installed")
 from sqlqueue_orm.contrib.dashboard import create_app
@@ -41,6 +42,8 @@ def test_pause_and_resume_from_the_dashboard_across_two_processes(database, driv
     try:
         for each in processes:
             each.wait_for("started")
+        wait_for(lambda: len([instance for instance in health.read_endpoints(database.engine)
+                              if instance.state == health.RUNNING]) == 2)  # both beat
         with browser.served(app) as base:
             driver.get(base + "/control")
             row = _row(driver, "jobs")
@@ -81,6 +84,7 @@ def test_pause_and_resume_from_the_dashboard_across_two_processes(database, driv
 def test_read_only_cross_site_and_bad_input_change_nothing(database):
     transport = database.transport()
     transport.create_queue("jobs")
+    beat_for_two_minutes(transport, "jobs")  # an endpoint: it ran
     with browser.served(create_app(transport)) as base:
         page = httpx.get(base + "/control")
         assert page.status_code == 200 and 'data-endpoint="jobs"' in page.text

@@ -44,7 +44,7 @@ from sqlqueue_orm.contrib.dashboard import (
     security,
     sources,
 )
-from sqlqueue_orm.contrib.dashboard.inputs import BadInput, missing, status, utc_time
+from sqlqueue_orm.contrib.dashboard.inputs import BadInput, client, missing, status, utc_time
 from sqlqueue_orm.transport import Transport
 
 log = logging.getLogger("sqlqueue_orm.contrib.dashboard")
@@ -56,6 +56,8 @@ PAGE_SIZE = 100
 #: Most messages one retry or delete takes.
 MAX_CHOSEN = 1000
 _ACTIONS = {"retry": "Retry", "delete": "Delete", "retry_all": "Retry all"}
+#: What a failed change could not do, by the word its log line uses when done.
+_UNDONE = {"retried": "retry", "deleted": "delete", "retried all": "retry all"}
 _TEMPLATES = pathlib.Path(__file__).with_name("templates")
 
 
@@ -143,7 +145,7 @@ def create_app(
         application decides). ``sqlqueue dashboard`` on a loopback address passes
         :data:`~.security.LOOPBACK_HOSTS`.
     :param refresh_interval: seconds between a page's reloads of itself (a pause button on
-        every page; a confirmation form never reloads); ``None``: never.
+        every page; a confirmation form and the answer to a POST never reload); ``None``: never.
     """
     if isinstance(transport_or_url, Transport):
         transport, owns = transport_or_url, False
@@ -258,7 +260,10 @@ class _Pages:
             allow_changes=self.dashboard.allow_changes,
             error_queue=self.dashboard.error_queue_name,
             page=template.removesuffix(".html"),
-            refresh_seconds=self.dashboard.refresh_interval,
+            # the answer to a POST never reloads itself: a reload would send the form again
+            refresh_seconds=(
+                self.dashboard.refresh_interval if request.method in ("GET", "HEAD") else None
+            ),
             notice=request.query_params.get("done"),
             **values,
         )
@@ -432,7 +437,7 @@ class _Pages:
         )
         if refusal is not None:
             log.warning("queue %s: dashboard refused a %s from %s: %s",
-                        self.dashboard.error_queue_name, request.url.path, _client(request),
+                        self.dashboard.error_queue_name, request.url.path, client(request),
                         refusal)
             return [], self.problem(request, 403, f"refused: {refusal}")
         if form.get("confirmed") != "yes":
@@ -458,12 +463,13 @@ class _Pages:
         try:
             count = await self.call(lambda: change(self.dashboard.error_queue(), ids))
         except exceptions.SqlQueueError as error:
-            log.error("queue %s: dashboard could not %s message(s) %s: %s",
-                      self.dashboard.error_queue_name, verb, ", ".join(ids), error)
+            log.error("queue %s: dashboard could not %s message(s)%s for %s: %s",
+                      self.dashboard.error_queue_name, _UNDONE[verb],
+                      f" ({', '.join(ids)})" if ids else "", client(request), error)
             return self.problem(request, 400, str(error))
         log.info("queue %s: dashboard %s %d message(s)%s for %s",
                  self.dashboard.error_queue_name, verb, count,
-                 f" ({', '.join(ids)})" if ids else "", _client(request))
+                 f" ({', '.join(ids)})" if ids else "", client(request))
         return self._done(request, f"{verb} {count} message(s)")
 
     async def retry(self, request: Request) -> Response:
@@ -483,8 +489,8 @@ class _Pages:
         """The outbox backlog and its oldest record."""
         try:
             backlog = await self.call(sources.outbox_backlog, self.dashboard.transport)
-        except exceptions.SchemaOutdated as error:
-            return self.render(request, "outbox.html", backlog=None, missing=str(error))
+        except exceptions.SchemaOutdated as error:  # backlog(): the table does not exist
+            return self.render(request, "outbox.html", backlog=None, missing=error.table)
         except exceptions.SqlQueueError as error:
             return self.problem(request, 503, str(error))
         return self.render(request, "outbox.html", backlog=backlog, missing=None)
@@ -526,11 +532,6 @@ def _remaining(delta: dt.timedelta) -> str:
 
 _READ_ONLY = ("the dashboard is read-only: start it with --allow-changes "
               "(create_app(..., allow_changes=True)) to retry or delete")
-
-
-def _client(request: Request) -> str:
-    client = request.client
-    return f"{client.host}:{client.port}" if client else "an unknown client"
 
 
 def _body_values(body: bytes, request: Request) -> dict[str, Any]:

@@ -1,11 +1,12 @@
 """The dashboard's control page: pause, resume and resize endpoints live, and the action log.
 
-``/control`` lists the endpoints that have a control row or an input queue (every queue but the
-error queue), each with its state (running or paused, concurrency override), and the action log,
-newest first. With ``allow_changes=True`` it offers pause, resume and a concurrency form; each
-asks for confirmation on a page of its own (``/control/confirm``), then is a POST to
-``/control/change`` checked by :mod:`.security` (CSRF token and Origin), made through
-:mod:`sqlqueue_orm.control` as this host's user from the client's address, and logged.
+``/control`` lists the endpoints: those with an instance that beat in the last day
+(:func:`sqlqueue_orm.health.read_endpoints`) or with a control row, each with its state (running
+or paused, concurrency override), and the action log, newest first. With ``allow_changes=True``
+it offers pause, resume and a concurrency form; each asks for confirmation on a page of its own
+(``/control/confirm``), then is a POST to ``/control/change`` checked by :mod:`.security` (CSRF
+token and Origin), made through :mod:`sqlqueue_orm.control` as this host's user from the
+client's address, and logged.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from sqlqueue_orm import control, exceptions
+from sqlqueue_orm import control, exceptions, health
 from sqlqueue_orm.transport import Transport
 
 __all__ = ["READ_ONLY", "ControlPages", "Pages", "concurrency_value"]
@@ -38,10 +39,6 @@ class _Dashboard(Protocol):
     def transport(self) -> Transport: ...
     @property
     def allow_changes(self) -> bool: ...
-    @property
-    def error_queue_name(self) -> str: ...
-    @property
-    def schemas(self) -> list[str | None] | None: ...
 
 
 class Pages(Protocol):
@@ -107,8 +104,9 @@ class ControlPages:
         dashboard = self.pages.dashboard
         transport = dashboard.transport
         rows = {state.endpoint: state for state in control.states(transport)}
-        queues = {name for name, _depth in transport.list_queues(dashboard.schemas)}
-        names = sorted((queues - {dashboard.error_queue_name}) | set(rows))
+        # endpoints, not queues: a queue no endpoint ever ran on is not one
+        beating = {instance.endpoint for instance in health.read_endpoints(transport.engine)}
+        names = sorted(beating | set(rows))
         endpoints = [{"name": name, "state": rows.get(name)} for name in names]
         return endpoints, control.log(transport, limit=LOG_ROWS)
 
@@ -184,7 +182,7 @@ class ControlPages:
         except exceptions.ConfigurationError as error:
             return self.pages.problem(request, 400, str(error))
         except exceptions.SqlQueueError as error:
-            log.error("queue %s: dashboard could not %s: %s", endpoint, action, error)
+            log.error("queue %s: dashboard could not %s, by %s: %s", endpoint, action, by, error)
             return self.pages.problem(request, 503, str(error))
         done = _done_text(action, endpoint, concurrency)
         log.info("queue %s: dashboard: %s, by %s", endpoint, done, by)

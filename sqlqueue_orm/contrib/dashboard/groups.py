@@ -163,10 +163,12 @@ class GroupPages:
         except exceptions.ConfigurationError as error:
             return self.pages.problem(request, 404, str(error))
         except exceptions.SqlQueueError as error:
-            log.error("queue %s: dashboard could not %s group %s: %s", queue, action, wanted, error)
+            log.error("queue %s: dashboard could not %s group %s for %s: %s",
+                      queue, action, wanted, inputs.client(request), error)
             return self.pages.problem(request, 400, str(error))
         done = "retried" if action == "retry" else "deleted"
-        log.info("queue %s: dashboard %s %d message(s) of group %s", queue, done, count, wanted)
+        log.info("queue %s: dashboard %s %d message(s) of group %s for %s",
+                 queue, done, count, wanted, inputs.client(request))
         prefix = str(request.scope.get("root_path", ""))
         query = urllib.parse.urlencode({"done": f"{done} {count} message(s) of group {wanted}"})
         return RedirectResponse(f"{prefix}/errors/groups?{query}", status_code=303)

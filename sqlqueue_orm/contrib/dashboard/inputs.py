@@ -1,14 +1,18 @@
-"""What every page does with what it is given: time values of the query, and library errors.
+"""What every page does with what it is given: query times, library errors, the client.
 
-Shared by the pages of :mod:`.app` and :mod:`.groups`, so a bad value reads the same and a
-library error gets the same HTTP status on each.
+Shared by the pages of :mod:`.app` and :mod:`.groups`, so a bad value reads the same, a library
+error gets the same HTTP status, and a change is logged with the client's address alike on each.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from typing import TYPE_CHECKING
 
 from sqlqueue_orm import exceptions
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
 
 
 class BadInput(Exception):
@@ -36,3 +40,9 @@ def status(error: exceptions.SqlQueueError) -> int:
     if missing(error):
         return 404
     return 500 if isinstance(error, exceptions.SchemaOutdated) else 503
+
+
+def client(request: Request) -> str:
+    """``host:port`` of the request's client, as the log lines of changes name it."""
+    found = request.client
+    return f"{found.host}:{found.port}" if found else "an unknown client"

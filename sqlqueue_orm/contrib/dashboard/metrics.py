@@ -16,7 +16,7 @@ from sqlqueue_orm import health
 from sqlqueue_orm.contrib.dashboard import rendering, sampling
 from sqlqueue_orm.transport import Transport
 
-#: Minutes of samples the rates shown are averaged over.
+#: Minutes before now the rates shown are averaged over.
 RATE_MINUTES = 5
 
 
@@ -40,8 +40,8 @@ def queue_rows(transport: Transport, depths: Sequence[tuple[str, int]]) -> list[
                 "name": name,
                 "depth": depth,
                 "oldest": _age(latest.oldest_age) if latest is not None and depth else None,
-                "processed": metrics.per_minute("processed", RATE_MINUTES),
-                "failed": metrics.per_minute("failed", RATE_MINUTES),
+                "processed": metrics.per_minute("processed", RATE_MINUTES, now),
+                "failed": metrics.per_minute("failed", RATE_MINUTES, now),
                 "chart": rendering.depth_chart(readings, now),
             }
         )
@@ -64,8 +64,8 @@ def queue_page(transport: Transport, name: str) -> dict[str, Any]:
         "latest_at": None if latest is None else health.format_duration(now - latest.at),
         "latest_depth": None if latest is None else latest.depth,
         "oldest": None if latest is None else _age(latest.oldest_age),
-        "processed": metrics.per_minute("processed", RATE_MINUTES),
-        "failed": metrics.per_minute("failed", RATE_MINUTES),
+        "processed": metrics.per_minute("processed", RATE_MINUTES, now),
+        "failed": metrics.per_minute("failed", RATE_MINUTES, now),
         "processed_total": sum(sample.processed for sample in metrics.samples),
         "failed_total": sum(sample.failed for sample in metrics.samples),
         "charts": [

@@ -1,0 +1,92 @@
+"""The dashboard's confirmation pages in a real browser (headless Chromium) on a real database.
+
+No confirmation page reloads itself: a message's, a group's or a live control change's, each
+left open past the refresh interval, is still the page the operator opened, while a listing
+beside it reloads. Nor does the answer to a confirmed change: reloading it would send the
+change again.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from sqlqueue_orm.recoverability.error_queue import ErrorQueue
+from sqlqueue_orm.recoverability.groups import FailureGroups
+from tests import browser
+from tests.integration.test_dashboard_browser import By, click, driver  # noqa: F401
+from tests.integration.test_failure_groups import fail
+
+pytest.importorskip("starlette", reason="the dashboard extra is not installed")
+from sqlqueue_orm.contrib.dashboard import create_app
+
+#: Seconds between the reloads of the pages that do reload (the default).
+REFRESH = 10.0
+
+
+def test_no_confirmation_page_reloads_itself(database, driver):  # noqa: F811
+    transport = database.transport()
+    transport.create_queues(["error", "inbox"])
+    fail(transport, "m1")
+    errors = ErrorQueue(transport, "error")
+    row_id = errors.list()[0].id
+    group = FailureGroups(errors).list()[0].id
+    app = create_app(transport, allow_changes=True, refresh_interval=REFRESH)
+    with browser.served(app) as base:
+        pages = {
+            # first, so a background tab: shows that a reload there would be seen
+            "listing": "/errors/groups",
+            "message": f"/errors/confirm?action=delete&id={row_id}",
+            "all": "/errors/confirm?action=retry_all",
+            "group": f"/errors/groups/confirm?action=retry&group={group}",
+            "control": "/control/confirm?endpoint=inbox&action=pause",
+            "resize": "/control/confirm?endpoint=inbox&action=concurrency&concurrency=2",
+        }
+        tabs = {}
+        first = driver.current_window_handle
+        for name, path in pages.items():
+            if tabs:
+                driver.switch_to.new_window("tab")
+            driver.get(base + path)
+            assert driver.find_elements(By.TAG_NAME, "h1"), name
+            driver.execute_script("window.sqlqueueOpened = 1;")
+            tabs[name] = driver.current_window_handle
+        time.sleep(REFRESH + 2)
+        kept, offered = {}, {}
+        for name, handle in tabs.items():
+            driver.switch_to.window(handle)
+            kept[name] = driver.execute_script("return window.sqlqueueOpened === 1;")
+            offered[name] = bool(driver.find_elements(By.ID, "refresh-toggle"))
+        for handle in list(tabs.values()):
+            if handle != first:
+                driver.switch_to.window(handle)
+                driver.close()
+        driver.switch_to.window(first)
+    assert kept == {name: name != "listing" for name in pages}
+    assert offered == {name: name == "listing" for name in pages}  # no pause button either
+
+
+def test_an_answer_to_a_confirmed_change_never_reloads_itself(database, driver):  # noqa: F811
+    transport = database.transport()
+    transport.create_queues(["error", "inbox"])
+    fail(transport, "m1")
+    errors = ErrorQueue(transport, "error")
+    group = FailureGroups(errors).list()[0].id
+    app = create_app(transport, allow_changes=True, refresh_interval=1)
+    posts: list[str] = []
+
+    async def recorded(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            posts.append(scope["path"])
+        await app(scope, receive, send)
+
+    with browser.served(recorded) as base:
+        driver.get(f"{base}/errors/groups/confirm?action=retry&group={group}")
+        FailureGroups(errors).delete(group)  # another operator, meanwhile
+        click(driver, driver.find_element(By.ID, "confirm"))
+        assert group in driver.find_element(By.ID, "problem").text
+        time.sleep(4)  # four refresh intervals: a reload would send the form again
+        assert posts == ["/errors/groups/retry"]
+        assert driver.find_elements(By.ID, "refresh-toggle") == []
