@@ -44,6 +44,7 @@ from typing import Any, Protocol
 
 from sqlalchemy.engine import Connection, Engine, RootTransaction
 from sqlalchemy.engine.default import DefaultDialect
+from sqlalchemy.exc import DBAPIError
 
 #: Most blocks one kept connection serves before it goes back to the pool (as the pump's
 #: workers do), so ``pool_pre_ping`` and ``pool_recycle`` still see it under steady load.
@@ -178,12 +179,20 @@ class KeptConnections:
     :param engine: the engine the connections come from.
     :param reserve: count one more kept connection if the shared budget allows (True).
     :param unreserve: a counted connection went back to the pool.
+    :param translate: the exception to raise for a driver error while a block begins (no
+        connection to be had, a dead one), else SQLAlchemy's own is raised. The block's own
+        statements and its commit raise SQLAlchemy's errors, as in ``engine.begin()``.
     """
 
     def __init__(
-        self, engine: Engine, reserve: Callable[[], bool], unreserve: Callable[[], None]
+        self,
+        engine: Engine,
+        reserve: Callable[[], bool],
+        unreserve: Callable[[], None],
+        translate: Callable[[BaseException], BaseException] | None = None,
     ) -> None:
         self.engine = engine
+        self.translate = translate
         #: Whether the dialect's do_begin is SQLAlchemy's default, which does nothing: the
         #: driver begins a transaction by itself with its first statement (psycopg, pyodbc).
         self.driver_begins = driver_begins(engine)
@@ -253,6 +262,15 @@ class KeptTransaction:
         self._connections = connections
 
     def __enter__(self) -> Connection:
+        try:
+            return self._enter()
+        except DBAPIError as error:
+            translate = self._connections.translate
+            if translate is None:
+                raise
+            raise translate(error) from error
+
+    def _enter(self) -> Connection:
         connections = self._connections
         kept = self._kept = connections.take()
         if kept is None:  # a connection of its own: exactly engine.begin()
