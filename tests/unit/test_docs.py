@@ -177,7 +177,7 @@ def test_each_python_block_of_the_readme_runs_on_its_own():
 
 
 def test_the_readme_s_python_blocks_read_the_database_url_from_the_environment():
-    """The shell steps export SQLQUEUE_URL; the Python blocks use it instead of a URL of their own."""
+    """The shell steps export SQLQUEUE_URL; the Python blocks use it, not a URL of their own."""
     hard_coded = [block.where for block in docs_blocks.blocks(README)
                   if block.language == "python" and "://" in block.text]
     assert hard_coded == []
