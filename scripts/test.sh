@@ -38,5 +38,24 @@ fi
 echo "== ruff";  .venv/bin/ruff check .
 echo "== mypy --strict"; .venv/bin/mypy
 echo "== lint-imports"; .venv/bin/lint-imports
+
+# The core of the suite once more with the lowest versions pyproject.toml admits (SQLAlchemy,
+# Alembic, pydantic, psycopg, orjson), so the floors it claims are the floors it runs on.
+[ -x .venv-lowest/bin/python ] || python3 -m venv .venv-lowest
+.venv-lowest/bin/python -m pip install -q --upgrade pip
+.venv-lowest/bin/python -m pip install -q -c scripts/lowest-versions.txt -e ".[dev,postgres]"
+echo "== pytest, lowest supported versions: $(.venv-lowest/bin/python -c 'import sqlalchemy, alembic, pydantic, psycopg; print("SQLAlchemy", sqlalchemy.__version__, "Alembic", alembic.__version__, "pydantic", pydantic.__version__, "psycopg", psycopg.__version__)')"
+.venv-lowest/bin/python -m pytest -q -p no:cacheprovider \
+  tests/unit/test_headers.py tests/unit/test_messages.py tests/unit/test_addressing.py \
+  tests/unit/test_transport_errors.py tests/unit/test_sqlalchemy_internals.py \
+  tests/integration/test_fifo_order.py tests/integration/test_rollback.py \
+  tests/integration/test_unit_of_work.py tests/integration/test_outbox.py \
+  tests/integration/test_dispatcher.py tests/integration/test_transport_begin.py \
+  tests/integration/test_single_statement_autocommit.py \
+  tests/integration/test_observed_statements.py tests/integration/test_wire_format.py \
+  tests/integration/test_one_exception_family.py \
+  tests/integration/test_endpoint_transaction_modes.py \
+  tests/migration/test_migrations_keep_messages.py
+
 echo "== pytest"
 exec .venv/bin/python -m pytest "$@"

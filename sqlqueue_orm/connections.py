@@ -37,6 +37,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from sqlqueue_orm import sqlalchemy_internals
+
 log = logging.getLogger(__name__)
 
 
@@ -65,7 +67,7 @@ def pool_has_room(engine: Engine, wanted: int) -> bool:
     pool = engine.pool
     if not isinstance(pool, sa.pool.QueuePool):
         return False
-    overflow = pool._max_overflow  # (SQLAlchemy names no public accessor; -1: no limit)
+    overflow = sqlalchemy_internals.max_overflow(pool)  # -1: no limit
     return overflow < 0 or pool.size() + overflow - pool.checkedout() >= wanted
 
 
@@ -101,18 +103,10 @@ class ThreadConnections:
         pool_size = size() if callable(size) else size
         self._held_limit = max(1, int(pool_size) // 2)
         self._lock = threading.Lock()
-        self._dispatch = engine.dispatch
 
     def observed(self) -> bool:
         """Whether SQLAlchemy cursor events or SQL echo logging would see our statements."""
-        dispatch = self._dispatch
-        return bool(
-            (
-                self.engine._has_events
-                and (dispatch.before_cursor_execute or dispatch.after_cursor_execute)
-            )
-            or self.engine._should_log_info()
-        )
+        return sqlalchemy_internals.engine_observed(self.engine)
 
     def transaction(self) -> OwnTransaction:
         """A short transaction on a DBAPI cursor: ``with`` commits it, or rolls back on error."""
@@ -411,21 +405,9 @@ def driver_cursor(connection: Connection) -> Any | None:
     """A DBAPI cursor in the connection's transaction, or None to go through SQLAlchemy.
 
     None while SQLAlchemy's cursor events or SQL echo would see the statements (tracing, SQL
-    logging): they fire only through ``exec_driver_sql``. The listener checks follow
-    SQLAlchemy's own (``_has_events`` first): the connection's dispatch joins the engine's
-    lazily, at a cost per new Connection, so it is read only when listeners were added to the
-    connection itself.
+    logging): they fire only through ``exec_driver_sql``.
     """
-    if connection._echo:  # echo=True, or SQL logging switched on (as SQLAlchemy reads it)
-        return None
-    if connection._has_events:
-        dispatch: Any = connection.dispatch
-        if dispatch.before_cursor_execute or dispatch.after_cursor_execute:
-            return None
-    engine = connection.engine
-    if engine._has_events and (
-        engine.dispatch.before_cursor_execute or engine.dispatch.after_cursor_execute
-    ):
+    if sqlalchemy_internals.statements_observed(connection):
         return None
     if not connection.in_transaction():
         connection.begin()  # what autobegin would do: the caller commits or rolls back

@@ -204,7 +204,11 @@ def reading(engine: Engine) -> Iterator[Connection]:
     connection. A write on it may fail at once with "database is locked" instead of waiting:
     write on a connection of ``engine.begin()``.
     """
-    with engine.connect() as connection:
+    try:
+        connection = engine.connect()
+    except exc.DBAPIError as error:  # no connection to be had: the package's error, as all
+        raise translate_error(error) from error
+    with connection:
         connection.execution_options(**{dialects.READS_ONLY: True})
         yield connection
 

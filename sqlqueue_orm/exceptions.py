@@ -1,7 +1,8 @@
 """The exceptions sqlqueue_orm raises: one root, :class:`SqlQueueError`, and a few precise children.
 
-Every exception's docstring is its default message. Driver errors are translated in one place,
-:func:`sqlqueue_orm.db.wrap_db_errors`.
+Every exception's docstring is its default message. Driver errors are translated by one function,
+:func:`sqlqueue_orm.db.translate_error` (:func:`~sqlqueue_orm.db.wrap_db_errors` is its block
+form), so every public call raises this family when the database cannot be used.
 """
 
 from __future__ import annotations

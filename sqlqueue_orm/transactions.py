@@ -44,6 +44,9 @@ from typing import Any, Protocol
 
 from sqlalchemy.engine import Connection, Engine, RootTransaction
 from sqlalchemy.engine.default import DefaultDialect
+from sqlalchemy.exc import DBAPIError
+
+from sqlqueue_orm import sqlalchemy_internals
 
 #: Most blocks one kept connection serves before it goes back to the pool (as the pump's
 #: workers do), so ``pool_pre_ping`` and ``pool_recycle`` still see it under steady load.
@@ -79,62 +82,14 @@ def driver_begins(engine: Engine) -> bool:
     return getattr(engine.dialect.do_begin, "__func__", None) is DefaultDialect.do_begin
 
 
-def _observed(connection: Connection) -> bool:
-    """Whether SQLAlchemy's BEGIN and COMMIT do more here than the dialect's (events, echo)."""
-    return bool(connection._has_events or connection.engine._has_events or connection._echo)
-
-
-# begin_again and commit_kept take the steps of SQLAlchemy's Connection.begin() and
-# Transaction.commit() without their transaction object: they read a few of the Connection's
-# attributes and call its _begin_impl, _commit_impl and _handle_dbapi_exception.
-
-
-def begin_again(connection: Connection, root: RootTransaction, begins_itself: bool) -> None:
-    """Begin the next database transaction under *root*, kept open since the last COMMIT.
-
-    SQLAlchemy's own BEGIN of the connection (the "begin" event, the echo line, the dialect's
-    ``do_begin``, its error handling), skipped when it would do nothing: *begins_itself* (see
-    :func:`driver_begins`) and nobody listens.
-    """
-    if not begins_itself or _observed(connection):
-        connection._begin_impl(root)
-
-
-def commit_kept(connection: Connection, root: RootTransaction | None) -> bool:
-    """COMMIT the database transaction and keep *root* open for the next one.
-
-    The steps of SQLAlchemy's own COMMIT of the connection (the "commit" event, the echo line,
-    the dialect's ``do_commit``; a failure wrapped, the connection invalidated if it is gone).
-    Return False, having done nothing, when the transaction is not as *root* began it: *root*
-    ended or replaced, a SAVEPOINT still open, the connection invalidated or closed; the
-    caller then ends it as SQLAlchemy would.
-    """
-    if not (
-        root is not None
-        and root.is_active
-        and connection._transaction is root
-        and connection._nested_transaction is None
-        and connection._dbapi_connection is not None
-    ):
-        return False
-    if _observed(connection):
-        connection._commit_impl()
-    else:
-        try:
-            connection.dialect.do_commit(connection._dbapi_connection)
-        except BaseException as failure:  # wrapped, invalidated if disconnected
-            connection._handle_dbapi_exception(failure, None, None, None, None)
-    return True
-
-
 class KeptRoot:
     """A connection's transactions, one after another, under one SQLAlchemy transaction object.
 
     :meth:`begin` returns it begun; :meth:`commit` and :meth:`rollback` end it as a
     ``RootTransaction``'s would (the endpoint's workers use it on the connection they keep).
     A commit keeps the object open for the next :meth:`begin`; a rollback, or a commit of a
-    transaction the work changed (see :func:`commit_kept`), ends it through SQLAlchemy, and the
-    next :meth:`begin` makes a new one.
+    transaction the work changed (see :func:`~sqlqueue_orm.sqlalchemy_internals.commit_kept`),
+    ends it through SQLAlchemy, and the next :meth:`begin` makes a new one.
     """
 
     __slots__ = ("_begins_itself", "connection", "open", "root")
@@ -149,17 +104,17 @@ class KeptRoot:
     def begin(self) -> KeptRoot:
         """Begin a database transaction on the connection; return this object."""
         root, connection = self.root, self.connection
-        if root is None or not root.is_active or connection._transaction is not root:
+        if not sqlalchemy_internals.is_current(root, connection):
             self.root = connection.begin()
         else:
-            begin_again(connection, root, self._begins_itself)
+            sqlalchemy_internals.begin_again(connection, root, self._begins_itself)
         self.open = True
         return self
 
     def commit(self) -> None:
         """Commit the transaction :meth:`begin` began."""
         self.open = False
-        if not commit_kept(self.connection, self.root):
+        if not sqlalchemy_internals.commit_kept(self.connection, self.root):
             root, self.root = self.root, None
             if root is not None:
                 root.commit()  # SQLAlchemy's own, whatever the work did with the transaction
@@ -178,12 +133,20 @@ class KeptConnections:
     :param engine: the engine the connections come from.
     :param reserve: count one more kept connection if the shared budget allows (True).
     :param unreserve: a counted connection went back to the pool.
+    :param translate: the exception to raise for a driver error while a block begins (no
+        connection to be had, a dead one), else SQLAlchemy's own is raised. The block's own
+        statements and its commit raise SQLAlchemy's errors, as in ``engine.begin()``.
     """
 
     def __init__(
-        self, engine: Engine, reserve: Callable[[], bool], unreserve: Callable[[], None]
+        self,
+        engine: Engine,
+        reserve: Callable[[], bool],
+        unreserve: Callable[[], None],
+        translate: Callable[[BaseException], BaseException] | None = None,
     ) -> None:
         self.engine = engine
+        self.translate = translate
         #: Whether the dialect's do_begin is SQLAlchemy's default, which does nothing: the
         #: driver begins a transaction by itself with its first statement (psycopg, pyodbc).
         self.driver_begins = driver_begins(engine)
@@ -243,8 +206,9 @@ class KeptConnections:
 class KeptTransaction:
     """The ``with`` block of :meth:`KeptConnections.begin` (a class: cheap to enter).
 
-    On a kept connection a block begins by :func:`begin_again` and commits by
-    :func:`commit_kept` (``tests/integration/test_transport_begin.py`` pins what they do).
+    On a kept connection a block begins by :func:`~sqlqueue_orm.sqlalchemy_internals.begin_again`
+    and commits by :func:`~sqlqueue_orm.sqlalchemy_internals.commit_kept`
+    (``tests/integration/test_transport_begin.py`` pins what they do).
     """
 
     __slots__ = ("_connection", "_connections", "_kept", "_transaction")
@@ -253,6 +217,15 @@ class KeptTransaction:
         self._connections = connections
 
     def __enter__(self) -> Connection:
+        try:
+            return self._enter()
+        except DBAPIError as error:
+            translate = self._connections.translate
+            if translate is None:
+                raise
+            raise translate(error) from error
+
+    def _enter(self) -> Connection:
         connections = self._connections
         kept = self._kept = connections.take()
         if kept is None:  # a connection of its own: exactly engine.begin()
@@ -270,7 +243,7 @@ class KeptTransaction:
                 # as `with connection.begin():` does, so SQLAlchemy sees the same block
                 kept.root = connection.begin().__enter__()
             else:
-                begin_again(connection, root, connections.driver_begins)
+                sqlalchemy_internals.begin_again(connection, root, connections.driver_begins)
         except BaseException:
             self._give_back(failed=True)
             raise
@@ -289,7 +262,7 @@ class KeptTransaction:
         connection, root = self._connection, kept.root
         if kind is None:
             try:
-                committed = commit_kept(connection, root)
+                committed = sqlalchemy_internals.commit_kept(connection, root)
             except BaseException:
                 self._give_back(failed=True)
                 raise

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
+from sqlalchemy import exc
 from sqlalchemy.engine import Connection, Engine
 
 from sqlqueue_orm import (
@@ -110,7 +111,8 @@ class Transport(QueueDirectory):
             db.translate_error,
         )
         self._kept = transactions.KeptConnections(
-            self.engine, self._connections.reserve, self._connections.unreserve
+            self.engine, self._connections.reserve, self._connections.unreserve,
+            db.translate_error,
         )
         #: Called with the queue's address after each send this transport committed itself
         #: (endpoints of this process register here to wake up at once).
@@ -290,15 +292,18 @@ class Transport(QueueDirectory):
             table_queue.send(connection, prepared)
         elif prepared:
             self._ready(table_queue)
-            if self._connections.observed():  # cursor events fire only through a Connection
-                with self.engine.begin() as own:
-                    table_queue.send(own, prepared)
-            elif len(prepared) == 1:  # one INSERT: atomic alone, no BEGIN/COMMIT needed
-                with self._connections.statement() as cursor:
-                    table_queue.send_on_cursor(cursor, prepared)
-            else:  # executemany is not atomic in autocommit: all or none needs a transaction
-                with self._connections.transaction() as cursor:
-                    table_queue.send_on_cursor(cursor, prepared)
+            try:  # a connection that cannot be had raises SQLAlchemy's error: translate it
+                if self._connections.observed():  # cursor events fire only via a Connection
+                    with self.engine.begin() as own:
+                        table_queue.send(own, prepared)
+                elif len(prepared) == 1:  # one INSERT: atomic alone, no BEGIN/COMMIT needed
+                    with self._connections.statement() as cursor:
+                        table_queue.send_on_cursor(cursor, prepared)
+                else:  # executemany is not atomic in autocommit: all or none needs a transaction
+                    with self._connections.transaction() as cursor:
+                        table_queue.send_on_cursor(cursor, prepared)
+            except exc.DBAPIError as error:
+                raise db.translate_error(error, table_queue.name) from error
             for hook in self.sent_hooks:
                 hook(table_queue.address)
         return [item.message_id for item in prepared]
@@ -443,12 +448,15 @@ class Transport(QueueDirectory):
             self._first_use(connection, table_queue)
             return table_queue.receive(connection, max_messages)
         self._ready(table_queue)
-        if self._connections.observed():  # cursor events fire only through a Connection
-            with self.engine.begin() as own:
-                return table_queue.receive(own, max_messages)
-        # One DELETE ... RETURNING deletes and returns the rows: atomic alone, in autocommit.
-        with self._connections.statement() as cursor:
-            return table_queue.receive_on_cursor(cursor, max_messages)
+        try:  # a connection that cannot be had raises SQLAlchemy's error: translate it
+            if self._connections.observed():  # cursor events fire only through a Connection
+                with self.engine.begin() as own:
+                    return table_queue.receive(own, max_messages)
+            # One DELETE ... RETURNING deletes and returns the rows: atomic alone, in autocommit.
+            with self._connections.statement() as cursor:
+                return table_queue.receive_on_cursor(cursor, max_messages)
+        except exc.DBAPIError as error:
+            raise db.translate_error(error, table_queue.name) from error
 
     def browse(
         self,
@@ -484,13 +492,16 @@ class Transport(QueueDirectory):
             # One SELECT: in autocommit on the thread's connection, one round trip (the pump
             # peeks after every wake-up and batch; BEGIN and COMMIT around it were two more).
             try:
-                with self._connections.statement() as cursor:
-                    count = table_queue.peek_on_cursor(cursor)
-            except exceptions.DatabaseError:
-                # The thread's kept connection may have died since its last use (a server
-                # restart, an outage): it was dropped, and a read is safe to run again once.
-                with self._connections.statement() as cursor:
-                    count = table_queue.peek_on_cursor(cursor)
+                try:
+                    with self._connections.statement() as cursor:
+                        count = table_queue.peek_on_cursor(cursor)
+                except exceptions.DatabaseError:
+                    # The thread's kept connection may have died since its last use (a server
+                    # restart, an outage): it was dropped, and a read is safe to run again once.
+                    with self._connections.statement() as cursor:
+                        count = table_queue.peek_on_cursor(cursor)
+            except exc.DBAPIError as error:  # no connection to be had
+                raise db.translate_error(error, table_queue.name) from error
         if self.instrumentation is not None:
             self.instrumentation.peeked(table_queue.name, count)
         return count
@@ -500,7 +511,7 @@ class Transport(QueueDirectory):
         table_queue = self._table_queue(queue)
         total = 0
         while True:
-            with self.engine.begin() as connection:
+            with db.wrap_db_errors(table_queue.name), self.engine.begin() as connection:
                 deleted = table_queue.purge_expired(connection, batch_size)
             total += deleted
             if deleted:
@@ -512,7 +523,7 @@ class Transport(QueueDirectory):
     def purge_all(self, queue: QueueRef) -> int:
         """Delete every message of the queue; return how many."""
         table_queue = self._table_queue(queue)
-        with self.engine.begin() as connection:
+        with db.wrap_db_errors(table_queue.name), self.engine.begin() as connection:
             deleted = table_queue.purge_all(connection)
         log.info("queue %s: purged all %d message(s)", table_queue.name, deleted)
         return deleted

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import sqlalchemy as sa
 
+from sqlqueue_orm import sqlalchemy_internals
 from sqlqueue_orm.dialects.control import CONTROL_UPSERTS, ControlStatements
 from sqlqueue_orm.dialects.flow import FlowStatements
 
@@ -461,10 +462,9 @@ class DialectSupport:
         An element limited with ``ddl_if(dialect=...)`` is created only on the dialects it
         names; any other everywhere.
         """
-        ddl_if = getattr(element, "_ddl_if", None)
-        if ddl_if is None or ddl_if.dialect is None:
+        allowed = sqlalchemy_internals.ddl_if_dialects(element)
+        if allowed is None:
             return True
-        allowed = ddl_if.dialect
         return self.name in ((allowed,) if isinstance(allowed, str) else allowed)
 
     def options_of(self, element: Any) -> Any:

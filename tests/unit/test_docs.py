@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import builtins
 import json
 import re
+import symtable
 
 import pytest
 
@@ -147,3 +149,35 @@ def test_markers_say_how_a_block_runs(tmp_path):
     assert found[0].not_run == "needs SQL Server" and not found[0].runs
     assert found[1].file == "app.py" and found[2].file is None
     assert found[3].output and not found[4].output and found[4].not_run is None
+
+
+def _unbound_names(code: str, name: str) -> set[str]:
+    """Names *code* reads at module level, or as globals inside its functions, but never binds."""
+    table = symtable.symtable(code, name, "exec")
+    bound = {symbol.get_name() for symbol in table.get_symbols()
+             if symbol.is_assigned() or symbol.is_imported()}
+    read: set[str] = set()
+    tables = [table]
+    while tables:
+        current = tables.pop()
+        tables.extend(current.get_children())
+        read |= {symbol.get_name() for symbol in current.get_symbols()
+                 if symbol.is_referenced() and (current is table or symbol.is_global())}
+    return read - bound - set(dir(builtins))
+
+
+def test_each_python_block_of_the_readme_runs_on_its_own():
+    """A reader copies one block of the tour: it imports and defines everything it uses."""
+    leaning = {
+        block.where: sorted(_unbound_names(block.text, block.where))
+        for block in docs_blocks.blocks(README)
+        if block.language == "python" and block.file is None
+    }
+    assert {where: names for where, names in leaning.items() if names} == {}
+
+
+def test_the_readme_s_python_blocks_read_the_database_url_from_the_environment():
+    """The shell steps export SQLQUEUE_URL; the Python blocks use it, not a URL of their own."""
+    hard_coded = [block.where for block in docs_blocks.blocks(README)
+                  if block.language == "python" and "://" in block.text]
+    assert hard_coded == []

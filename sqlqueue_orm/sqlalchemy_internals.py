@@ -1,0 +1,127 @@
+"""Every use of SQLAlchemy's private names, in one place.
+
+SQLAlchemy has no public API for a few things the hot path needs: beginning and committing a
+database transaction under a transaction object that stays open (:func:`begin_again`,
+:func:`commit_kept`), telling whether events or SQL echo would see a statement (cheaply, on
+every transaction), a pool's overflow limit, and the dialects an index's ``ddl_if`` names. The
+rest of the package calls the functions here and never reaches into SQLAlchemy itself.
+
+The names and signatures this module relies on are checked against the installed SQLAlchemy by
+``tests/unit/test_sqlalchemy_internals.py``; ``pyproject.toml`` bounds SQLAlchemy to the series
+CI runs (its lowest and newest releases), so a release that renames one fails a test, not a
+transaction.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeGuard
+
+from sqlalchemy.engine import Connection, Engine, RootTransaction
+from sqlalchemy.pool import QueuePool
+
+#: What this module reads or calls, by class: the names the test checks exist.
+RELIED_ON: dict[str, tuple[str, ...]] = {
+    "Connection": (
+        "_begin_impl", "_commit_impl", "_handle_dbapi_exception", "_transaction",
+        "_nested_transaction", "_dbapi_connection", "_has_events", "_echo",
+    ),
+    "Engine": ("_has_events", "_should_log_info"),
+    "QueuePool": ("_max_overflow",),
+    "DialectKWArgs": ("_ddl_if",),
+}
+
+
+def observed(connection: Connection) -> bool:
+    """Whether SQLAlchemy's BEGIN and COMMIT do more here than the dialect's (events, echo)."""
+    return bool(connection._has_events or connection.engine._has_events or connection._echo)
+
+
+def statements_observed(connection: Connection) -> bool:
+    """Whether cursor events or SQL echo would see a statement run on *connection*.
+
+    The checks follow SQLAlchemy's own (``_has_events`` first): the connection's dispatch joins
+    the engine's lazily, at a cost per new Connection, so it is read only when listeners were
+    added to the connection itself.
+    """
+    if connection._echo:  # echo=True, or SQL logging switched on (as SQLAlchemy reads it)
+        return True
+    if connection._has_events:
+        dispatch: Any = connection.dispatch
+        if dispatch.before_cursor_execute or dispatch.after_cursor_execute:
+            return True
+    return engine_statements_observed(connection.engine)
+
+
+def engine_statements_observed(engine: Engine) -> bool:
+    """Whether the engine's cursor events would see a statement (SQL echo not counted)."""
+    dispatch: Any = engine.dispatch
+    return bool(
+        engine._has_events and (dispatch.before_cursor_execute or dispatch.after_cursor_execute)
+    )
+
+
+def engine_observed(engine: Engine) -> bool:
+    """Whether cursor events or SQL echo (``echo=True``, SQL logging) would see a statement."""
+    return engine_statements_observed(engine) or bool(engine._should_log_info())
+
+
+def is_current(root: RootTransaction | None, connection: Connection) -> TypeGuard[RootTransaction]:
+    """Whether *root* is *connection*'s current transaction object, still active."""
+    return root is not None and root.is_active and connection._transaction is root
+
+
+# begin_again and commit_kept take the steps of SQLAlchemy's Connection.begin() and
+# Transaction.commit() without their transaction object: they read a few of the Connection's
+# attributes and call its _begin_impl, _commit_impl and _handle_dbapi_exception.
+
+
+def begin_again(connection: Connection, root: RootTransaction, begins_itself: bool) -> None:
+    """Begin the next database transaction under *root*, kept open since the last COMMIT.
+
+    SQLAlchemy's own BEGIN of the connection (the "begin" event, the echo line, the dialect's
+    ``do_begin``, its error handling), skipped when it would do nothing: *begins_itself* (the
+    driver begins with the first statement) and nobody listens.
+    """
+    if not begins_itself or observed(connection):
+        connection._begin_impl(root)
+
+
+def commit_kept(connection: Connection, root: RootTransaction | None) -> bool:
+    """COMMIT the database transaction and keep *root* open for the next one.
+
+    The steps of SQLAlchemy's own COMMIT of the connection (the "commit" event, the echo line,
+    the dialect's ``do_commit``; a failure wrapped, the connection invalidated if it is gone).
+    Return False, having done nothing, when the transaction is not as *root* began it: *root*
+    ended or replaced, a SAVEPOINT still open, the connection invalidated or closed; the
+    caller then ends it as SQLAlchemy would.
+    """
+    if not (
+        root is not None
+        and root.is_active
+        and connection._transaction is root
+        and connection._nested_transaction is None
+        and connection._dbapi_connection is not None
+    ):
+        return False
+    if observed(connection):
+        connection._commit_impl()
+    else:
+        try:
+            connection.dialect.do_commit(connection._dbapi_connection)
+        except BaseException as failure:  # wrapped, invalidated if disconnected
+            connection._handle_dbapi_exception(failure, None, None, None, None)
+    return True
+
+
+def max_overflow(pool: QueuePool) -> int:
+    """The pool's overflow limit (-1: no limit); SQLAlchemy names no public accessor."""
+    return int(pool._max_overflow)
+
+
+def ddl_if_dialects(element: Any) -> str | tuple[str, ...] | None:
+    """The dialect or dialects *element*'s ``ddl_if(dialect=...)`` names, or None (every one)."""
+    ddl_if = getattr(element, "_ddl_if", None)
+    if ddl_if is None or ddl_if.dialect is None:
+        return None
+    allowed = ddl_if.dialect
+    return allowed if isinstance(allowed, str) else tuple(allowed)
