@@ -18,6 +18,9 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+#: The one role of the throwaway cluster that logs in with a password (scram-sha-256).
+PASSWORD_ROLE = "sqlqueue_password_user"
+
 
 def _bindir() -> str:
     found = shutil.which("pg_config")
@@ -113,6 +116,13 @@ def start(durable: bool = False) -> Cluster:
         "UTF8",
         "--locale=C.UTF-8" if _has_locale("C.UTF-8") else "--locale=C",
     )
+    # Every login is trusted but one: PASSWORD_ROLE must give its password, so a test can meet
+    # the server refusing a wrong one.
+    hba = os.path.join(data, "pg_hba.conf")
+    with open(hba, encoding="utf-8") as file:
+        rules = file.read()
+    with open(hba, "w", encoding="utf-8") as file:
+        file.write(f"host all {PASSWORD_ROLE} 127.0.0.1/32 scram-sha-256\n{rules}")
     port = _free_port()
     options = (
         f"-c port={port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={directory} "

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import inspect
+import os
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -31,6 +32,7 @@ from sqlqueue_orm.messages import IncomingMessage
 from sqlqueue_orm.recoverability.error_queue import ErrorQueue
 from sqlqueue_orm.sending.dispatcher import OutboxDispatcher
 from sqlqueue_orm.sending.outbox import Outbox
+from tests import pg_cluster
 from tests.conftest import Database, only
 
 Call = Callable[[], object]
@@ -56,11 +58,20 @@ def _unusable_urls(database: Database, tmp_path: Any) -> Iterator[tuple[str, str
         yield "missing directory", f"sqlite:///{tmp_path / 'no-such-dir' / 'queue.db'}"
         return
     yield "closed port", url.set(host="127.0.0.1", port=1).render_as_string(hide_password=False)
-    # The test cluster trusts every login, so a refused login is a role that does not exist:
-    # the server refuses it at the same step, with the same class of error, as a bad password.
-    yield "refused login", url.set(
+    yield "unknown role", url.set(
         username="no_such_role", password="wrong"
     ).render_as_string(hide_password=False)
+    if database.dialect == "postgresql":
+        # the throwaway cluster asks this role, and only it, for its password
+        with database.engine.connect() as connection:
+            connection.exec_driver_sql(
+                f"DO $$ BEGIN CREATE ROLE {pg_cluster.PASSWORD_ROLE} LOGIN PASSWORD 'right'; "
+                "EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+            )
+            connection.commit()
+        yield "wrong password", url.set(
+            username=pg_cluster.PASSWORD_ROLE, password="wrong"
+        ).render_as_string(hide_password=False)
 
 
 def _incoming() -> IncomingMessage:
@@ -211,6 +222,7 @@ def test_every_public_call_raises_the_package_s_error_when_the_database_cannot_b
     methods_of: type,
 ) -> None:
     raw: list[str] = []
+    refused: dict[str, list[str]] = {}
     for what, url in _unusable_urls(database, tmp_path):
         transport = Transport(url)
         try:
@@ -226,11 +238,14 @@ def test_every_public_call_raises_the_package_s_error_when_the_database_cannot_b
                 except SqlQueueError as error:
                     if isinstance(error, DatabaseError):
                         assert error.__cause__ is not None, f"{owner}.{name}: no __cause__"
+                        refused.setdefault(what, []).append(str(error))
                 except Exception as error:  # the point: nothing else escapes
                     raw.append(f"{what}: {owner}.{name} raised {type(error).__qualname__}")
         finally:
             transport.close()
     assert not raw, "\n".join(raw)
+    if "wrong password" in refused and not os.environ.get("SQLQUEUE_TEST_POSTGRES_URL"):
+        assert any("password authentication failed" in text for text in refused["wrong password"])
 
 
 @only("postgresql")
