@@ -332,8 +332,6 @@ class MessagePump:
                 if not cancelled:
                     self._busy += 1
                     self._active.add(receipt)
-                    self.stats.in_flight = self._busy
-                    self.stats.max_in_flight = max(self.stats.max_in_flight, self._busy)
             if cancelled:  # a sibling found nothing, stopping or paused
                 if self._stopping.is_set():
                     worker.release()  # now, not after passing over the tasks still queued
@@ -354,6 +352,7 @@ class MessagePump:
                     log.error("queue %s: processing failed", self.queue, exc_info=True)
             finally:
                 receipt.received(False)  # no-op if the receive reported already
+                receipt.settle()
             if raised:
                 # its transaction rolled back, and which messages it held is not known here:
                 # receives scan the queue from 0 again (docs/scale.md, the receive floor)
@@ -367,7 +366,6 @@ class MessagePump:
             with self._condition:
                 self._busy -= 1
                 self._active.discard(receipt)
-                self.stats.in_flight = self._busy
                 self._condition.notify_all()
                 if receipt.found:  # its row is gone, or back in the queue: peek again
                     self._ended += 1
@@ -401,13 +399,21 @@ class MessagePump:
         if floor is not None:
             floor.reset()
 
-    def _count(self, outcome: str, count: int = 1) -> None:
-        """Count *count* messages of one *outcome* (a batch counts each outcome at once)."""
+    def _count(self, outcome: str | None, count: int = 1, in_flight: int = 0) -> None:
+        """Count *count* messages of one *outcome* (a batch counts each outcome at once).
+
+        *in_flight*: a receive took messages (1) or is done with them (-1), in the same step,
+        so ``received`` (done with, and in flight) never counts a message twice or not at all.
+        """
         with self._condition:
             if outcome in _OUTCOMES:
                 setattr(self.stats, outcome, getattr(self.stats, outcome) + count)
+            if in_flight:
+                stats = self.stats
+                stats.in_flight += in_flight
+                stats.max_in_flight = max(stats.max_in_flight, stats.in_flight)
         instrumentation = self.handling.instrumentation
-        if instrumentation is not None:
+        if outcome is not None and instrumentation is not None:
             queue = self.handling.transport._table_queue(self.queue).name
             for _ in range(count):
                 instrumentation.outcome(queue, outcome)
