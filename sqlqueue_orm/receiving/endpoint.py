@@ -155,6 +155,7 @@ class Endpoint:
         self._stop_lock = threading.Lock()
         #: The stop a signal started, on a thread of its own.
         self._stopper: threading.Thread | None = None
+        self._hurried = False
 
     def __repr__(self) -> str:
         return f"<Endpoint {self.name} {self.settings.transaction_mode.value}>"
@@ -441,13 +442,14 @@ class Endpoint:
         Drained: a peek and then a receive found nothing with no handler in flight, on the
         input queue and on the instance-specific queue.
 
-        A signal's stop has written the last sample and beat when this returns; a second
-        signal while stopping changes nothing.
+        A signal's stop has written the last sample and beat when this returns. A second
+        signal while stopping ends the wait for the handlers in flight: they are rolled back
+        at once (their messages return to the queue), as at ``shutdown_timeout``.
 
         Signal handlers are installed only when called from the main thread; the previous
         ones are restored on return.
         """
-        self._stopper = None
+        self._stopper, self._hurried = None, False
         with self._signals():
             self.start()
             assert self._pump is not None
@@ -474,12 +476,29 @@ class Endpoint:
         def on_signal(signum: int, _frame: FrameType | None) -> None:
             name = signal.Signals(signum).name
             if self._stopper is None:
-                log.info("queue %s: %s received; stopping", self.name, name)
+                log.info(
+                    "queue %s: %s received; stopping (a second signal rolls back the handlers "
+                    "still running)",
+                    self.name,
+                    name,
+                )
                 # not in the handler: it interrupts the main thread wherever it is
                 self._stopper = threading.Thread(
                     target=self.stop, name=f"stop {self.name}", daemon=True
                 )
                 self._stopper.start()
+            elif not self._hurried:
+                # the stop in progress ends its wait for the handlers now: those still
+                # running roll back and their messages return to the queue, as at the
+                # shutdown timeout; the last sample and beat are still written
+                self._hurried = True
+                log.info(
+                    "queue %s: %s received again; rolling back the handlers still running",
+                    self.name,
+                    name,
+                )
+                for each in self._pumps():
+                    each.hurry()
 
         previous = {
             signum: signal.signal(signum, on_signal) for signum in (signal.SIGTERM, signal.SIGINT)

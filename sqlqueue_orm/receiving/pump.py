@@ -111,6 +111,8 @@ class MessagePump:
         self._condition = threading.Condition()
         self._busy = 0
         self._active: set[tasks.Receipt] = set()
+        #: :meth:`hurry` was called: a stop abandons the handlers without waiting.
+        self._hurried = False
         self._threads: list[threading.Thread] = []
         self._loop_thread: threading.Thread | None = None
         self._listener: wakeup.IdleWaiter | None = None
@@ -430,6 +432,12 @@ class MessagePump:
         if self._listener is not None:
             self._listener.stop()
 
+    def hurry(self) -> None:
+        """End a stop's wait for the handlers now (before or during it): abandon them."""
+        with self._condition:
+            self._hurried = True
+            self._condition.notify_all()
+
     def stop(self, timeout: float) -> bool:
         """Stop taking messages; wait up to *timeout* s for handlers, abandon the rest.
 
@@ -438,10 +446,13 @@ class MessagePump:
         if self._stopped.is_set():
             return True
         self.stop_taking()
-        deadline = time.monotonic() + timeout
+        began = time.monotonic()
+        deadline = began + timeout
         with self._condition:
             # the workers' kept connections too: back in the pool when stop() returns
-            while (self._busy or self._held) and time.monotonic() < deadline:
+            while (
+                (self._busy or self._held) and time.monotonic() < deadline and not self._hurried
+            ):
                 self._condition.wait(min(0.1, max(0.0, deadline - time.monotonic())))
             # a worker that went idle just before the stop gives its connection back within
             # LINGER (no handler runs there), even when the deadline is shorter
@@ -459,7 +470,7 @@ class MessagePump:
                 "(their messages return to the queue)",
                 self.queue,
                 len(abandoned),
-                timeout,
+                time.monotonic() - began,
             )
             for receipt in abandoned:
                 receipt.abandon()

@@ -2,7 +2,8 @@
 
 SIGTERM and SIGINT (Ctrl-C) stop the process as ``Endpoint.stop()`` does: the handlers in
 flight finish, then a last sample and a last beat saying stopped are written before the
-process exits.
+process exits. A second Ctrl-C while stopping rolls the handlers still running back at once
+(their messages return to the queue) and logs no stop line twice.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 
 import pytest
 
@@ -67,3 +69,40 @@ def test_a_signal_to_run_writes_a_stopped_beat_and_a_last_sample_with_every_mess
     assert sum(sample.processed for sample in metrics.samples) == count
     assert len(handled_ids(database.engine)) == count
 
+
+def test_a_second_ctrl_c_while_stopping_rolls_back_at_once_and_logs_each_line_once(database):
+    """A second Ctrl-C logged "SIGINT received; stopping" again and started a second stop,
+    whose pumps logged "endpoint stopped" again. Now it ends the wait for the handler in
+    flight: rolled back, its message back in the queue (nothing lost, nothing handled twice),
+    and the last beat still says stopped."""
+    transport = database.transport()
+    transport.create_queue("beating")
+    UserBase.metadata.create_all(database.engine)
+    [sent] = transport.send_many("beating", [OutgoingMessage(Job(number=60_000))])
+    process = run_beating(database)
+    try:
+        assert process.stdout is not None
+        # (SQLite's beats wait for the write lock the handler's receive holds)
+        assert process.stdout.readline() == "handling\n", process.stderr.read()  # type: ignore[union-attr]
+        began = time.monotonic()
+        process.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(30)
+    assert process.returncode == 0, err
+    assert "handled 0, failed 0" in out, out
+    lines = err.splitlines()
+    assert sum("SIGINT received; stopping" in line for line in lines) == 1, err
+    assert sum("endpoint stopped" in line for line in lines) == 1, err
+    assert sum("rolling them back" in line for line in lines) == 1, err
+    # shutdown_timeout is 30 s: the second Ctrl-C ended the wait, not the timeout
+    assert time.monotonic() - began < 20
+    assert handled_ids(database.engine) == []
+    [back] = transport.browse("beating")
+    assert back.message_id == sent
+    [stopped] = instance_of(database, process)
+    assert (stopped.state, stopped.in_flight) == (health.STOPPED, 0)
