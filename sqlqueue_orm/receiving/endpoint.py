@@ -151,6 +151,11 @@ class Endpoint:
         self._control: control.ControlPoller | None = None
         self._health: health.HealthWriter | None = None
         self._lock = threading.Lock()
+        #: Held through :meth:`stop`: a second stop waits for the first, then finds it done.
+        self._stop_lock = threading.Lock()
+        #: The stop a signal started, on a thread of its own.
+        self._stopper: threading.Thread | None = None
+        self._hurried = False
 
     def __repr__(self) -> str:
         return f"<Endpoint {self.name} {self.settings.transaction_mode.value}>"
@@ -394,8 +399,12 @@ class Endpoint:
 
         Default: ``settings.shutdown_timeout``. What is still running then is rolled back (its
         connection is closed under it), so its message returns to the queue. Return whether
-        everything finished in time.
+        everything finished in time. A stop called while another runs waits for it.
         """
+        with self._stop_lock:
+            return self._stop(timeout)
+
+    def _stop(self, timeout: float | None) -> bool:
         pumps = self._pumps()
         limit = self.settings.shutdown_timeout if timeout is None else timeout
         if self._control is not None:
@@ -433,9 +442,14 @@ class Endpoint:
         Drained: a peek and then a receive found nothing with no handler in flight, on the
         input queue and on the instance-specific queue.
 
+        A signal's stop has written the last sample and beat when this returns. A second
+        signal while stopping ends the wait for the handlers in flight: they are rolled back
+        at once (their messages return to the queue), as at ``shutdown_timeout``.
+
         Signal handlers are installed only when called from the main thread; the previous
         ones are restored on return.
         """
+        self._stopper, self._hurried = None, False
         with self._signals():
             self.start()
             assert self._pump is not None
@@ -446,6 +460,12 @@ class Endpoint:
                 self.stop()
             while not self.wait(_SIGNAL_CHECK):
                 pass
+            # The stop goes on after the pumps (the mover, the last sample, the beat saying
+            # stopped), a signal's on a thread the interpreter does not wait for: the process
+            # ends when this returns, so the stop must have ended first.
+            while not self._stop_lock.acquire(timeout=_SIGNAL_CHECK):
+                pass
+            self._stop_lock.release()
 
     @contextmanager
     def _signals(self) -> Iterator[None]:
@@ -454,8 +474,31 @@ class Endpoint:
             return
 
         def on_signal(signum: int, _frame: FrameType | None) -> None:
-            log.info("queue %s: %s received; stopping", self.name, signal.Signals(signum).name)
-            threading.Thread(target=self.stop, name=f"stop {self.name}", daemon=True).start()
+            name = signal.Signals(signum).name
+            if self._stopper is None:
+                log.info(
+                    "queue %s: %s received; stopping (a second signal rolls back the handlers "
+                    "still running)",
+                    self.name,
+                    name,
+                )
+                # not in the handler: it interrupts the main thread wherever it is
+                self._stopper = threading.Thread(
+                    target=self.stop, name=f"stop {self.name}", daemon=True
+                )
+                self._stopper.start()
+            elif not self._hurried:
+                # the stop in progress ends its wait for the handlers now: those still
+                # running roll back and their messages return to the queue, as at the
+                # shutdown timeout; the last sample and beat are still written
+                self._hurried = True
+                log.info(
+                    "queue %s: %s received again; rolling back the handlers still running",
+                    self.name,
+                    name,
+                )
+                for each in self._pumps():
+                    each.hurry()
 
         previous = {
             signum: signal.signal(signum, on_signal) for signum in (signal.SIGTERM, signal.SIGINT)

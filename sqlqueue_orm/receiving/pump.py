@@ -111,6 +111,8 @@ class MessagePump:
         self._condition = threading.Condition()
         self._busy = 0
         self._active: set[tasks.Receipt] = set()
+        #: :meth:`hurry` was called: a stop abandons the handlers without waiting.
+        self._hurried = False
         self._threads: list[threading.Thread] = []
         self._loop_thread: threading.Thread | None = None
         self._listener: wakeup.IdleWaiter | None = None
@@ -332,8 +334,6 @@ class MessagePump:
                 if not cancelled:
                     self._busy += 1
                     self._active.add(receipt)
-                    self.stats.in_flight = self._busy
-                    self.stats.max_in_flight = max(self.stats.max_in_flight, self._busy)
             if cancelled:  # a sibling found nothing, stopping or paused
                 if self._stopping.is_set():
                     worker.release()  # now, not after passing over the tasks still queued
@@ -354,6 +354,7 @@ class MessagePump:
                     log.error("queue %s: processing failed", self.queue, exc_info=True)
             finally:
                 receipt.received(False)  # no-op if the receive reported already
+                receipt.settle()
             if raised:
                 # its transaction rolled back, and which messages it held is not known here:
                 # receives scan the queue from 0 again (docs/scale.md, the receive floor)
@@ -367,7 +368,6 @@ class MessagePump:
             with self._condition:
                 self._busy -= 1
                 self._active.discard(receipt)
-                self.stats.in_flight = self._busy
                 self._condition.notify_all()
                 if receipt.found:  # its row is gone, or back in the queue: peek again
                     self._ended += 1
@@ -401,13 +401,21 @@ class MessagePump:
         if floor is not None:
             floor.reset()
 
-    def _count(self, outcome: str, count: int = 1) -> None:
-        """Count *count* messages of one *outcome* (a batch counts each outcome at once)."""
+    def _count(self, outcome: str | None, count: int = 1, in_flight: int = 0) -> None:
+        """Count *count* messages of one *outcome* (a batch counts each outcome at once).
+
+        *in_flight*: a receive took messages (1) or is done with them (-1), in the same step,
+        so ``received`` (done with, and in flight) never counts a message twice or not at all.
+        """
         with self._condition:
             if outcome in _OUTCOMES:
                 setattr(self.stats, outcome, getattr(self.stats, outcome) + count)
+            if in_flight:
+                stats = self.stats
+                stats.in_flight += in_flight
+                stats.max_in_flight = max(stats.max_in_flight, stats.in_flight)
         instrumentation = self.handling.instrumentation
-        if instrumentation is not None:
+        if outcome is not None and instrumentation is not None:
             queue = self.handling.transport._table_queue(self.queue).name
             for _ in range(count):
                 instrumentation.outcome(queue, outcome)
@@ -424,6 +432,12 @@ class MessagePump:
         if self._listener is not None:
             self._listener.stop()
 
+    def hurry(self) -> None:
+        """End a stop's wait for the handlers now (before or during it): abandon them."""
+        with self._condition:
+            self._hurried = True
+            self._condition.notify_all()
+
     def stop(self, timeout: float) -> bool:
         """Stop taking messages; wait up to *timeout* s for handlers, abandon the rest.
 
@@ -432,10 +446,13 @@ class MessagePump:
         if self._stopped.is_set():
             return True
         self.stop_taking()
-        deadline = time.monotonic() + timeout
+        began = time.monotonic()
+        deadline = began + timeout
         with self._condition:
             # the workers' kept connections too: back in the pool when stop() returns
-            while (self._busy or self._held) and time.monotonic() < deadline:
+            while (
+                (self._busy or self._held) and time.monotonic() < deadline and not self._hurried
+            ):
                 self._condition.wait(min(0.1, max(0.0, deadline - time.monotonic())))
             # a worker that went idle just before the stop gives its connection back within
             # LINGER (no handler runs there), even when the deadline is shorter
@@ -453,7 +470,7 @@ class MessagePump:
                 "(their messages return to the queue)",
                 self.queue,
                 len(abandoned),
-                timeout,
+                time.monotonic() - began,
             )
             for receipt in abandoned:
                 receipt.abandon()

@@ -17,6 +17,8 @@ class PumpStats:
     delayed: int = 0
     expired: int = 0
     poison: int = 0
+    #: Receives whose messages the handlers hold now (a batch is one); not counted while a
+    #: receive runs that may find nothing.
     in_flight: int = 0
     max_in_flight: int = 0
     #: Peeks that reached the database (how often an idle queue is polled).
@@ -25,9 +27,18 @@ class PumpStats:
 
     @property
     def received(self) -> int:
-        """Messages taken off the queue, whatever became of them."""
+        """Messages taken off the queue: done with (whatever became of them) or in flight.
+
+        A batch in flight counts one until its outcomes are counted.
+        """
         return (
-            self.handled + self.failed + self.retried + self.delayed + self.expired + self.poison
+            self.handled
+            + self.failed
+            + self.retried
+            + self.delayed
+            + self.expired
+            + self.poison
+            + self.in_flight
         )
 
     def rate(self) -> float:

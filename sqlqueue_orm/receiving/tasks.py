@@ -162,14 +162,23 @@ class Worker(WorkerState):
 class Receipt:
     """One worker's receive: reports to the batch, can be abandoned by a timed-out stop.
 
-    :param counted: counts the messages of one outcome (the pump's stats).
+    It is in flight from a receive that took a message (or a batch) until its first outcome
+    is counted, it is abandoned or it ends; a receive that finds nothing never is.
+
+    :param counted: ``counted(outcome, count, in_flight)`` counts *count* messages of
+        *outcome* (None: none) and changes the pump's in flight by *in_flight* (1, 0 or -1),
+        both at once.
     """
 
-    def __init__(self, batch: Batch, worker: Worker, counted: Callable[[str, int], None]) -> None:
+    def __init__(
+        self, batch: Batch, worker: Worker, counted: Callable[[str | None, int, int], None]
+    ) -> None:
         self._batch = batch
         self._worker = worker
         self._counted = counted
         self._signalled = False
+        self._flying = False
+        self._landing = threading.Lock()  # a stop's abandon and the worker end it once
         self._connection: Connection | None = None
         self.abandoned = False
         #: Whether the receive took a message.
@@ -183,6 +192,9 @@ class Receipt:
         if not self._signalled:
             self._signalled = True
             self.found = self.holding = found
+            if found:
+                self._flying = True
+                self._counted(None, 0, 1)
             self._batch.mark(found)
 
     def connect(self, engine: Engine, keep: bool = True) -> Worker:
@@ -208,12 +220,24 @@ class Receipt:
         self.holding = False
 
     def outcome(self, name: str, count: int = 1) -> None:
-        """Count *count* messages of outcome *name*."""
-        self._counted(name, count)
+        """Count *count* messages of outcome *name* (the first one ends its time in flight)."""
+        self._counted(name, count, -1 if self._land() else 0)
+
+    def settle(self) -> None:
+        """No longer in flight (it ended, or was abandoned), whatever it counted."""
+        if self._land():
+            self._counted(None, 0, -1)
+
+    def _land(self) -> bool:
+        """End its time in flight; return whether it was in flight until now."""
+        with self._landing:
+            flying, self._flying = self._flying, False
+        return flying
 
     def abandon(self) -> None:
         """Close the connection under the receive (a timed-out stop): the server rolls back."""
         self.abandoned = True
+        self.settle()  # its messages return to the queue
         connection = self._connection
         if connection is not None:
             try:
