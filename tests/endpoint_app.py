@@ -97,7 +97,9 @@ def main(argv: list[str]) -> None:
 
     def handle(job: Job, context: HandlerContext) -> None:
         _record(record, "start")
-        print(f"handling {context.message_id}", flush=True)
+        # one write with its newline: print's separate one for ``end`` lets another thread's
+        # line (a control line) land in the middle, where a test waiting for it misses it
+        print(f"handling {context.message_id}\n", end="", flush=True)
         context.session.add(Handled(message_id=context.message_id, worker=os.getpid()))
         time.sleep(float(seconds))
         _record(record, "end")
