@@ -1,10 +1,12 @@
 """A user's endpoint application for the endpoint tests, the CLI test and the SIGTERM test.
 
-``python -m tests.endpoint_app URL QUEUE MODE CONCURRENCY HANDLE_SECONDS SHUTDOWN_TIMEOUT``
-runs an endpoint on QUEUE until SIGTERM; each handler writes a ``Handled`` row (message id,
-process id) in its session, sleeps HANDLE_SECONDS and prints ``handling <id>`` first, so a
-test knows when a message is in flight; the endpoint's control lines (``queue QUEUE: paused``)
-are printed too.
+``python -m tests.endpoint_app URL QUEUE MODE CONCURRENCY HANDLE_SECONDS SHUTDOWN_TIMEOUT
+[RECORD]`` runs an endpoint on QUEUE until SIGTERM; each handler writes a ``Handled`` row
+(message id, process id) in its session, sleeps HANDLE_SECONDS and prints ``handling <id>``
+first, so a test knows when a message is in flight; the endpoint's control lines
+(``queue QUEUE: paused``) are printed too. With RECORD, each handler appends a ``start T`` line
+to that file as it begins and an ``end T`` line as it ends (T: ``time.monotonic()``, one clock
+for every process of the machine), so a test can count the handlers that overlapped.
 """
 
 from __future__ import annotations
@@ -81,7 +83,7 @@ def endpoint(transport: Transport) -> Endpoint:
 
 
 def main(argv: list[str]) -> None:
-    url, queue, mode, concurrency, seconds, shutdown = argv
+    url, queue, mode, concurrency, seconds, shutdown, *record = argv
     engine = sa.create_engine(url) if not url.startswith("sqlite") else None
     transport = Transport(engine or url)
     UserBase.metadata.create_all(transport.engine)
@@ -94,9 +96,13 @@ def main(argv: list[str]) -> None:
     ep = Endpoint(queue, transport, settings=settings)
 
     def handle(job: Job, context: HandlerContext) -> None:
-        print(f"handling {context.message_id}", flush=True)
+        _record(record, "start")
+        # one write with its newline: print's separate one for ``end`` lets another thread's
+        # line (a control line) land in the middle, where a test waiting for it misses it
+        print(f"handling {context.message_id}\n", end="", flush=True)
         context.session.add(Handled(message_id=context.message_id, worker=os.getpid()))
         time.sleep(float(seconds))
+        _record(record, "end")
 
     ep.handle(Job, handle)
     # the endpoint's control lines ("queue jobs: paused ...") on stdout, for tests to wait on
@@ -106,6 +112,13 @@ def main(argv: list[str]) -> None:
     print("started", flush=True)
     ep.run()
     print("stopped", flush=True)
+
+
+def _record(record: list[str], event: str) -> None:
+    """Append *event* with the time to the RECORD file, if given (one short line: one write)."""
+    if record:
+        with open(record[0], "a", encoding="utf-8") as file:
+            file.write(f"{event} {time.monotonic()!r}\n")
 
 
 def send_jobs(transport: Transport, queue: str, count: int) -> list[str]:

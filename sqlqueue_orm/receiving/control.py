@@ -10,9 +10,10 @@ endpoint's pumps:
   the workers stay alive (and keep no connection: an idle worker gives its back to the pool).
 * **resumed**: the loop is woken and peeks at once.
 * **a concurrency override** (the input queue's pump only; the instance-specific queue keeps
-  ``instance_concurrency``): growing starts worker threads at once; shrinking tells as many
-  workers to end, each after the message it is handling; clearing it returns to the configured
-  concurrency.
+  ``instance_concurrency``): growing starts worker threads at once, as many as are missing
+  (workers a shrink is ending still count until they end); shrinking ends the workers too many,
+  each after the message it is handling; clearing it returns to the configured concurrency.
+  No receive begins while more than the new concurrency run.
 
 An endpoint reads its row once before its pumps start, so one started while paused starts
 paused. An endpoint that creates its queues creates the control table too; one that does not,
@@ -33,6 +34,7 @@ import sqlalchemy as sa
 
 from sqlqueue_orm import control, db
 from sqlqueue_orm.ops_connection import OpsConnection
+from sqlqueue_orm.receiving import tasks
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -63,27 +65,27 @@ def set_paused(pump: MessagePump, paused: bool) -> None:
 def resize(pump: MessagePump, concurrency: int) -> None:
     """Run *pump* with *concurrency* worker threads (before or after it started).
 
-    Growing starts the new threads at once. Shrinking queues one stop task per worker too many:
-    a worker takes it when it is idle or has finished its message, and ends (receive tasks the
-    loop hands out later queue behind them, so no more than *concurrency* handle at once once the
-    tasks of the peek in progress are taken).
+    Growing starts the threads missing at once; workers a shrink is ending count until they end,
+    so none starts beside them beyond *concurrency*. Shrinking lowers the limit the workers
+    check as each counts its next receive (:meth:`~.pump.MessagePump._retire`): a worker too
+    many ends there, after the message it is handling, instead of beginning another. A
+    :data:`~.tasks.SHRUNK` ticket per worker too many ends the idle ones at once.
     """
     with pump._condition:
         if pump._stopping.is_set() or concurrency == pump.concurrency:
             return
-        started = pump._loop_thread is not None
-        change = concurrency - pump.concurrency
         pump.concurrency = concurrency
-        if started:
+        if pump._loop_thread is not None:
             threads = [thread for thread in pump._threads if thread.is_alive()]
-            for _ in range(change):
+            while pump._workers < concurrency:
                 thread = threading.Thread(
                     target=pump._work, name=f"{pump.queue} worker +{next(_numbers)}", daemon=True
                 )
+                pump._workers += 1
                 thread.start()
                 threads.append(thread)
-            for _ in range(-change):
-                pump._tickets.put(None)  # one worker ends on each
+            for _ in range(pump._workers - concurrency):
+                pump._tickets.put(tasks.SHRUNK)
             pump._threads = threads  # a new list: a stop's loop may be iterating the old one
         pump._condition.notify_all()
 

@@ -7,8 +7,12 @@ Otherwise it starts ``min(count, peek_batch_size)`` receive tasks, each waiting 
 worker (NServiceBus starts *count* tasks, each behind its concurrency semaphore), and waits
 until each has run its receive (NServiceBus 9 waits the same way, so it does not peek over rows
 its own tasks are taking); a receive that finds nothing cancels the rest and the loop peeks
-again at once. There are exactly ``concurrency`` worker threads, so that many messages at most
-are handled at once.
+again at once. There are ``concurrency`` worker threads, and a worker begins a receive only
+while the pump has no more workers than its concurrency, decided under the lock that counts
+the receive: after a shrink (:func:`~sqlqueue_orm.receiving.control.resize`) each worker too
+many ends after its message instead of taking another, and a grow starts only the workers
+missing while those still finish. So no more than ``concurrency`` messages are handled at once;
+a shrink waits for the messages begun before it.
 
 Latency (docs/endpoint.md, "Wake-up and latency"): a send's wake-up (in-process or NOTIFY)
 starts one receive at once, without a peek first. Where the peek counts rows whose receive
@@ -105,7 +109,12 @@ class MessagePump:
         self._ended = 0
         #: Whether the dialect's peek counts rows whose receive has not committed.
         self._peek_counts_held_rows = False
-        self._tickets: queue_module.SimpleQueue[tasks.Batch | None] = queue_module.SimpleQueue()
+        self._tickets: queue_module.SimpleQueue[tasks.Batch | tasks.Shrunk | None] = (
+            queue_module.SimpleQueue()
+        )
+        #: Worker threads started and not ended or ending (under ``_condition``): one counts
+        #: itself out as it decides to end, so two ending at once never both end for one too many.
+        self._workers = 0
         #: Kept connections the workers hold (under ``_condition``; see :class:`~.tasks.Worker`).
         self._held = 0
         self._condition = threading.Condition()
@@ -147,16 +156,17 @@ class MessagePump:
         self._listener = waiter
         if waiter is not None:
             waiter.start(self.wake, self._wake.set)
-        for number in range(self.concurrency):
-            thread = threading.Thread(
-                target=self._work, name=f"{self.queue} worker {number}", daemon=True
-            )
-            thread.start()
-            self._threads.append(thread)
-        self._loop_thread = threading.Thread(
-            target=self._loop, name=f"{self.queue} pump", daemon=True
-        )
-        self._loop_thread.start()
+        with self._condition:  # a resize sees every worker counted, or the pump not started
+            for number in range(self.concurrency):
+                thread = threading.Thread(
+                    target=self._work, name=f"{self.queue} worker {number}", daemon=True
+                )
+                self._workers += 1
+                thread.start()
+                self._threads.append(thread)
+            loop = threading.Thread(target=self._loop, name=f"{self.queue} pump", daemon=True)
+            self._loop_thread = loop
+        loop.start()
 
     def wake(self) -> None:
         """Receive now instead of at the end of the peek delay (a message was sent)."""
@@ -312,12 +322,27 @@ class MessagePump:
 
     def _work(self) -> None:
         worker = tasks.Worker(self.queue, self._holding)
+        retired = False
         try:
-            self._work_with(worker)
+            retired = self._work_with(worker)
         finally:
             worker.release()
+            if not retired:
+                with self._condition:
+                    self._workers -= 1
 
-    def _work_with(self, worker: tasks.Worker) -> None:
+    def _retire(self) -> bool:
+        """Whether this worker is one too many after a shrink; if so it is counted out now.
+
+        Called under ``_condition``.
+        """
+        if self._workers <= self.concurrency:
+            return False
+        self._workers -= 1
+        return True
+
+    def _work_with(self, worker: tasks.Worker) -> bool:
+        """Take receive tasks until a stop (return False) or a shrink (True: counted out)."""
         tickets = self._tickets
         while True:
             try:
@@ -325,15 +350,25 @@ class MessagePump:
             except queue_module.Empty:
                 batch = self._next_ticket(worker)
             if batch is None:
-                return
+                return False
+            if isinstance(batch, tasks.Shrunk):
+                with self._condition:
+                    if self._retire():
+                        return True
+                continue
             receipt = tasks.Receipt(batch, worker, self._count)
             with self._condition:
                 # decided as the receive is counted: a stop that saw none running and no
-                # connection held has returned, and no receive may begin after it
+                # connection held has returned, and no receive may begin after it; and a
+                # worker too many after a shrink ends here, so never more than concurrency run
                 cancelled = batch.empty or self._stopping.is_set() or self.paused
-                if not cancelled:
+                retired = not cancelled and self._retire()
+                if not cancelled and not retired:
                     self._busy += 1
                     self._active.add(receipt)
+            if retired:
+                tickets.put(batch)  # the task is another worker's
+                return True
             if cancelled:  # a sibling found nothing, stopping or paused
                 if self._stopping.is_set():
                     worker.release()  # now, not after passing over the tasks still queued
@@ -374,7 +409,7 @@ class MessagePump:
                     if self._pausing:
                         self._wake.set()
 
-    def _next_ticket(self, worker: tasks.Worker) -> tasks.Batch | None:
+    def _next_ticket(self, worker: tasks.Worker) -> tasks.Batch | tasks.Shrunk | None:
         """The next receive task when none is waiting (None: stop).
 
         A worker holding a connection keeps it for up to :data:`~.tasks.LINGER` seconds first (not

@@ -5,6 +5,8 @@ what passes through one worker thread:
 
 * :class:`Batch`: the receive tasks (tickets) started after one peek; the loop waits until each
   has run its receive, and one that found nothing cancels the rest.
+* :data:`SHRUNK`: the ticket a shrink hands each worker too many, so an idle one ends at once
+  (a busy one ends after its message without it).
 * :class:`Worker`: one worker thread's state (a
   :class:`~sqlqueue_orm.receiving.worker.WorkerState`) with the connection it keeps. It keeps
   it while receive tasks keep coming and gives it back after :data:`LINGER` without one (a
@@ -34,7 +36,7 @@ if TYPE_CHECKING:
     from sqlqueue_orm import addressing
     from sqlqueue_orm.transactions import Transaction
 
-__all__ = ["KEEP_MOST", "LINGER", "Batch", "Receipt", "Worker"]
+__all__ = ["KEEP_MOST", "LINGER", "SHRUNK", "Batch", "Receipt", "Shrunk", "Worker"]
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +71,19 @@ class Batch:
                 self.empty = True
             if self._remaining <= 0:
                 self.done.set()
+
+
+class Shrunk:
+    """A worker's ticket after a shrink: end if the pump has more workers than its concurrency.
+
+    A worker that takes it when the busy ones already ended as many passes over it.
+    """
+
+    __slots__ = ()
+
+
+#: The one :class:`Shrunk` ticket.
+SHRUNK = Shrunk()
 
 
 class Worker(WorkerState):

@@ -2,7 +2,10 @@
 
 Two endpoint processes (tests/endpoint_app.py) on one queue: ``control pause`` from the command
 line stops both (each says so), messages sent meanwhile wait in the queue, ``control resume``
-starts both again and every message is handled once. Bad input (a concurrency of 0 or not a
+starts both again and every message is handled once. A shrink under a backlog takes effect
+within a second in both (each worker too many ends after its message), and from the shrink
+through the grow back the handlers running at once in a process, as the handlers record them,
+never exceed the limit of the moment. Bad input (a concurrency of 0 or not a
 number, an endpoint never paused, an unknown one) is one line naming the value and exit status
 2; an unreachable database is one line naming host and cause, exit status 1.
 """
@@ -18,7 +21,9 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 
 from sqlqueue_orm import cli, control
@@ -32,17 +37,26 @@ from tests.integration.cli_process import one_line, sqlqueue
 class EndpointProcess:
     """``python -m tests.endpoint_app`` with its stdout lines read on a thread (waits time out)."""
 
-    def __init__(self, url: str, queue: str) -> None:
+    def __init__(
+        self,
+        url: str,
+        queue: str,
+        mode: TransactionMode = TransactionMode.TRANSACTION_SCOPE,
+        concurrency: int = 2,
+        seconds: float = 0.02,
+        record: Path | None = None,
+    ) -> None:
         command = [
             sys.executable,
             "-m",
             "tests.endpoint_app",
             url,
             queue,
-            TransactionMode.TRANSACTION_SCOPE.value,
-            "2",
-            "0.02",
+            mode.value,
+            str(concurrency),
+            str(seconds),
             "10",
+            *([] if record is None else [str(record)]),
         ]
         self.process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -120,6 +134,87 @@ def test_pause_from_the_cli_stops_both_processes_and_resume_loses_nothing(databa
     assert transport.peek("jobs") == 0
     shown = sqlqueue("control", "log", "jobs", "--json", "--url", database.url, cwd=tmp_path)
     assert [json.loads(line)["action"] for line in shown.stdout.splitlines()] == ["resume", "pause"]
+
+
+def _at_once(record: Path) -> list[tuple[float, int]]:
+    """The handlers running at once in one process after each start and end it recorded."""
+    events = sorted(
+        (float(at), kind == "start")  # at one instant an end counts before a start
+        for kind, at in (line.split() for line in record.read_text().splitlines())
+    )
+    running, steps = 0, []
+    for at, started in events:
+        running += 1 if started else -1
+        steps.append((at, running))
+    return steps
+
+
+def _most_at_once(steps: list[tuple[float, int]], since: float, until: float) -> int:
+    """The most handlers that ran at once at any instant from *since* to *until*."""
+    before = [running for at, running in steps if at <= since]
+    within = [running for at, running in steps if since < at <= until]
+    return max([*before[-1:], *within], default=0)
+
+
+@pytest.mark.slow
+@only("sqlite", "postgresql")
+def test_a_resize_under_a_backlog_applies_within_a_second_and_never_exceeds_the_limit(
+    database, tmp_path
+):
+    """Two processes of concurrency 4, a backlog, handlers of 0.3 s: ``control concurrency 1``
+    leaves one handler at a time in each within a second (the 0.5 s read plus the message in
+    flight), and ``default`` grows them back without more than 4 at once at any instant."""
+    transport = database.transport()
+    UserBase.metadata.create_all(database.engine)
+    transport.create_queue("jobs")
+    transport.create_queue("error")
+    # SQLite has one writer: a transactional handler holds the write lock, so only NONE
+    # runs handlers at once there
+    mode = TransactionMode.TRANSACTION_SCOPE
+    if database.dialect == "sqlite":
+        mode = TransactionMode.NONE
+    records = [tmp_path / f"handlers-{number}.txt" for number in range(2)]
+    processes = [
+        EndpointProcess(database.url, "jobs", mode, 4, 0.3, record) for record in records
+    ]
+    try:
+        for each in processes:
+            each.wait_for("started")
+        # more than 8 workers at 0.3 s a message handle in the time observed
+        sent = send_jobs(transport, "jobs", 240)
+        _wait_handled(database.url, 8)
+
+        shrunk = sqlqueue("control", "concurrency", "jobs", "1", "--url", database.url,
+                          cwd=tmp_path)
+        assert shrunk.returncode == 0, shrunk.stderr
+        shrink = time.monotonic()  # the row is written: each process reads it within 0.5 s
+        for each in processes:
+            each.wait_for("queue jobs: concurrency 4 -> 1")
+        time.sleep(max(0.0, shrink + 3.5 - time.monotonic()))
+
+        grow = time.monotonic()
+        grown = sqlqueue("control", "concurrency", "jobs", "default", "--url", database.url,
+                         cwd=tmp_path)
+        assert grown.returncode == 0, grown.stderr
+        for each in processes:
+            each.wait_for("queue jobs: concurrency 1 -> 4")
+        grown_at = time.monotonic()
+        handled = _wait_handled(database.url, len(sent))
+    finally:
+        errors = [each.stop() for each in processes]
+    assert all(each.process.returncode == 0 for each in processes), errors
+    assert collections.Counter(handled) == collections.Counter(sent)  # none lost, none twice
+    steps = [_at_once(record) for record in records]
+    end = time.monotonic()
+    # a second and a half after the row was written (a loaded machine's margin on the 0.5 s
+    # read and the 0.3 s message each retiring worker finishes), one at a time in each
+    shrunk_to = [_most_at_once(each, shrink + 1.5, grow) for each in steps]
+    assert all(most <= 1 for most in shrunk_to), shrunk_to
+    assert sum(shrink + 1.5 < at < grow for each in steps for at, _ in each) > 0  # it went on
+    # the limit holds at every instant: through the shrink and while growing back
+    most = [_most_at_once(each, 0.0, end) for each in steps]
+    assert all(each <= 4 for each in most), most
+    assert max(_most_at_once(each, grown_at + 1.0, end) for each in steps) > 1  # it grew back
 
 
 @only("sqlite", "postgresql")

@@ -3,7 +3,9 @@
 A pause stops the pump from peeking and receiving while the handler in flight finishes and
 commits; what is sent meanwhile waits in the queue and is handled once after the resume (nothing
 lost, nothing doubled). A concurrency override grows and shrinks the workers (the handlers
-measure how many run at once); clearing it returns to the configured concurrency. An endpoint
+measure how many run at once); clearing it returns to the configured concurrency. A shrink ends
+each worker too many after its message, and a grow while they still run starts none beside them
+beyond the limit. An endpoint
 started while paused starts paused. A database error while reading the control row is logged,
 naming the endpoint, and the last state is kept. The library API refuses bad input and logs who
 did what.
@@ -155,6 +157,104 @@ def test_concurrency_grows_shrinks_and_returns_to_the_configured_one(database):
         "concurrency 2",
         "concurrency 4",
     ]
+
+
+class Gates:
+    """Handlers that wait, each worker thread on a gate of its own, until the test opens it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.gates: dict[str, threading.Event] = {}
+        #: The worker thread of each handler started, in order.
+        self.starts: list[str] = []
+        #: Set: handlers no longer wait.
+        self.free = threading.Event()
+
+    def enter(self) -> None:
+        name = threading.current_thread().name
+        with self.lock:
+            self.starts.append(name)
+            gate = self.gates.setdefault(name, threading.Event())
+        assert self.free.is_set() or gate.wait(30)
+
+    def waiting(self) -> list[str]:
+        with self.lock:
+            return [name for name, gate in self.gates.items() if not gate.is_set()]
+
+    def started(self) -> list[str]:
+        with self.lock:
+            return list(self.starts)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"transaction_mode": TransactionMode.NONE},
+        {"transaction_mode": TransactionMode.TRANSACTION_SCOPE},
+        {"transaction_mode": TransactionMode.TRANSACTION_SCOPE, "batch_size": 2},
+    ],
+    ids=["NONE", "TRANSACTION_SCOPE", "batched"],
+)
+def test_a_resize_while_handlers_run_never_lets_more_run_than_the_limit(database, options):
+    """Four handlers held: a shrink to 1 and a grow back to 4 start no handler beside them; a
+    shrink to 1 again ends three workers as their messages end, with no handler started in
+    their place, and the fourth goes on alone."""
+    if database.dialect == "sqlite" and options["transaction_mode"] is not TransactionMode.NONE:
+        pytest.skip("SQLite has one writer: transactional modes handle one message at a time")
+    transport = database.transport()
+    transport.create_queue("work")
+    meter, gates, recorder = Meter(), Gates(), Recorder()
+    endpoint = Endpoint("work", transport, concurrency=4, peek_delay=0.1, **options)
+
+    @endpoint.handle(Job)
+    def handle(job: Job, context: HandlerContext) -> None:
+        with meter:
+            gates.enter()
+        recorder.add(context.message_id)
+
+    sent = send_jobs(transport, "work", 40)
+    endpoint.start()
+    try:
+        wait_until(lambda: len(gates.waiting()) == 4, "four handlers held")
+        first = gates.started()
+        control.set_concurrency(transport, "work", 1)
+        wait_until(lambda: applied(endpoint).concurrency == 1, "concurrency 1 applied")
+        control.set_concurrency(transport, "work", None)
+        wait_until(lambda: applied(endpoint).concurrency == 4, "concurrency 4 applied")
+        time.sleep(3 * receiving_control.POLL_INTERVAL)
+        assert (meter.now, gates.started()) == (4, first)  # no worker beside the four
+
+        control.set_concurrency(transport, "work", 1)
+        wait_until(lambda: applied(endpoint).concurrency == 1, "concurrency 1 applied")
+        *ending, staying = first
+        for name in ending:
+            gates.gates[name].set()
+        worker_threads = [t for t in threading.enumerate() if t.name.startswith("work worker")]
+        wait_until(
+            lambda: not any(t.is_alive() for t in worker_threads if t.name in ending),
+            "the three workers too many ended",
+        )
+        time.sleep(3 * receiving_control.POLL_INTERVAL)
+        assert meter.now == 1
+        # each ended after its message (a batched worker: after the rest of its batch), and
+        # nobody took their place
+        batch = int(options.get("batch_size", 1))
+        after = gates.started()[len(first) :]
+        assert all(after.count(name) <= batch - 1 for name in ending), after
+        assert set(after) <= set(ending)
+        assert gates.waiting() == [staying]
+        gates.free.set()
+        gates.gates[staying].set()
+        wait_until(lambda: endpoint.stats.handled == 40, "the rest handled by the one left")
+    finally:
+        gates.free.set()
+        for gate in list(gates.gates.values()):
+            gate.set()
+        assert endpoint.stop(10)
+    assert meter.peak == 4
+    assert set(gates.started()[len(first) :]) <= set(first)  # none but the first four ran any
+    assert collections.Counter(recorder.ids) == collections.Counter(sent)
+    assert transport.peek("work") == 0
 
 
 def test_an_endpoint_started_while_paused_starts_paused(database):
