@@ -77,7 +77,6 @@ class HealthWriter:
         #: This instance's key in both tables.
         self.instance_id = str(uuid.uuid4())
         self.started_at = time.time()
-        self._concurrency = sum(pump.concurrency for pump in self.pumps)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._tables_ready = False
@@ -182,7 +181,7 @@ class HealthWriter:
             process_id=os.getpid(),
             started_at=self.started_at,
             beat_interval=self.interval,
-            concurrency=self._concurrency,
+            concurrency=sum(pump.concurrency for pump in self.pumps),  # a live resize's
             in_flight=sum(pump.stats.in_flight for pump in self.pumps),
             processed=processed,
             failed=failed,

@@ -18,7 +18,7 @@ from typing import TypeVar
 
 import pytest
 
-from sqlqueue_orm import OutgoingMessage, connections, db, dialects, headers, health
+from sqlqueue_orm import OutgoingMessage, connections, control, db, dialects, headers, health
 from sqlqueue_orm.queuing import sql
 from sqlqueue_orm.receiving import Endpoint, HandlerContext
 from tests.conftest import only
@@ -38,6 +38,31 @@ def eventually(read: Callable[[], T], done: Callable[[T], bool], what: str) -> T
             return value
         assert time.monotonic() < deadline, f"{what}: last read {value!r}"
         time.sleep(0.05)
+
+
+@only("sqlite", "postgresql")
+def test_the_beat_reports_the_concurrency_a_live_resize_set(database):
+    transport = database.transport()
+    transport.create_queue("health-resized")
+    endpoint = Endpoint(
+        "health-resized", transport, peek_delay=0.1, concurrency=2, heartbeat_interval=BEAT
+    )
+    endpoint.handle(Job, lambda job, context: None)
+    endpoint.start()
+    try:
+        eventually(
+            lambda: health.read_endpoints(database.engine),
+            lambda found: len(found) == 1 and found[0].concurrency == 2,
+            "the configured concurrency",
+        )
+        control.set_concurrency(transport, "health-resized", 5)
+        eventually(
+            lambda: health.read_endpoints(database.engine),
+            lambda found: len(found) == 1 and found[0].concurrency == 5,
+            "the concurrency the resize set",
+        )
+    finally:
+        assert endpoint.stop()
 
 
 @only("sqlite", "postgresql")
