@@ -2,7 +2,8 @@
 
 One line per instance, by endpoint then newest first:
 ``ENDPOINT<TAB>STATE<TAB>HOST:PID<TAB>processed N (R/min)<TAB>failed N (R/min)<TAB>in flight
-N/CONCURRENCY<TAB>started TIME<TAB>INSTANCE_ID``, where STATE is ``running``, ``stale for 12 min``
+N/CONCURRENCY<TAB>started TIME<TAB>INSTANCE_ID`` (the rates once the instance beat for a whole
+minute: a shorter run shows its counts alone), where STATE is ``running``, ``stale for 12 min``
 (no heartbeat for that long: killed, hung or cut off) or ``stopped 3 min ago`` (a clean stop).
 With ``--json``, one object a line (the fields of
 :class:`~sqlqueue_orm.health.EndpointInstance`, times in ISO 8601 UTC); none is ``no endpoints``,
@@ -21,13 +22,17 @@ from sqlqueue_orm.cli import arguments, listings
 def line(instance: health.EndpointInstance) -> str:
     """One instance as a line of text (see the module docstring)."""
     started = instance.record()["started_at"]
+    processed, failed = f"processed {instance.processed}", f"failed {instance.failed}"
+    if instance.rated:  # a shorter run's rate would claim a pace it never kept
+        processed += f" ({instance.processed_rate:.1f}/min)"
+        failed += f" ({instance.failed_rate:.1f}/min)"
     return "\t".join(
         [
             instance.endpoint,
             instance.state_text,
             f"{instance.host}:{instance.process_id}",
-            f"processed {instance.processed} ({instance.processed_rate:.1f}/min)",
-            f"failed {instance.failed} ({instance.failed_rate:.1f}/min)",
+            processed,
+            failed,
             f"in flight {instance.in_flight}/{instance.concurrency}",
             f"started {started}",
             instance.instance_id,

@@ -49,7 +49,7 @@ def test_endpoints_lists_running_stopped_and_stale_instances(database, tmp_path)
     fields = text.split("\t")
     assert fields[0] == "billing"
     assert fields[1].startswith("stopped ") and fields[1].endswith(" ago")
-    assert fields[3] == "processed 2 (" + fields[3].split("(")[1]
+    assert fields[3] == "processed 2"  # a run shorter than a minute claims no rate
 
     # an instance whose last beat is twelve minutes old is stale, and says for how long
     with database.engine.begin() as connection:
@@ -86,3 +86,21 @@ def test_endpoints_names_an_unreachable_database_in_one_line(tmp_path):
     assert result.returncode == 1
     line = one_line(result.stderr)
     assert f"127.0.0.1:{port}" in line and "refused" in line.lower() and "secret" not in line
+
+
+def test_an_instance_shows_rates_only_once_it_beat_for_a_whole_minute():
+    """A ``--once`` run of a second claims no pace per minute: its counts alone."""
+    from sqlqueue_orm.cli import endpoints
+
+    def instance(ran_for: float) -> health.EndpointInstance:
+        return health.EndpointInstance(
+            endpoint="billing", instance_id="i-1", host="h", process_id=1, state="stopped",
+            started_at=1000.0, last_seen=1000.0 + ran_for, beat_interval=5.0, concurrency=1,
+            in_flight=0, processed=3, failed=1, processed_rate=180.0, failed_rate=60.0,
+            silent_for=0.0,
+        )
+
+    brief = endpoints.line(instance(1.0)).split("\t")
+    assert brief[3:5] == ["processed 3", "failed 1"]
+    whole = endpoints.line(instance(health.RATE_WINDOW)).split("\t")
+    assert whole[3:5] == ["processed 3 (180.0/min)", "failed 1 (60.0/min)"]
