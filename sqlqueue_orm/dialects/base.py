@@ -455,6 +455,8 @@ class DialectSupport:
     #: ``connect_args`` set them: how long a connection attempt, an idle connection and sent
     #: data unacknowledged may wait on a link that went silent. ``()``: none.
     connect_defaults: tuple[tuple[str, object], ...] = ()
+    #: Whether :meth:`statement_waiting` and :meth:`socket_of` can tell (the driver says).
+    tells_statement_waiting: bool = False
 
     @property
     def listen_notify(self) -> bool:
@@ -532,8 +534,8 @@ class DialectSupport:
     def statement_waiting(self, dbapi_connection: Any) -> bool:
         """Whether *dbapi_connection* sent a statement whose result has not fully arrived.
 
-        Read from another thread than the one waiting (the partition watchdog,
-        :mod:`sqlqueue_orm.unanswered`); False where the driver cannot tell.
+        Read from another thread than the one waiting (the endpoint's watchdog,
+        :mod:`sqlqueue_orm.receiving.unanswered`); False where the driver cannot tell.
         """
         return False
 

@@ -470,4 +470,5 @@ SUPPORT = PostgresqlSupport(
     driver="psycopg",
     driver_extra="postgres",
     connect_defaults=CONNECT_DEFAULTS,
+    tells_statement_waiting=True,
 )
