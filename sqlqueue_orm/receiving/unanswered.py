@@ -61,6 +61,7 @@ class Watchdog:
         self.support = dialects.for_dialect(engine)
         self.database = engine.url.render_as_string(hide_password=True)
         self._connections: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._lock = threading.Lock()  # checkouts add from any thread while check() copies
         #: Per connection seen waiting: since when (it stopped waiting in between: removed).
         self._waiting: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
         self._stopping = threading.Event()
@@ -89,7 +90,8 @@ class Watchdog:
             sa.event.remove(self.engine, "checkout", self._checked_out)
 
     def _checked_out(self, dbapi_connection: Any, record: Any, proxy: Any) -> None:
-        self._connections.add(dbapi_connection)
+        with self._lock:
+            self._connections.add(dbapi_connection)
 
     def _run(self) -> None:
         interval = check_interval(self.after)
@@ -104,7 +106,9 @@ class Watchdog:
         now = time.monotonic()
         waiting = self.support.statement_waiting
         overdue = []
-        for connection in list(self._connections):
+        with self._lock:
+            watched = list(self._connections)
+        for connection in watched:
             if not waiting(connection):
                 self._waiting.pop(connection, None)
                 continue
