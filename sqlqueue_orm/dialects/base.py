@@ -20,7 +20,7 @@ import dataclasses
 import enum
 import hashlib
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import sqlalchemy as sa
@@ -451,6 +451,14 @@ class DialectSupport:
     #: "sqlqueue_orm[<extra>]"``); ``None``: the driver comes with Python.
     driver_extra: str | None = None
 
+    # -- bounded waits on the network (docs/endpoint.md, "When the database does not answer") -
+    #: Driver connection parameters every connection gets unless its URL or the engine's
+    #: ``connect_args`` set them: how long a connection attempt, an idle connection and sent
+    #: data unacknowledged may wait on a link that went silent. ``()``: none.
+    connect_defaults: tuple[tuple[str, object], ...] = ()
+    #: Whether :meth:`statement_waiting` and :meth:`socket_of` can tell (the driver says).
+    tells_statement_waiting: bool = False
+
     @property
     def listen_notify(self) -> bool:
         """Whether idle receivers can be woken by ``LISTEN``/``NOTIFY`` (:attr:`notify_wakeup`)."""
@@ -504,9 +512,36 @@ class DialectSupport:
     ) -> Engine:
         """An engine for *url*, with what this dialect needs for queue work.
 
+        Its connections get :meth:`connect_args`.
+
         :param sqlite_synchronous: SQLite's ``PRAGMA synchronous`` (other dialects ignore it).
         """
+        if self.connect_defaults:
+            kwargs["connect_args"] = self.connect_args(url, kwargs.get("connect_args") or {})
         return sa.create_engine(url, **kwargs)
+
+    def connect_args(self, url: sa.URL, given: Mapping[str, Any]) -> dict[str, Any]:
+        """*given* (an engine's ``connect_args``) with the :attr:`connect_defaults` left unset.
+
+        A parameter the caller set, in *given* or in *url*'s query, is kept as it is.
+        """
+        args = dict(given)
+        for name, value in self.connect_defaults:
+            if name not in args and name not in url.query:
+                args[name] = value
+        return args
+
+    def statement_waiting(self, dbapi_connection: Any) -> bool:
+        """Whether *dbapi_connection* sent a statement whose result has not fully arrived.
+
+        Read from another thread than the one waiting (the endpoint's watchdog,
+        :mod:`sqlqueue_orm.receiving.unanswered`); False where the driver cannot tell.
+        """
+        return False
+
+    def socket_of(self, dbapi_connection: Any) -> int | None:
+        """The file descriptor of *dbapi_connection*'s socket (None: not known, or closed)."""
+        return None
 
     def take_install_lock(self, connection: Connection, address: QualifiedName) -> None:
         """Serialize installers of *address* until the transaction ends (if the dialect can)."""

@@ -141,6 +141,14 @@ INDEX_CATALOG = (
 )
 
 
+#: pyodbc's connection parameters bounding a wait on the network (``connect_args`` and the URL's
+#: query override them): a login gives up after ``timeout`` seconds. Idle connections need
+#: nothing more: Microsoft's ODBC drivers send TCP keepalives by default (``KeepAlive``, 30 s,
+#: then every ``KeepAliveInterval``, 1 s). No query timeout: it would cancel a handler's
+#: statement the server is merely busy with.
+CONNECT_DEFAULTS: tuple[tuple[str, object], ...] = (("timeout", 5),)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class MssqlSupport(base.DialectSupport):
     """SQL Server: applocks, table hints, ``DELETE TOP``, catalog views."""
@@ -148,9 +156,13 @@ class MssqlSupport(base.DialectSupport):
     def create_engine(
         self, url: sa.URL, *, sqlite_synchronous: str = "NORMAL", **kwargs: Any
     ) -> Engine:
-        """An engine; pyodbc sends parameter batches in one round trip (``fast_executemany``)."""
+        """An engine; pyodbc sends parameter batches in one round trip (``fast_executemany``).
+
+        pyodbc's connections get :data:`CONNECT_DEFAULTS` (:meth:`connect_args`).
+        """
         if url.get_driver_name() == "pyodbc":
             kwargs.setdefault("fast_executemany", True)
+            kwargs["connect_args"] = self.connect_args(url, kwargs.get("connect_args") or {})
         return sa.create_engine(url, **kwargs)
 
     def take_install_lock(self, connection: Connection, address: base.QualifiedName) -> None:
@@ -322,6 +334,7 @@ FLOW = flow.FlowStatements(
 
 SUPPORT = MssqlSupport(
     hot_path=HOT_PATH,
+    connect_defaults=CONNECT_DEFAULTS,
     body_contains="CHARINDEX(:needle, {body}) > 0",
     session_lock=SESSION_LOCK,
     stream_fence=STREAM_FENCE,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.dialects import postgresql
 
@@ -236,6 +236,25 @@ STORAGE_CATALOG = "SELECT unnest(reloptions) FROM pg_class WHERE oid = CAST(:tab
 STORAGE_DDL = "ALTER TABLE {table} SET ({settings})"
 
 
+#: libpq's parameters bounding every wait on the network (``connect_args`` and the URL's query
+#: override each): a connection attempt gives up after ``connect_timeout`` seconds; an idle
+#: connection is probed after ``keepalives_idle`` seconds without traffic, every
+#: ``keepalives_interval`` seconds, and dropped after ``keepalives_count`` probes unanswered (a
+#: LISTEN waiting for a notification, a pooled connection); data sent and not acknowledged for
+#: ``tcp_user_timeout`` milliseconds drops the connection (a statement sent into a dead link).
+#: None of them limits a statement the server is busy with: the server acknowledges its bytes.
+CONNECT_DEFAULTS: tuple[tuple[str, object], ...] = (
+    ("connect_timeout", 5),
+    ("keepalives", 1),
+    ("keepalives_idle", 5),
+    ("keepalives_interval", 2),
+    ("keepalives_count", 3),
+    ("tcp_user_timeout", 10_000),
+)
+#: libpq's ``PQTRANS_ACTIVE``: a statement was sent and its result has not fully arrived.
+_ACTIVE = 1
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PostgresqlSupport(base.DialectSupport):
     """PostgreSQL: everything in the fields, and its own catalog query."""
@@ -243,6 +262,22 @@ class PostgresqlSupport(base.DialectSupport):
     def ddl_dialect(self, target_version: int | None = None) -> Dialect:
         """PostgreSQL's dialect (*target_version* is for SQL Server only)."""
         return postgresql.dialect(paramstyle="named")  # type: ignore[no-untyped-call]
+
+    def statement_waiting(self, dbapi_connection: Any) -> bool:
+        """Whether psycopg's connection waits on a statement (libpq's ``PQTRANS_ACTIVE``)."""
+        pgconn = getattr(dbapi_connection, "pgconn", None)
+        try:
+            return pgconn is not None and pgconn.transaction_status == _ACTIVE
+        except Exception:  # closed meanwhile
+            return False
+
+    def socket_of(self, dbapi_connection: Any) -> int | None:
+        """The socket of psycopg's connection (libpq's)."""
+        pgconn = getattr(dbapi_connection, "pgconn", None)
+        try:
+            return None if pgconn is None else int(pgconn.socket)
+        except Exception:  # closed meanwhile
+            return None
 
 
 # -- flow control (sqlqueue_orm.receiving.flow): advisory locks ------------------------------
@@ -434,4 +469,6 @@ SUPPORT = PostgresqlSupport(
     url_schemes=("postgres",),
     driver="psycopg",
     driver_extra="postgres",
+    connect_defaults=CONNECT_DEFAULTS,
+    tells_statement_waiting=True,
 )

@@ -53,6 +53,7 @@ from sqlqueue_orm.receiving import (
     modes,
     mover,
     pump,
+    unanswered,
     waiting,
     wakeup,
 )
@@ -150,6 +151,7 @@ class Endpoint:
         self._instance_pump: pump.MessagePump | None = None
         self._control: control.ControlPoller | None = None
         self._health: health.HealthWriter | None = None
+        self._watchdog: unanswered.Watchdog | None = None
         self._lock = threading.Lock()
         #: Held through :meth:`stop`: a second stop waits for the first, then finds it done.
         self._stop_lock = threading.Lock()
@@ -328,6 +330,12 @@ class Endpoint:
                 raise exceptions.SqlQueueError(f"endpoint {self.name!r} is already running")
             # settings replaced after construction (``sqlqueue run --concurrency``) apply
             self._handling.settings = self.settings
+            if self.settings.unanswered_after is not None and self._watchdog is None:
+                # first: every connection the endpoint checks out from here on is watched
+                self._watchdog = unanswered.Watchdog(
+                    self.transport.engine, self.settings.unanswered_after
+                )
+                self._watchdog.start()
             mode = self._mode_for(None)
             instance = self.instance_address
             queues: list[str | addressing.QueueAddress] = [self.name]
@@ -425,6 +433,9 @@ class Endpoint:
             beating.stop()  # after the pumps: the last beat says stopped, with final counts
         if self._control is not None:
             self._control.ops.close()  # the connection its poller and health writer shared
+        watchdog, self._watchdog = self._watchdog, None
+        if watchdog is not None:
+            watchdog.stop()
         return finished
 
     def wait(self, timeout: float | None = None) -> bool:

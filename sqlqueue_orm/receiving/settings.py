@@ -89,7 +89,16 @@ class EndpointSettings:
     :param critical_error_after: seconds of uninterrupted peek or receive failures before the
         circuit breaker logs a critical error and calls ``on_critical_error``.
     :param initial_backoff: first wait after a peek or receive failed (doubles per failure).
-    :param max_backoff: cap of that wait.
+    :param max_backoff: cap of that wait: how long, at most, a database that is back goes
+        unnoticed.
+    :param unanswered_after: seconds a statement on one of the endpoint's connections may wait
+        for its result before the endpoint asks, with a new connection, whether the database
+        answers at all; if that one gets no answer in as long, the endpoint logs that the
+        database does not answer and drops the connections waiting (their statements fail, and
+        the circuit breakers count them). A database that answers the new connection is busy,
+        not gone: nothing is dropped. ``None``: never asked (the connections' own network
+        timeouts still apply). Only where the driver tells a waiting connection (PostgreSQL).
+        See docs/endpoint.md, "When the database does not answer".
     :param purge_expired_at_startup: delete expired messages when the endpoint starts.
     :param create_queues: create the input and error queues (and the failure groups table) at
         start-up if missing.
@@ -162,7 +171,8 @@ class EndpointSettings:
     shutdown_timeout: float = 30.0
     critical_error_after: float = 30.0
     initial_backoff: float = 0.1
-    max_backoff: float = 10.0
+    max_backoff: float = 2.0
+    unanswered_after: float | None = 3.0
     purge_expired_at_startup: bool = False
     create_queues: bool = True
     notify: bool | None = None
@@ -295,6 +305,8 @@ class EndpointSettings:
         config.seconds("critical_error_after", self.critical_error_after, minimum=0)
         config.seconds("initial_backoff", self.initial_backoff, minimum=0, allow_equal=False)
         config.seconds("max_backoff", self.max_backoff, minimum=0, allow_equal=False)
+        if self.unanswered_after is not None:
+            config.seconds("unanswered_after", self.unanswered_after, minimum=0.5)
         if self.max_backoff < self.initial_backoff:
             raise exceptions.ConfigurationError(
                 f"max_backoff {self.max_backoff!r} is below initial_backoff "

@@ -2,7 +2,8 @@
 
 ``postgres://`` (Heroku, libpq's own scheme) and ``postgresql://`` without a driver both reach
 the driver the ``postgres`` extra installs, psycopg, from Python and from the command line.
-Without psycopg, the error names the extra instead of only "No module named 'psycopg'".
+Without psycopg, the error names the extra instead of only "No module named 'psycopg'". Every
+connection bounds its waits on the network, unless the URL says otherwise.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 import pytest
 import sqlalchemy as sa
 
-from sqlqueue_orm import ConfigurationError, OutgoingMessage, Transport
+from sqlqueue_orm import ConfigurationError, OutgoingMessage, Transport, db
 from tests.conftest import only
 from tests.integration.test_cli import one_line, sqlqueue
 
@@ -83,3 +84,19 @@ def test_an_offline_migration_script_accepts_the_url_as_pasted():
                     "base:head", check=False)
     assert done.returncode == 0, done.stderr
     assert "CREATE TABLE" in done.stdout and "sqlqueue_alembic_version" in done.stdout
+
+
+@only("postgresql")
+def test_the_connections_of_an_engine_carry_the_bounds_and_the_urls_own(database):
+    url = sa.make_url(database.url).update_query_dict({"keepalives_idle": "30"})
+    engine = db.create_engine(url)
+    try:
+        with engine.connect() as connection:
+            dsn = connection.connection.driver_connection.info.dsn  # type: ignore[union-attr]
+    finally:
+        engine.dispose()
+    parameters = dict(part.split("=", 1) for part in dsn.split())
+    assert parameters["tcp_user_timeout"] == "10000"
+    assert parameters["keepalives"] == "1"
+    assert parameters["connect_timeout"] == "5"
+    assert parameters["keepalives_idle"] == "30"  # the URL's own

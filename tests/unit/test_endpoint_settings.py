@@ -44,6 +44,8 @@ def test_defaults_are_nservicebus_defaults():
         ({"burst_delay": 0.001}, "burst_delay 0.001 must be from 0.005"),
         ({"burst_delay": 2.0}, r"burst_delay 2.0 must be .* to peek_delay \(1.0\)"),
         ({"burst_window": -1}, "burst_window -1"),
+        ({"unanswered_after": 0.1}, "unanswered_after 0.1 must be at least 0.5 seconds"),
+        ({"unanswered_after": "3"}, "unanswered_after '3' is not a finite number"),
     ],
 )
 def test_bad_values_are_refused_by_name(changes, named):
