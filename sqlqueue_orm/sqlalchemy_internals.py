@@ -3,7 +3,8 @@
 SQLAlchemy has no public API for a few things the hot path needs: beginning and committing a
 database transaction under a transaction object that stays open (:func:`begin_again`,
 :func:`commit_kept`), telling whether events or SQL echo would see a statement (cheaply, on
-every transaction), a pool's overflow limit, and the dialects an index's ``ddl_if`` names. The
+every transaction), a pool's overflow limit, a connection made as the pool makes one but
+outside it, and the dialects an index's ``ddl_if`` names. The
 rest of the package calls the functions here and never reaches into SQLAlchemy itself.
 
 The names and signatures this module relies on are checked against the installed SQLAlchemy by
@@ -26,7 +27,7 @@ RELIED_ON: dict[str, tuple[str, ...]] = {
         "_nested_transaction", "_dbapi_connection", "_has_events", "_echo",
     ),
     "Engine": ("_has_events", "_should_log_info"),
-    "QueuePool": ("_max_overflow",),
+    "QueuePool": ("_max_overflow", "_invoke_creator"),
     "DialectKWArgs": ("_ddl_if",),
 }
 
@@ -116,6 +117,15 @@ def commit_kept(connection: Connection, root: RootTransaction | None) -> bool:
 def max_overflow(pool: QueuePool) -> int:
     """The pool's overflow limit (-1: no limit); SQLAlchemy names no public accessor."""
     return int(pool._max_overflow)
+
+
+def new_driver_connection(engine: Engine) -> Any:
+    """A new DBAPI connection made as the engine's pool makes one, outside the pool.
+
+    The URL's arguments, ``connect_args`` and ``do_connect`` listeners apply; the caller closes
+    it. (A probe that must not wait behind, or take, a pooled connection.)
+    """
+    return engine.pool._invoke_creator(None)  # type: ignore[arg-type]
 
 
 def ddl_if_dialects(element: Any) -> str | tuple[str, ...] | None:

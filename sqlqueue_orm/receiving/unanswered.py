@@ -35,7 +35,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from sqlqueue_orm import dialects
+from sqlqueue_orm import dialects, sqlalchemy_internals
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +146,7 @@ class Watchdog:
 
         def ask() -> None:
             try:
-                connection = self.engine.pool._invoke_creator(None)  # type: ignore[arg-type]
+                connection = sqlalchemy_internals.new_driver_connection(self.engine)
             except Exception as error:  # refused or failed: an answer, unless none came
                 if not any(word in str(error).lower() for word in _NO_ANSWER):
                     answered.set()

@@ -65,6 +65,11 @@ def test_what_the_functions_read_is_what_sqlalchemy_says(objects: dict[str, Any]
     assert not sqlalchemy_internals.engine_observed(objects["Engine"])
     assert sqlalchemy_internals.max_overflow(objects["QueuePool"]) == 10
     assert sqlalchemy_internals.ddl_if_dialects(objects["DialectKWArgs"]) == "sqlite"
+    driver_connection = sqlalchemy_internals.new_driver_connection(objects["Engine"])
+    try:
+        assert driver_connection.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        driver_connection.close()
     root = connection.begin()
     assert sqlalchemy_internals.is_current(root, connection)
     assert sqlalchemy_internals.commit_kept(connection, root)
