@@ -21,18 +21,17 @@ from sqlqueue_orm.cli import arguments, listings
 def line(instance: health.EndpointInstance) -> str:
     """One instance as a line of text (see the module docstring)."""
     started = instance.record()["started_at"]
-    return "\t".join(
-        [
-            instance.endpoint,
-            instance.state_text,
-            f"{instance.host}:{instance.process_id}",
-            f"processed {instance.processed} ({instance.processed_rate:.1f}/min)",
-            f"failed {instance.failed} ({instance.failed_rate:.1f}/min)",
-            f"in flight {instance.in_flight}/{instance.concurrency}",
-            f"started {started}",
-            instance.instance_id,
-        ]
-    )
+    values = [
+        instance.endpoint,
+        instance.state_text,
+        f"{instance.host}:{instance.process_id}",
+        f"processed {instance.processed} ({instance.processed_rate:.1f}/min)",
+        f"failed {instance.failed} ({instance.failed_rate:.1f}/min)",
+        f"in flight {instance.in_flight}/{instance.concurrency}",
+        f"started {started}",
+        instance.instance_id,
+    ]
+    return "\t".join(map(listings.printable, values))
 
 
 def _name(text: str) -> str:

@@ -50,7 +50,7 @@ def _time(moment: Any) -> str | None:
 
 def _group_line(group: FailureGroup) -> str:
     first, last = _time(group.first_failure) or "-", _time(group.last_failure) or "-"
-    return f"{group.id}  {group.count:>7}  {first}  {last}  {group.label}"
+    return f"{group.id}  {group.count:>7}  {first}  {last}  {listings.printable(group.label)}"
 
 
 def groups_command(args: argparse.Namespace) -> int:

@@ -4,6 +4,7 @@
 only once the output is flushed (and, on a pipe, read): if standard output closes first
 (``sqlqueue receive --count 5 | head -1``), the transaction rolls back and the messages stay.
 Bodies are written losslessly: ``body`` as text when it is valid UTF-8, else ``body_base64``.
+Plain lines escape control characters (:func:`sqlqueue_orm.cli.listings.printable`).
 """
 
 from __future__ import annotations
@@ -80,11 +81,12 @@ def line_of(message: IncomingMessage, args: argparse.Namespace) -> str:
     if args.json:
         return json.dumps(record(message, always_base64=always_base64), ensure_ascii=False)
     state = " (expired)" if message.expired else ""
+    message_id = listings.printable(message.message_id)
     body = message.body or b""
     text = None if always_base64 else _utf8(body)
     if text is None or "\n" in text or "\r" in text:
-        return f"{message.message_id}{state} base64: {base64.b64encode(body).decode('ascii')}"
-    return f"{message.message_id}{state}: {text}"
+        return f"{message_id}{state} base64: {base64.b64encode(body).decode('ascii')}"
+    return f"{message_id}{state}: {listings.printable(text)}"
 
 
 class HandOver:
@@ -284,7 +286,7 @@ def _cmd_list_queues(args: argparse.Namespace) -> int:
         list(transport.list_queues(schemas)),
         as_json=args.json,
         record=lambda queue: {"queue": queue[0], "count": queue[1]},
-        line=lambda queue: f"{queue[0]}\t{queue[1]}",
+        line=lambda queue: f"{listings.printable(queue[0])}\t{queue[1]}",
         none="no queues",
     )
     return 0
