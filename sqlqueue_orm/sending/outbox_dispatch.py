@@ -152,12 +152,13 @@ class OutboxDispatch:
         cutoff = moment - dt.timedelta(seconds=_seconds(grace_period))
         report = DispatchReport()
         for record_id, until in list(self._unrouted.items()):
-            if until <= moment:
-                del self._unrouted[record_id]
-        claim = claim_statement(limit=batch_size, skipping=bool(self._unrouted))
+            if until <= moment:  # pop: threads sharing this outbox may prune at once
+                self._unrouted.pop(record_id, None)
+        skipped = list(self._unrouted)
+        claim = claim_statement(limit=batch_size, skipping=bool(skipped))
         parameters: dict[str, Any] = {"cutoff": cutoff}
-        if self._unrouted:
-            parameters["skipped"] = list(self._unrouted)
+        if skipped:
+            parameters["skipped"] = skipped
         try:
             with outbox_errors(), self.transport.begin() as connection:
                 rows = connection.execute(claim, parameters).all()
