@@ -192,7 +192,7 @@ def test_plain_listings_print_one_line_per_message_whatever_the_values_hold(data
     _heading, line = sqlqueue(url, "errors", "list").stdout.splitlines()
     assert line.startswith("evil\\nid  ")
     assert "Bad\\r\\nType\\u202e" in line and "\x1b" not in line and "\t" not in line
-    [group] = sqlqueue(url, "errors", "groups").stdout.splitlines()
+    _heading, group = sqlqueue(url, "errors", "groups").stdout.splitlines()
     assert "Bad\\r\\nType\\u202e" in group
     [browsed] = sqlqueue(url, "browse", "billing").stdout.splitlines()
     assert browsed == "b\\u2028c\\rd: body\\twith\\x1b tab"
