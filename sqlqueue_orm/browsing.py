@@ -1,8 +1,9 @@
 """Reads that take nothing: a queue's messages oldest first, delayed messages earliest due first.
 
 ``Transport.browse`` and ``Transport.browse_delayed`` run these on a connection;
-``sqlqueue browse``, ``sqlqueue delayed list`` and the dashboard show what they return. Nothing
-is locked, deleted or moved, and nothing here commits.
+``sqlqueue browse``, ``sqlqueue delayed list`` and the dashboard show what they return;
+``sqlqueue peek`` counts a small queue with :func:`count_queue`. Nothing is locked, deleted or
+moved, and nothing here commits.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from sqlqueue_orm import addressing, db, exceptions, headers
+from sqlqueue_orm import addressing, db, dialects, exceptions, headers
 from sqlqueue_orm.messages import IncomingMessage
 from sqlqueue_orm.models import delayed_table as delayed_model
 from sqlqueue_orm.models.queue_table import queue_table
@@ -97,6 +98,28 @@ class DelayedMessage:
             parsed,
             None if body is None else bytes(body),  # type: ignore[call-overload]
         )
+
+
+def count_queue(
+    connection: Connection, address: addressing.QueueAddress, most: int
+) -> int | None:
+    """How many messages the queue at *address* holds, counted, or None when more than *most*.
+
+    Exact where a peek estimates (max - min ``RowVersion``, which counts the gaps rolled-back
+    sends leave), at a cost bounded by *most* rows whatever the depth. Rows still being written
+    or received are skipped, not waited for (the dialect's
+    :attr:`~sqlqueue_orm.dialects.base.DialectSupport.committed_read_hint`).
+    """
+    dialect = connection.dialect
+    table = queue_table(address.table, db.schema_argument(address), dialect)
+    rows: sa.Select[Any] = sa.select(table.c.RowVersion).select_from(table).limit(most + 1)
+    hint = dialects.for_dialect(dialect).committed_read_hint
+    if hint is not None:
+        rows = rows.with_hint(table, hint)
+    with db.wrap_db_errors(str(address)):
+        found = int(connection.scalar(sa.select(sa.func.count()).select_from(rows.subquery()))
+                    or 0)
+    return None if found > most else found
 
 
 def require_delayed_table(

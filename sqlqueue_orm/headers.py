@@ -149,10 +149,39 @@ def serialize(headers: Mapping[str, str | None]) -> str:
                 f"header {key!r} has value {value!r}: header keys must be strings and values "
                 "strings or None"
             )
+    text = _encode_object(headers if type(headers) is dict else dict(headers))
+    if not text.isascii():
+        _refuse_surrogates(headers)
     # "/" only ever appears inside JSON strings, so a plain replace is exact (RFC 8259 allows \/).
-    return _encode_object(headers if type(headers) is dict else dict(headers)).replace(
-        "/", "\\/"
-    )
+    return text.replace("/", "\\/")
+
+
+def _refuse_surrogates(headers: Mapping[str, str | None]) -> None:
+    """Refuse a header whose key or value holds a lone surrogate (no database can store it).
+
+    :raises InvalidMessage: naming the header.
+    """
+    for key, value in headers.items():
+        for text in (key, value):
+            if text is not None and not text.isascii():
+                check_text(text, f"header {key!r}")
+
+
+def check_text(text: str, what: str) -> None:
+    """Refuse *text* (*what* names it) when it is not valid Unicode: a lone surrogate.
+
+    Python strings may hold one (from ``surrogateescape``, or a JSON escape of half a pair);
+    UTF-8 and UTF-16 cannot encode it, so the database driver would fail on it.
+
+    :raises InvalidMessage: naming *what* and the position of the surrogate.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise exceptions.InvalidMessage(
+            f"{what} holds a lone surrogate ({text[error.start]!r} at position {error.start}): "
+            "headers and message ids must be valid Unicode text"
+        ) from None
 
 
 def serialize_sent(
@@ -171,6 +200,8 @@ def serialize_sent(
         items = _items_cache.get(key)
     except TypeError:  # an unhashable value: serialize() says what is wrong with it
         key, items = None, None
+    if not message_id.isascii():
+        check_text(message_id, "message id")
     if items is None:
         items = serialize(values)[1:-1]  # checks every key and value
         if key is not None:

@@ -123,6 +123,8 @@ class OutgoingMessage:
         message_id = self.message_id or out.get(headers.MESSAGE_ID) or str(uuid.uuid4())
         if not isinstance(message_id, str) or not message_id.strip():
             raise exceptions.InvalidMessage(f"message id {message_id!r} is empty")
+        if not message_id.isascii():
+            headers.check_text(message_id, "message id")
         out[headers.MESSAGE_ID] = message_id
         time_sent = ""
         if headers.TIME_SENT not in out:  # (a caller's None is kept: it is sent as null)

@@ -18,7 +18,7 @@ import threading
 
 from sqlalchemy.engine import Connection, Engine
 
-from sqlqueue_orm import addressing, db
+from sqlqueue_orm import addressing, db, exceptions
 from sqlqueue_orm.models import delayed_table as delayed_model
 from sqlqueue_orm.queuing.delayed_table import DelayedTable
 from sqlqueue_orm.queuing.table_queue import TableQueue
@@ -74,6 +74,24 @@ class QueueDirectory:
         return self._address(queue).qualified(
             self.engine.dialect.name, lambda: db.current_schema(self.engine)
         )
+
+    def _shown_name(self, queue: QueueRef) -> str:
+        """*queue* as a person reads it: without its schema when that is the default one.
+
+        ``"public"."billing"`` (the PostgreSQL transport's form, which ``NServiceBus.FailedQ``
+        holds) and ``billing@[dbo]`` are shown ``billing``, as ``Transport.list_queues`` shows a
+        queue of the default schema; another schema is kept (``billing@[sales]``), and a text
+        that is no address is shown as it is.
+        """
+        try:
+            address = addressing.QueueAddress.coerce(queue, self.engine.dialect.name)
+        except exceptions.ConfigurationError:
+            return str(queue)
+        if address.schema is not None and address.catalog is None:
+            default = self.default_schema or db.current_schema(self.engine)
+            if address.schema == default:
+                address = addressing.QueueAddress(address.table)
+        return str(address)
 
     def _table_queue(self, queue: QueueRef) -> TableQueue:
         """The :class:`TableQueue` of *queue* (cached, also by the text it was named with)."""

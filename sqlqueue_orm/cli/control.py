@@ -57,8 +57,8 @@ def _state_line(state: control.ControlState) -> str:
     running = "paused" if state.paused else "running"
     workers = "configured" if state.concurrency is None else str(state.concurrency)
     return (
-        f"{state.endpoint}  {running}  concurrency {workers}  "
-        f"(changed {_time(state.changed_at)} by {state.changed_by})"
+        f"{listings.printable(state.endpoint)}  {running}  concurrency {workers}  "
+        f"(changed {_time(state.changed_at)} by {listings.printable(state.changed_by)})"
     )
 
 
@@ -76,7 +76,9 @@ def action_record(action: control.LoggedAction) -> dict[str, Any]:
 
 
 def _action_line(action: control.LoggedAction) -> str:
-    return f"{_time(action.at)}  {action.endpoint}  {action.action}  by {action.who}"
+    values = (action.endpoint, action.action, action.who)
+    endpoint, what, who = map(listings.printable, values)
+    return f"{_time(action.at)}  {endpoint}  {what}  by {who}"
 
 
 def pause_command(args: argparse.Namespace) -> int:

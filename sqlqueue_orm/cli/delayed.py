@@ -58,9 +58,9 @@ def _cmd_list(args: argparse.Namespace) -> int:
         messages,
         as_json=args.json,
         record=_record,
-        line=lambda message: (
-            f"{message.due.isoformat()}\t{message.destination}\t{message.message_id}\t"
-            f"{message.table}"
+        line=lambda message: "\t".join(
+            map(listings.printable, (message.due.isoformat(), message.destination,
+                                     message.message_id, message.table))
         ),
         none="no delayed messages",
     )

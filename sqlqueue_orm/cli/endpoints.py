@@ -26,18 +26,17 @@ def line(instance: health.EndpointInstance) -> str:
     if instance.rated:  # a shorter run's rate would claim a pace it never kept
         processed += f" ({instance.processed_rate:.1f}/min)"
         failed += f" ({instance.failed_rate:.1f}/min)"
-    return "\t".join(
-        [
-            instance.endpoint,
-            instance.state_text,
-            f"{instance.host}:{instance.process_id}",
-            processed,
-            failed,
-            f"in flight {instance.in_flight}/{instance.concurrency}",
-            f"started {started}",
-            instance.instance_id,
-        ]
-    )
+    values = [
+        instance.endpoint,
+        instance.state_text,
+        f"{instance.host}:{instance.process_id}",
+        processed,
+        failed,
+        f"in flight {instance.in_flight}/{instance.concurrency}",
+        f"started {started}",
+        instance.instance_id,
+    ]
+    return "\t".join(map(listings.printable, values))
 
 
 def _name(text: str) -> str:

@@ -10,15 +10,18 @@
     sqlqueue errors retry ID... | --group ID | --all [--failed-queue Q] [filters] [--most N]
     sqlqueue errors delete ID... | --group ID | --all filters [--most N]
 
-``ID`` is the row id the list prints (the native ``Id``, a GUID). ``--queue`` names the error
+``ID`` is a message id as the list, the endpoint's log and the dashboard show it
+(``NServiceBus.MessageId``), or the row id (the native ``Id``, a GUID: ``id`` in ``--json``
+output), which names one message where several share a message id. ``--queue`` names the error
 queue on every sub-command (default ``error``). ``retry`` sends each message back to its
 ``NServiceBus.FailedQ`` with the failure headers removed, one transaction per message
 (:class:`~sqlqueue_orm.recoverability.error_queue.ErrorQueue`); ``--all --failed-queue Q``
 retries only the messages that failed in ``Q``; ``--group ID`` the messages of a failure group
 and ``--all`` with filters every message that matches them (refused when more than ``--most``
-do). Groups and filters: :mod:`sqlqueue_orm.cli.errors_groups`. An id that is not a GUID, or not
-in the queue, and a group id no message has, are bad input: one line naming it, exit status 2,
-and nothing is changed.
+do). Groups and filters: :mod:`sqlqueue_orm.cli.errors_groups`. An id no message has, one that
+several messages share, and a group id no message has, are bad input: one line naming it, exit
+status 2, and nothing is changed. The plain list heads its columns: message id, time of
+failure, the queue it failed in (its short name in the default schema) and the exception.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ from typing import Any
 
 from sqlqueue_orm import exceptions, headers
 from sqlqueue_orm.cli import arguments, errors_groups, listings
-from sqlqueue_orm.recoverability.error_queue import ErrorQueue, FailedMessage, parse_id
+from sqlqueue_orm.recoverability.error_queue import ErrorQueue, FailedMessage
+from sqlqueue_orm.recoverability.search import ErrorSearch
 
 #: The error queue of every sub-command unless ``--queue`` names another.
 DEFAULT_QUEUE = "error"
@@ -84,12 +88,20 @@ def record(failed: FailedMessage) -> dict[str, Any]:
     return result
 
 
-def _line(failed: FailedMessage) -> str:
+#: The columns of a plain ``errors list``.
+HEADING = ("MESSAGE ID", "FAILED AT (UTC)", "QUEUE", "EXCEPTION")
+
+
+def _cells(errors: ErrorQueue, failed: FailedMessage) -> tuple[str, str, str, str]:
     when = "-" if failed.time_of_failure is None else headers.format_time(failed.time_of_failure)
     reason = " ".join((failed.exception_message or "").split())[:120]
     kind = failed.exception_type or ("(headers cannot be read)" if not failed.headers else "-")
-    line = f"{failed.id}  {when}  {failed.failed_queue or '-'}  {kind}"
-    return f"{line}: {reason}" if reason else line
+    return (
+        failed.message_id,
+        when,
+        errors.shown_queue(failed) or "-",
+        f"{kind}: {reason}" if reason else kind,
+    )
 
 
 def list_command(args: argparse.Namespace) -> int:
@@ -100,7 +112,8 @@ def list_command(args: argparse.Namespace) -> int:
         found,
         as_json=args.json,
         record=record,
-        line=_line,
+        heading=HEADING,
+        cells=lambda failed: _cells(errors, failed),
         none=f"no failed messages found in error queue {errors.name!r}",
     )
     if after is not None:
@@ -108,26 +121,49 @@ def list_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _known(args: argparse.Namespace, errors: ErrorQueue, ids: list[str]) -> None:
-    """Refuse (bad input) an id that is not a GUID or not in the queue, before any change."""
+def _row_ids(args: argparse.Namespace, errors: ErrorQueue, ids: Sequence[str]) -> list[str]:
+    """The row id of the message each of *ids* names (its message id, or its row id).
+
+    Refused as bad input, before any change: an id no message has, or one several messages
+    share (their row ids are named, each of which names one).
+    """
     listing = "errors list"
     if args.queue != DEFAULT_QUEUE:
         listing += f" --queue {shlex.quote(args.queue)}"
+    search = ErrorSearch(errors)
+    chosen: list[str] = []
     for each in ids:
-        parse_id(each)
-        if errors.get(each) is None:
+        found = search.named(each)
+        if not found:
             raise exceptions.ConfigurationError(
-                f"no message {each!r} in error queue {errors.name!r} "
-                f"(see: {args.context.command(listing)})"
+                f"no message {each!r} in error queue {errors.name!r}: no message id or row id "
+                f"is that (see: {args.context.command(listing)})"
             )
+        if len(found) > 1:
+            shown = ", ".join(failed.id for failed in found[:_NAMED_MOST])
+            more = ", ..." if len(found) > _NAMED_MOST else ""
+            raise exceptions.ConfigurationError(
+                f"{len(found)} messages in error queue {errors.name!r} have message id "
+                f"{each!r}: give the row id of one ({shown}{more})"
+            )
+        if found[0].id not in chosen:
+            chosen.append(found[0].id)
+    return chosen
+
+
+#: Row ids an ambiguous message id's refusal names at most.
+_NAMED_MOST = 5
 
 
 def show_command(args: argparse.Namespace) -> int:
     """``errors show ID``: the whole message as one indented JSON object."""
     errors = _error_queue(args)
-    _known(args, errors, [args.id])
-    failed = errors.get(args.id)
-    assert failed is not None
+    [row_id] = _row_ids(args, errors, [args.id])
+    failed = errors.get(row_id)
+    if failed is None:  # taken (retried, deleted) since
+        raise exceptions.ConfigurationError(
+            f"no message {args.id!r} in error queue {errors.name!r} (retried or deleted just now)"
+        )
     print(json.dumps(record(failed), ensure_ascii=False, indent=2))
     return 0
 
@@ -148,8 +184,7 @@ def retry_command(args: argparse.Namespace) -> int:
     elif args.all:
         ids = errors.retryable_ids(args.failed_queue)
     else:
-        _known(args, errors, args.ids)
-        ids = args.ids
+        ids = _row_ids(args, errors, args.ids)
     count = errors.retry(ids)
     print(f"{count} message(s) sent back from {errors.name}")
     if count < len(ids):
@@ -169,9 +204,7 @@ def delete_command(args: argparse.Namespace) -> int:
     if chosen is None and args.all:
         raise exceptions.ConfigurationError("delete --all needs a filter (--header, --search, "
                                             "--group, ...)")
-    ids: Sequence[str] = args.ids if chosen is None else chosen
-    if chosen is None:
-        _known(args, errors, args.ids)
+    ids: Sequence[str] = _row_ids(args, errors, args.ids) if chosen is None else chosen
     count = errors.delete(ids)
     print(f"{count} message(s) deleted from {errors.name}")
     return 0 if count == len(ids) else 1
@@ -205,18 +238,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     sub.set_defaults(func=list_command)
 
     sub = add("show", "one failed message: headers, exception, body")
-    sub.add_argument("id", metavar="ID", help="the id printed by errors list")
+    sub.add_argument("id", metavar="ID", help="a message id (as errors list shows it) or row id")
     sub.set_defaults(func=show_command)
 
     sub = add("retry", "send messages back to the queue they failed in")
-    sub.add_argument("ids", nargs="*", metavar="ID", help="ids printed by errors list")
+    sub.add_argument("ids", nargs="*", metavar="ID", help="message ids or row ids")
     sub.add_argument("--all", action="store_true", help="every message of the error queue")
     sub.add_argument("--failed-queue", help="with --all: only those that failed in this queue")
     errors_groups.add_choice(sub)
     sub.set_defaults(func=retry_command)
 
     sub = add("delete", "delete messages for good")
-    sub.add_argument("ids", nargs="*", metavar="ID", help="ids printed by errors list")
+    sub.add_argument("ids", nargs="*", metavar="ID", help="message ids or row ids")
     sub.add_argument("--all", action="store_true",
                      help="every message that matches the filters (one is needed)")
     errors_groups.add_choice(sub)

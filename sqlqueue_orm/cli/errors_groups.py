@@ -9,8 +9,8 @@
                          [--after CURSOR]
     sqlqueue errors retry --all [filters] [--most N]   # every message that matches, at most N
 
-``groups`` prints one line per group, largest first: its id, how many messages, the first and
-last time of failure, and what the messages share
+``groups`` prints one line per group, largest first, under a line heading the columns: its id,
+how many messages, the first and last time of failure, and what the messages share
 (:class:`~sqlqueue_orm.recoverability.groups.FailureGroups`). The id stays the same while any
 message of the group is in the queue. An unknown group id is bad input: one line naming it, exit
 status 2. ``list`` prints a page at a time; when there is more it says so on standard error with
@@ -48,9 +48,13 @@ def _time(moment: Any) -> str | None:
     return None if moment is None else headers.format_time(moment)
 
 
-def _group_line(group: FailureGroup) -> str:
+#: The columns of a plain ``errors groups``.
+HEADING = ("GROUP", "MESSAGES", "FIRST FAILURE", "LAST FAILURE", "LABEL")
+
+
+def _group_cells(group: FailureGroup) -> tuple[str, str, str, str, str]:
     first, last = _time(group.first_failure) or "-", _time(group.last_failure) or "-"
-    return f"{group.id}  {group.count:>7}  {first}  {last}  {group.label}"
+    return (group.id, str(group.count), first, last, group.label)
 
 
 def groups_command(args: argparse.Namespace) -> int:
@@ -60,7 +64,8 @@ def groups_command(args: argparse.Namespace) -> int:
         FailureGroups(errors).list(args.by),
         as_json=args.json,
         record=group_record,
-        line=_group_line,
+        heading=HEADING,
+        cells=_group_cells,
         none=f"no failed messages found in error queue {errors.name!r}",
     )
     return 0

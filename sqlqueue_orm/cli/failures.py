@@ -2,6 +2,8 @@
 
 * Bad input (an argument, a queue name, a missing queue, a message that cannot be sent): one
   line on stderr naming the bad value, exit status 2.
+* Every error line is one line: line breaks in it become spaces and other control characters
+  are escaped (:func:`sqlqueue_orm.cli.listings.printable`).
 * A database that cannot be reached or refuses the login, or that fails during the command: one
   line naming the database (host, or SQLite file) and the cause, exit status 1 (a SQLite file
   another process keeps locked: the file, and what to do, after a warning that it waits).
@@ -29,6 +31,7 @@ from typing import TYPE_CHECKING, NoReturn
 from sqlalchemy import exc
 
 from sqlqueue_orm import db, exceptions
+from sqlqueue_orm.cli import listings
 
 if TYPE_CHECKING:
     from sqlqueue_orm.cli.context import CommandContext
@@ -54,7 +57,8 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def _one_line(text: object) -> str:
-    return " ".join(str(text).split())
+    """*text* as one line: runs of blanks and line breaks as one space, other controls escaped."""
+    return listings.printable(" ".join(str(text).split()))
 
 
 def message_of(error: BaseException, context: CommandContext | None = None) -> tuple[int, str]:

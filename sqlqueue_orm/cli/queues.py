@@ -4,6 +4,9 @@
 only once the output is flushed (and, on a pipe, read): if standard output closes first
 (``sqlqueue receive --count 5 | head -1``), the transaction rolls back and the messages stay.
 Bodies are written losslessly: ``body`` as text when it is valid UTF-8, else ``body_base64``.
+``browse`` without ``--json`` shows the start of a long body, with a marker giving its length
+(``--full-body`` shows it all); plain lines escape control characters
+(:func:`sqlqueue_orm.cli.listings.printable`).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import IO, Any
 
 import sqlalchemy as sa
 
-from sqlqueue_orm import db, dialects, exceptions
+from sqlqueue_orm import browsing, db, dialects, exceptions
 from sqlqueue_orm.addressing import QueueAddress
 from sqlqueue_orm.cli import arguments, failures, listings
 from sqlqueue_orm.cli.context import CommandContext
@@ -74,17 +77,40 @@ def _utf8(body: bytes) -> str | None:
         return None
 
 
+#: Characters of a body a plain ``browse`` line shows, unless ``--full-body``.
+BODY_SHOWN = 200
+
+
+def _more(body: bytes, shown: int) -> str:
+    """The marker after a body cut to its first *shown* bytes (empty when it is whole)."""
+    if shown >= len(body):
+        return ""
+    return f" ... [{len(body):,} bytes, the first {shown:,} shown; --full-body shows all]"
+
+
 def line_of(message: IncomingMessage, args: argparse.Namespace) -> str:
-    """One output line: a JSON object (``--json``) or ``MESSAGE_ID[ (expired)]: BODY``."""
+    """One output line: a JSON object (``--json``) or ``MESSAGE_ID[ (expired)]: BODY``.
+
+    Without ``--json``, ``browse`` shows the first :data:`BODY_SHOWN` characters of a body and
+    a marker saying how long it is, unless ``--full-body``; ``receive`` and JSON always write
+    the whole body.
+    """
     always_base64 = bool(getattr(args, "base64", False))
     if args.json:
         return json.dumps(record(message, always_base64=always_base64), ensure_ascii=False)
+    cut = not getattr(args, "full_body", True)
     state = " (expired)" if message.expired else ""
+    message_id = listings.printable(message.message_id)
     body = message.body or b""
     text = None if always_base64 else _utf8(body)
     if text is None or "\n" in text or "\r" in text:
-        return f"{message.message_id}{state} base64: {base64.b64encode(body).decode('ascii')}"
-    return f"{message.message_id}{state}: {text}"
+        shown = body[: BODY_SHOWN // 4 * 3] if cut else body
+        encoded = base64.b64encode(shown).decode("ascii")
+        return f"{message_id}{state} base64: {encoded}{_more(body, len(shown))}"
+    if cut and len(text) > BODY_SHOWN:
+        text = text[:BODY_SHOWN]
+        return f"{message_id}{state}: {listings.printable(text)}{_more(body, len(text.encode()))}"
+    return f"{message_id}{state}: {listings.printable(text)}"
 
 
 class HandOver:
@@ -226,8 +252,17 @@ def _cmd_browse(args: argparse.Namespace) -> int:
     return 0
 
 
+#: ``peek`` counts a queue of up to this many messages exactly; beyond, it estimates.
+EXACT_UP_TO = 1000
+
+
 def _cmd_peek(args: argparse.Namespace) -> int:
-    print(_context(args).transport.peek(args.queue))
+    transport = _context(args).transport
+    estimate = transport.peek(args.queue)  # a missing queue, an outdated layout: said here
+    address = QueueAddress.parse(args.queue, transport.engine.dialect.name)
+    with db.reading(transport.engine) as connection:
+        counted = browsing.count_queue(connection, address, EXACT_UP_TO)
+    print(estimate if counted is None else counted)
     return 0
 
 
@@ -284,7 +319,7 @@ def _cmd_list_queues(args: argparse.Namespace) -> int:
         list(transport.list_queues(schemas)),
         as_json=args.json,
         record=lambda queue: {"queue": queue[0], "count": queue[1]},
-        line=lambda queue: f"{queue[0]}\t{queue[1]}",
+        line=lambda queue: f"{listings.printable(queue[0])}\t{queue[1]}",
         none="no queues",
     )
     return 0
@@ -334,9 +369,15 @@ def register(commands: Any) -> None:
                          "body_base64, expired")
         sub.add_argument("--base64", action="store_true",
                          help="always give the body as base64 (body_base64)")
+        if name == "browse":
+            sub.add_argument("--full-body", action="store_true",
+                             help=f"the whole body of each message (default: its first "
+                             f"{BODY_SHOWN} characters and its length; --json: always whole)")
         sub.set_defaults(func=func)
 
-    sub = commands.add_parser("peek", help="estimated message count")
+    sub = commands.add_parser(
+        "peek", help=f"message count: exact up to {EXACT_UP_TO}, estimated beyond"
+    )
     sub.add_argument("queue", type=_queue_name)
     sub.set_defaults(func=_cmd_peek)
 

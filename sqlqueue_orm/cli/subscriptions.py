@@ -25,7 +25,9 @@ def _cmd_subscriptions(args: argparse.Namespace) -> int:
         record=lambda row: {
             "topic": row.topic, "endpoint": row.endpoint, "queue_address": row.queue_address
         },
-        line=lambda row: f"{row.topic}\t{row.endpoint}\t{row.queue_address}",
+        line=lambda row: "\t".join(
+            map(listings.printable, (row.topic, row.endpoint, row.queue_address))
+        ),
         none="no subscriptions",
     )
     return 0

@@ -41,6 +41,8 @@ _WIRE_TIME = re.compile(r"(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d):(\d{6}) Z",
 _FOLDER = re.compile(r"[\\/]")
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
 _GENERATED = re.compile(r"__\d+(?:_\d+)*")
+# The numbers of compiler-generated classes: <>c__DisplayClass12_0, <>f__AnonymousType0.
+_GENERATED_CLASS = re.compile(r"(?<=__DisplayClass)\d+(?:_\d+)*|(?<=__AnonymousType)\d+")
 _ANGLE_NUMBER = re.compile(r"(?<=[<>])\d+|\d+(?=>)")
 
 
@@ -60,7 +62,7 @@ def _dotnet(method: str) -> str:
     if "0x" in method:
         method = _ADDRESS.sub("", method)
     if "__" in method:
-        method = _GENERATED.sub("__", method)
+        method = _GENERATED_CLASS.sub("", _GENERATED.sub("__", method))
     return _ANGLE_NUMBER.sub("", method) if "<" in method or ">" in method else method
 
 

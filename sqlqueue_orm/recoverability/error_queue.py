@@ -210,6 +210,18 @@ class ErrorQueue:
                 break
         return found
 
+    def shown_queue(self, failed: FailedMessage) -> str | None:
+        """The queue *failed* failed in as a person reads it, or None when no header names it.
+
+        ``NServiceBus.FailedQ`` holds the address as the .NET transport writes it
+        (``"public"."billing"`` on PostgreSQL); shown, a queue of the default schema is its
+        short name (``billing``), as the listings of queues show it. ``failed_queue`` keeps the
+        header as stored.
+        """
+        if not failed.failed_queue:
+            return None
+        return self.transport._shown_name(failed.failed_queue)
+
     def table(self) -> sa.Table:
         """The error queue's table."""
         return queue_table(

@@ -14,7 +14,8 @@ Three groupings, as ServicePulse offers them (:data:`GROUPINGS`):
   removed (:func:`stack_fingerprint`): only the frames are kept (the exception's message, the
   source lines and the ``During handling...`` text are dropped), each frame as the function (and,
   for Python, the file's name without its folder), without line numbers, memory addresses
-  (``0x7f...``) or the numbers .NET gives compiler-generated methods (``<Handle>b__0_1``). Two
+  (``0x7f...``) or the numbers .NET gives compiler-generated methods and classes
+  (``<Handle>b__0_1``, ``<>c__DisplayClass12_0``). Two
   messages that failed with the same exception at the same place group together whatever their
   message text, ids or the machine's install folder; a redeploy that only moves lines keeps the
   group;

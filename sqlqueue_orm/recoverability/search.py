@@ -243,6 +243,28 @@ class ErrorSearch:
             return Page([each for _, each in found[:limit]], str(found[limit - 1][0]))
         return Page([each for _, each in found], None)
 
+    def named(self, text: str) -> list[FailedMessage]:
+        """The messages *text* names, oldest first: by message id, else by row id.
+
+        Those whose ``NServiceBus.MessageId`` is *text*; when none is, the one whose row id it
+        is (a GUID, in any case, with or without braces). An operator types the message id the
+        endpoint's log and the dashboard show; the row id (``id`` in JSON) names one message
+        when several share a message id.
+        """
+        found: list[FailedMessage] = []
+        after: str | None = None
+        while True:
+            page = self.page(ErrorFilter(message_id=text), after=after, limit=_BATCH)
+            found.extend(page.messages)
+            if page.next is None:
+                break
+            after = page.next
+        by_message = [each for each in found if each.message_id == text]
+        if by_message:
+            return by_message
+        row_id = _guid_text(text)
+        return [each for each in found if each.id == row_id]
+
     def matching_ids(self, wanted: ErrorFilter, *, most: int) -> tuple[str, ...]:
         """The row ids of every message that matches *wanted* now, oldest first.
 

@@ -9,6 +9,12 @@ primary key refuses a second delivery: after a crash between the destination's c
 mark, the next try finds the row and does not send the message again (it counts as
 ``already_delivered``). Exactly once, then, as long as the row is kept (the outbox cleanup
 deletes rows older than the records it deletes).
+
+A record that cannot be dispatched is deferred: its ``DispatchedAt`` moves to when it may be
+tried again, so no dispatcher retries it before then. A record this dispatcher cannot route
+(:class:`NotRouted`: a queue no route names and this database does not hold) stays due in the
+table instead and is skipped by this dispatcher alone, in memory, for the retry delay: a
+dispatcher that has the route sends it at once.
 """
 
 from __future__ import annotations
@@ -49,10 +55,20 @@ log = logging.getLogger("sqlqueue_orm.sending.outbox")
 
 #: Message ids looked up in ``OutboxDelivery`` per statement (well below every driver's limit).
 _LOOKUP_CHUNK = 500
+#: Records a dispatcher skips in memory for want of a route, at most (each is a parameter of
+#: its claim); past them, such records are deferred in the table.
+_UNROUTED_MOST = 500
 
 
 class _AlreadyDelivered(Exception):
     """A delivery row of the batch exists: roll back and look before sending."""
+
+
+class NotRouted(exceptions.DispatchError):
+    """A destination no route names and this database does not hold: the dispatcher's gap.
+
+    Not the record's fault: another dispatcher, one that has the route, can send it now.
+    """
 
 
 @dataclasses.dataclass
@@ -77,6 +93,8 @@ class OutboxDispatch:
         self._mark = mark_dispatched_statement()
         self._defer = defer_statement()
         self._delivered = delivered_statement()
+        #: Records this dispatcher could not route, and when it may try each again itself.
+        self._unrouted: dict[str, dt.datetime] = {}
         self._record_deliveries = sa.insert(outbox_delivery.outbox_delivery_table())
         #: URLs of the databases whose OutboxDelivery table is known to exist.
         self._delivery_tables: set[str] = set()
@@ -133,11 +151,17 @@ class OutboxDispatch:
         moment = now or utc_now()
         cutoff = moment - dt.timedelta(seconds=_seconds(grace_period))
         report = DispatchReport()
+        for record_id, until in list(self._unrouted.items()):
+            if until <= moment:  # pop: threads sharing this outbox may prune at once
+                self._unrouted.pop(record_id, None)
+        skipped = list(self._unrouted)
+        claim = claim_statement(limit=batch_size, skipping=bool(skipped))
+        parameters: dict[str, Any] = {"cutoff": cutoff}
+        if skipped:
+            parameters["skipped"] = skipped
         try:
             with outbox_errors(), self.transport.begin() as connection:
-                rows = connection.execute(
-                    claim_statement(limit=batch_size), {"cutoff": cutoff}
-                ).all()
+                rows = connection.execute(claim, parameters).all()
                 report.claimed = len(rows)
                 if not rows:
                     return report
@@ -169,6 +193,10 @@ class OutboxDispatch:
             try:
                 with outbox_errors(), self.transport.begin() as connection:
                     sent = self._dispatch_record(connection, message_id)
+            except NotRouted as error:
+                self._defer_unrouted(message_id, moment, delay, str(error))
+                report.deferred += 1
+                continue
             except exceptions.DispatchError as error:
                 with outbox_errors(), self.transport.begin() as connection:
                     self._defer_record(connection, message_id, moment, delay, str(error))
@@ -186,6 +214,27 @@ class OutboxDispatch:
         until = moment + dt.timedelta(seconds=delay)
         log.error("outbox record %s: not dispatched, retried after %gs: %s", message_id, delay, why)
         connection.execute(self._defer, {"message_id": message_id, "until": until})
+
+    def _defer_unrouted(self, message_id: str, moment: dt.datetime, delay: float, why: str) -> None:
+        """Leave a record this dispatcher cannot route to one that can, at once.
+
+        The record stays due in the table, so a dispatcher that has the route (this one after a
+        restart with ``--routes``, or another) sends it on its next pass; this one skips it for
+        *delay*. Past :data:`_UNROUTED_MOST` such records it is deferred in the table instead,
+        as a failed send is, so the claim's list of records to skip stays bounded.
+        """
+        if len(self._unrouted) >= _UNROUTED_MOST:
+            with outbox_errors(), self.transport.begin() as connection:
+                self._defer_record(connection, message_id, moment, delay, why)
+            return
+        self._unrouted[message_id] = moment + dt.timedelta(seconds=delay)
+        log.error(
+            "outbox record %s: not dispatched: %s; this dispatcher tries it again after %gs, "
+            "one that routes it at once",
+            message_id,
+            why,
+            delay,
+        )
 
     def _parse(self, message_id: str, text: str) -> list[OutboxOperation]:
         try:
@@ -217,7 +266,7 @@ class OutboxDispatch:
             except exceptions.QueueNotFound as error:
                 # Not "create it": a queue of another database created here would take its
                 # messages for good. Which database it lives in is the routes' to say.
-                raise exceptions.DispatchError(
+                raise NotRouted(
                     f"outbox {what}: queue {destination} is not routed to another database "
                     "(no route names it: a Routing, or --routes FILE of sqlqueue outbox "
                     "dispatch) and does not exist in this one"

@@ -19,11 +19,14 @@ from sqlqueue_orm.models import outbox_delivery
 from sqlqueue_orm.models.outbox import TABLE_NAME, outbox_table
 
 
-def claim_statement(*, by_id: bool = False, limit: int = 1) -> sa.Select[Any]:
+def claim_statement(
+    *, by_id: bool = False, limit: int = 1, skipping: bool = False
+) -> sa.Select[Any]:
     """SELECT that locks undispatched records no one else holds (the claim, every dialect).
 
     ``by_id``: the record ``:message_id`` (inline dispatch, re-dispatch); otherwise up to
-    *limit* records whose ``DispatchedAt`` is before ``:cutoff``, oldest first.
+    *limit* records whose ``DispatchedAt`` is before ``:cutoff``, oldest first, and with
+    *skipping* none of the records ``:skipped`` (a list) names.
     """
     table = outbox_table()
     statement = sa.select(table.c.MessageId, table.c.Operations).where(
@@ -37,6 +40,10 @@ def claim_statement(*, by_id: bool = False, limit: int = 1) -> sa.Select[Any]:
             .order_by(table.c.DispatchedAt)
             .limit(limit)
         )
+        if skipping:
+            statement = statement.where(
+                table.c.MessageId.not_in(sa.bindparam("skipped", expanding=True))
+            )
     statement = statement.with_for_update(skip_locked=True)
     for support in dialects.ALL.values():
         if support.claim_hint is not None:

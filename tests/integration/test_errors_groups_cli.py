@@ -32,9 +32,13 @@ def test_groups_json_retry_and_delete_a_group(database):
     ]
     assert listed[0]["first_failure"] == "2026-01-02 03:04:05:000006 Z"
     assert {g["by"] for g in listed} == {"type"}
-    text = sqlqueue_process(url, "errors", "groups", "--by", "endpoint").stdout
-    assert [(line.split()[1], line.split()[-1]) for line in text.splitlines()] == [
+    heading, *lines = sqlqueue_process(url, "errors", "groups", "--by", "endpoint").stdout.split(
+        "\n")[:-1]
+    assert heading.split() == ["GROUP", "MESSAGES", "FIRST", "FAILURE", "LAST", "FAILURE",
+                               "LABEL"]
+    assert [(line.split()[1], line.split()[-1]) for line in lines] == [
         ("3", "inbox"), ("1", "Billing"), ("1", "other")]
+    assert heading.index("LABEL") == lines[0].index("inbox")
 
     done = sqlqueue_process(url, "errors", "retry", "--group", listed[0]["id"])
     assert done.stdout.strip() == "3 message(s) sent back from error"

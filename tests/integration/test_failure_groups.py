@@ -209,3 +209,21 @@ def test_search_by_id_header_and_body_pages_to_the_last_row(transport):
     assert len(search.page(ErrorFilter(group=group.id), limit=100).messages) == group.count
     with pytest.raises(ConfigurationError, match="'x1'"):
         search.page(ErrorFilter(), after="x1")
+
+
+def test_fingerprint_drops_the_numbers_dotnet_gives_compiler_generated_classes():
+    def trace(display_class, lambda_method, state_machine):
+        return (
+            "System.InvalidOperationException: Order 7 not found\n"
+            f"   at Billing.Handler.<>c__{display_class}.<Handle>b__{lambda_method}() "
+            "in C:\\src\\Handler.cs:line 42\n"
+            f"   at Billing.Handler.<Handle>d__{state_machine}.MoveNext()\n"
+        )
+
+    exception = "System.InvalidOperationException"
+    one = stack_fingerprint(exception, trace("DisplayClass12_0", "0", "5"))
+    rebuilt = stack_fingerprint(exception, trace("DisplayClass14_2", "1", "7"))
+    assert rebuilt == one
+    assert "DisplayClass12" not in one[1] and "<>c__DisplayClass" in one[1]
+    elsewhere = trace("DisplayClass12_0", "0", "5").replace("Billing.Handler", "Billing.Refund")
+    assert stack_fingerprint(exception, elsewhere)[0] != one[0]

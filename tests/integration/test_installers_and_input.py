@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import re
 
 import pytest
 
@@ -14,6 +15,7 @@ from sqlqueue_orm import (
 )
 from sqlqueue_orm.exceptions import InvalidMessage, InvalidQueueName
 from sqlqueue_orm.models.queue_table import index_name
+from sqlqueue_orm.sending.outbox import Outbox, OutboxOperation
 from tests.integration import workers
 from tests.integration.support import bodies
 
@@ -60,3 +62,34 @@ def test_concurrent_installers_create_one_table(database):
     transport = database.transport()
     transport.send("raced", OutgoingMessage(b"ok"))
     assert bodies(transport.receive("raced")) == [b"ok"]
+
+
+def test_a_lone_surrogate_in_a_header_is_refused_naming_the_header(database):
+    transport = database.transport()
+    transport.create_queue("strict")
+    assert transport.create_subscription_table() is True
+    transport.subscribe("strict", "Sales.OrderPlaced")
+    outbox = Outbox(transport)
+    outbox.create_table()
+    bad_value = {"Custom.Note": "before\ud800after"}
+    bad_key = {"Custom.\udc00": "x"}
+    for given, named in ((bad_value, "Custom.Note"), (bad_key, "Custom.\\udc00")):
+        for attempt in (
+            lambda h=given: transport.send("strict", OutgoingMessage(b"x", headers=h)),
+            lambda h=given: transport.send_many("strict", [OutgoingMessage(b"ok"),
+                                                           OutgoingMessage(b"x", headers=h)]),
+            lambda h=given: transport.publish(OutgoingMessage(b"x", headers=h),
+                                              topics=["Sales.OrderPlaced"]),
+            lambda h=given: OutboxOperation.from_prepared(
+                "strict", OutgoingMessage(b"x", headers=h).prepare()),
+        ):
+            with pytest.raises(InvalidMessage, match=re.escape(named)) as refused:
+                attempt()
+            assert "surrogate" in str(refused.value)
+    with pytest.raises(InvalidMessage, match="message id"):
+        transport.send("strict", OutgoingMessage(b"x", message_id="id-\ud800"))
+    with pytest.raises(InvalidMessage, match="message id"):  # the general way of prepare()
+        transport.send("strict", OutgoingMessage(b"x", message_id="id-\ud800",
+                                                 time_to_be_received=60))
+    assert transport.peek("strict") == 0
+    assert transport.receive("strict") == []

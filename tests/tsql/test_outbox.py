@@ -55,6 +55,14 @@ def test_claim_tsql_skips_rows_other_dispatchers_hold():
         "WHERE [OutboxData].[Dispatched] = 0 AND [OutboxData].[DispatchedAt] < :cutoff "
         "ORDER BY [OutboxData].[DispatchedAt]"
     )
+    # A dispatcher skipping the records it could not route (a list bound when it runs).
+    assert _tsql(outbox_statements.claim_statement(limit=100, skipping=True)) == (
+        "SELECT TOP __[POSTCOMPILE_param_1] [OutboxData].[MessageId], [OutboxData].[Operations] \n"
+        "FROM [OutboxData] WITH (UPDLOCK, READPAST, ROWLOCK) \n"
+        "WHERE [OutboxData].[Dispatched] = 0 AND [OutboxData].[DispatchedAt] < :cutoff "
+        "AND ([OutboxData].[MessageId] NOT IN (__[POSTCOMPILE_skipped])) "
+        "ORDER BY [OutboxData].[DispatchedAt]"
+    )
     assert _tsql(outbox_statements.claim_statement(by_id=True)) == (
         "SELECT [OutboxData].[MessageId], [OutboxData].[Operations] \n"
         "FROM [OutboxData] WITH (UPDLOCK, READPAST, ROWLOCK) \n"

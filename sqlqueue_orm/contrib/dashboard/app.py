@@ -231,6 +231,8 @@ class _Pages:
             autoescape=True,
             undefined=jinja2.StrictUndefined,
         )
+        # A queue as a person reads it: NServiceBus.FailedQ's "public"."billing" is "billing".
+        self.env.filters["queue"] = dashboard.transport._shown_name
 
     # -- helpers ---------------------------------------------------------------------------
     def render(
