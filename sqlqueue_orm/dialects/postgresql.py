@@ -434,4 +434,5 @@ SUPPORT = PostgresqlSupport(
     url_schemes=("postgres",),
     driver="psycopg",
     driver_extra="postgres",
+    async_driver="asyncpg",
 )
