@@ -8,6 +8,7 @@ psycopg's async driver), each on its own queues and tables of the ``database`` f
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -235,6 +236,19 @@ def test_an_async_send_writes_the_rows_a_synchronous_send_writes(database):
         assert {k: v for k, v in first.headers.items() if k not in drop} == {
             k: v for k, v in second.headers.items() if k not in drop
         }
+
+    each_driver(database, body)
+
+
+def test_an_async_send_many_of_new_messages_warns_of_no_duplicates(database, caplog):
+    async def body(transport: AsyncTransport) -> None:
+        with caplog.at_level(logging.WARNING, logger="sqlqueue_orm"):
+            async with transport.engine.begin() as connection:
+                await transport.send_many(
+                    "billing", [OutgoingMessage(b"a"), OutgoingMessage(b"b")], connection
+                )
+        assert count(database.engine, "billing") == 2
+        assert not [r for r in caplog.records if "already queued" in r.getMessage()]
 
     each_driver(database, body)
 
