@@ -20,8 +20,8 @@ from types import TracebackType
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from sqlqueue_orm import addressing, db, exceptions
-from sqlqueue_orm.aio.transport import AsyncTransport
+from sqlqueue_orm import addressing, db, exceptions, sqlalchemy_internals
+from sqlqueue_orm.aio.transport import AsyncTransport, connecting
 from sqlqueue_orm.messages import OutgoingMessage
 from sqlqueue_orm.sending.outbox import Outbox
 from sqlqueue_orm.session import Outcome, SendMode, UnitOfWork
@@ -142,7 +142,10 @@ class AsyncUnitOfWork:
 
     # -- async context manager ---------------------------------------------------------------
     async def __aenter__(self) -> AsyncUnitOfWork:
-        with db.wrap_db_errors():
+        # De-duplication first, on a connection of its own, as the synchronous unit does: none
+        # is held meanwhile (SQLite: no write lock; the pool: one connection per unit at most).
+        with connecting():
+            await sqlalchemy_internals.greenlet_spawn(self._core._start)
             connection = await self.transport.engine.connect()
         try:
             with db.wrap_db_errors():
@@ -150,7 +153,6 @@ class AsyncUnitOfWork:
             session = AsyncSession(
                 bind=connection, join_transaction_mode="create_savepoint", expire_on_commit=False
             )
-            await connection.run_sync(lambda _connection: self._core._start())
             self._core._join(
                 connection.sync_connection,  # type: ignore[arg-type]
                 transaction.sync_transaction,  # type: ignore[arg-type]

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
-from sqlqueue_orm import browsing, db, dialects, exceptions
+from sqlqueue_orm import browsing, db, dialects, exceptions, sqlalchemy_internals
 from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage
 from sqlqueue_orm.queue_directory import QueueRef
 from sqlqueue_orm.transport import Transport
@@ -73,6 +73,23 @@ def create_async_engine(
         ) from error
 
 
+@contextlib.contextmanager
+def connecting(label: str | None = None) -> Iterator[None]:
+    """:func:`sqlqueue_orm.db.wrap_db_errors`, and a socket's error while connecting.
+
+    asyncpg raises the ``OSError`` itself (SQLAlchemy wraps only the driver's own errors): it
+    becomes a transient :class:`~sqlqueue_orm.exceptions.DatabaseError`.
+    """
+    try:
+        with db.wrap_db_errors(label):
+            yield
+    except OSError as error:
+        where = f"{label}: " if label else ""
+        raise exceptions.DatabaseError(
+            f"{where}cannot connect: {type(error).__name__}: {error}", transient=True
+        ) from error
+
+
 class AsyncTransport:
     """Message queues in the tables of one database, for asyncio code.
 
@@ -108,7 +125,12 @@ class AsyncTransport:
         await self.close()
 
     async def close(self) -> None:
-        """Dispose of the engine if this transport created it."""
+        """Give back the connections the core keeps; dispose of the engine if we created it.
+
+        The core keeps a connection per thread for the outbox's inline dispatch
+        (:meth:`Transport.begin`); on an asyncio engine it belongs to the running event loop.
+        """
+        await sqlalchemy_internals.greenlet_spawn(self.transport.close)
         if self._owns_engine:
             await self.engine.dispose()
 
@@ -136,15 +158,14 @@ class AsyncTransport:
     @contextlib.asynccontextmanager
     async def _own(self, label: str | None = None) -> AsyncIterator[AsyncConnection]:
         """A transaction of ours: committed at the end, rolled back on an exception."""
-        with db.wrap_db_errors(label):
+        with connecting(label):
             async with self.engine.begin() as connection:
                 yield connection
 
     async def _on_any_connection(self, function: Callable[[], T]) -> T:
-        """*function* (which opens its own connections) inside ``run_sync``."""
-        with db.wrap_db_errors():
-            async with self.engine.connect() as connection:
-                return await connection.run_sync(lambda _connection: function())
+        """*function*, which opens its own connections of the engine, awaited."""
+        with connecting():
+            return await sqlalchemy_internals.greenlet_spawn(function)
 
     # -- installing --------------------------------------------------------------------------
     async def create_queue(self, queue: QueueRef, *, body_string: bool = False) -> bool:

@@ -280,7 +280,7 @@ class SqliteSupport(base.DialectSupport):
         engine = create_async_engine(url, **kwargs)
         in_memory = url.database in (None, "", ":memory:")
         _setup(engine.sync_engine, in_memory, sqlite_synchronous, url.database or ":memory:",
-               timeout)
+               timeout, patience=timeout)  # no WaitingConnection: SQLite waits the whole time
         dialect: Any = engine.sync_engine.dialect
         dialect.do_begin = _do_begin_on_cursor
         return engine
@@ -290,7 +290,19 @@ class SqliteSupport(base.DialectSupport):
         return sqlite.dialect(paramstyle="named")
 
 
-def _setup(engine: Engine, in_memory: bool, synchronous: str, file: str, timeout: float) -> None:
+def _setup(
+    engine: Engine,
+    in_memory: bool,
+    synchronous: str,
+    file: str,
+    timeout: float,
+    patience: float = PATIENCE_S,
+) -> None:
+    """Set *engine*'s connections up; SQLite's own busy timeout waits *patience* at most.
+
+    A :class:`WaitingConnection` waits the rest of *timeout* itself.
+    """
+
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         if isinstance(dbapi_connection, WaitingConnection):
@@ -298,7 +310,7 @@ def _setup(engine: Engine, in_memory: bool, synchronous: str, file: str, timeout
             dbapi_connection.timeout = timeout
         cursor = dbapi_connection.cursor()
         try:
-            cursor.execute(f"PRAGMA busy_timeout={int(min(PATIENCE_S, timeout) * 1000)}")
+            cursor.execute(f"PRAGMA busy_timeout={int(min(patience, timeout) * 1000)}")
             if not in_memory:
                 cursor.execute("PRAGMA journal_mode=WAL")
                 wal = str(cursor.fetchone()[0]).lower() == "wal"

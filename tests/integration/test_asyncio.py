@@ -300,3 +300,54 @@ def test_create_async_engine_and_async_transport_refuse_bad_input(tmp_path):
         create_async_engine("not a URL")
     with pytest.raises(exceptions.ConfigurationError, match="AsyncTransport needs"):
         AsyncTransport(sa.create_engine("sqlite://"))  # type: ignore[arg-type]
+
+
+def test_concurrent_async_units_of_work_commit_each_of_their_sends_once(database):
+    """Twenty tasks at once on one transport, every other one failing: each committed send is
+    there once, nothing of a failed one, and no task used another's connection."""
+    Outbox(database.transport()).create_table()
+
+    async def body(transport: AsyncTransport) -> None:
+        async def unit(number: int) -> None:
+            async with AsyncUnitOfWork(transport, mode="outbox" if number % 4 < 2 else "direct",
+                                       incoming_message_id=f"in-{number}") as uow:
+                uow.session.add(Order(customer=f"c{number}", total=number))
+                await asyncio.sleep(0.01 * (number % 3))
+                await uow.send("billing", OutgoingMessage(f"{number}", message_id=f"m-{number}"))
+                await asyncio.sleep(0.01 * (number % 2))
+                if number % 2:
+                    raise Boom
+
+        outcomes = await asyncio.gather(*(unit(n) for n in range(20)), return_exceptions=True)
+        assert [type(o) for o in outcomes] == [type(None), Boom] * 10
+        async with transport.engine.connect() as connection:
+            received = await transport.receive("billing", 100, connection)
+            await connection.rollback()
+        assert sorted(m.message_id for m in received) == sorted(f"m-{n}" for n in range(0, 20, 2))
+        assert count(database.engine, Order) == 10
+        with database.engine.begin() as connection:  # for the next driver
+            connection.execute(sa.text('DELETE FROM "OutboxData"'))
+
+    each_driver(database, body)
+
+
+def test_an_async_call_on_an_unreachable_database_raises_the_packages_error(database):
+    url = sa.make_url(database.url)
+    if database.dialect == "sqlite":
+        bad = "sqlite:////nonexistent-directory/x/queue.db"
+    else:
+        bad = url.set(port=1, drivername=f"{url.get_backend_name()}+"
+                      f"{ASYNC_DRIVERS[database.dialect][0]}").render_as_string(False)
+
+    async def calls() -> None:
+        async with AsyncTransport(bad) as transport:
+            for call in (lambda: transport.send("billing", OutgoingMessage(b"x")),
+                         lambda: transport.receive("billing"),
+                         lambda: transport.peek("billing")):
+                with pytest.raises(exceptions.SqlQueueError):
+                    await call()
+            with pytest.raises(exceptions.SqlQueueError):
+                async with AsyncUnitOfWork(transport):
+                    pass
+
+    asyncio.run(calls())
