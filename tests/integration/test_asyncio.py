@@ -8,6 +8,7 @@ psycopg's async driver), each on its own queues and tables of the ``database`` f
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -351,3 +352,23 @@ def test_an_async_call_on_an_unreachable_database_raises_the_packages_error(data
                     pass
 
     asyncio.run(calls())
+
+
+def test_an_async_reply_joins_the_transaction_of_the_receive_it_answers(database):
+    async def body(transport: AsyncTransport) -> None:
+        reply_to = transport.address_text("shipping")
+        await transport.send("billing", OutgoingMessage(b"ask", headers={
+            headers.REPLY_TO_ADDRESS: reply_to}, message_id="question"))
+        for outcome in ("rolled back", "committed"):
+            with pytest.raises(Boom) if outcome == "rolled back" else contextlib.nullcontext():
+                async with AsyncSession(transport.engine) as session, session.begin():
+                    [incoming] = await transport.receive("billing", 1, session)
+                    await transport.reply(incoming, OutgoingMessage(b"answer"), session)
+                    if outcome == "rolled back":
+                        raise Boom
+        [answer] = await transport.receive("shipping")
+        assert answer.headers[headers.CORRELATION_ID] == "question"
+        assert answer.headers[headers.MESSAGE_INTENT] == "Reply"
+        assert count(database.engine, "billing") == 0
+
+    each_driver(database, body)
