@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from sqlqueue_orm import browsing, db, dialects, exceptions, sqlalchemy_internals
 from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage
 from sqlqueue_orm.queue_directory import QueueRef
+from sqlqueue_orm.queuing.table_queue import PURGE_BATCH_SIZE
 from sqlqueue_orm.transport import Transport
 
 T = TypeVar("T")
@@ -312,6 +313,8 @@ class AsyncTransport:
         """Delete every message of the queue; return how many."""
         return await self._on_any_connection(lambda: self.transport.purge_all(queue))
 
-    async def purge_expired(self, queue: QueueRef) -> int:
+    async def purge_expired(self, queue: QueueRef, batch_size: int = PURGE_BATCH_SIZE) -> int:
         """Delete expired messages (:meth:`Transport.purge_expired`); return how many."""
-        return await self._on_any_connection(lambda: self.transport.purge_expired(queue))
+        return await self._on_any_connection(
+            lambda: self.transport.purge_expired(queue, batch_size)
+        )
