@@ -23,7 +23,7 @@ from sqlqueue_orm import OutgoingMessage, Transport
 #: What ``--only`` can name.
 NAMES = (
     "send", "receive", "outbox", "depth", "migrate", "pump", "instrumentation", "batch",
-    "snapshot", "wakeup", "heartbeat", "groups",
+    "snapshot", "wakeup", "heartbeat", "groups", "asyncio",
 )
 
 _FILL_CHUNK = 5_000

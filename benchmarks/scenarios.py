@@ -25,6 +25,7 @@ import sqlalchemy as sa
 
 from benchmarks import (
     baselines,
+    bench_asyncio,
     bench_batch,
     bench_endpoint,
     bench_failure_groups,
@@ -424,6 +425,7 @@ def run_all(database: Database, settings: Settings, results: list[Result],
             *(("pump", f) for _, f in ENDPOINT_SCENARIOS),
             ("batch", bench_batch.batch_scenario),
             ("wakeup", bench_wakeup.wakeup_scenario),
+            ("asyncio", bench_asyncio.asyncio_scenario),
         ]:
             if name not in settings.only:
                 continue

@@ -112,6 +112,11 @@ def current_schema(engine: Engine) -> str | None:
 # database raised it, so it is read with all of them.
 
 
+#: What SQLAlchemy raises when the database fails or no connection can be had: a driver's
+#: error it wrapped, or its pool's timeout (every connection checked out past ``pool_timeout``).
+DRIVER_ERRORS: tuple[type[BaseException], ...] = (exc.DBAPIError, exc.TimeoutError)
+
+
 def _describe(error: BaseException) -> str:
     original = getattr(error, "orig", None) or error
     code = getattr(original, "sqlstate", None) or ""
@@ -147,6 +152,12 @@ def translate_error(
     original = getattr(error, "orig", None) or error
     text = _describe(error)
     where = f"queue {queue!r}: " if queue else f"{label}: " if label else ""
+    if isinstance(error, exc.TimeoutError):
+        return exceptions.DatabaseError(
+            f"{where}no connection of the pool came free in time (every one is in use: a "
+            f"larger pool_size, or fewer threads holding one): {original}",
+            transient=True,
+        )
     missing = any(marker in text for marker in dialects.MISSING_TABLE_MARKERS)
     if queue and missing:
         return exceptions.QueueNotFound(queue)
@@ -184,7 +195,7 @@ def wrap_db_errors(
     :param dbapi_error: the driver's own ``Error`` class, for code that runs statements on a
         DBAPI cursor directly (SQLAlchemy's wrappers are always translated).
     """
-    caught: tuple[type[BaseException], ...] = (exc.DBAPIError,)
+    caught: tuple[type[BaseException], ...] = DRIVER_ERRORS
     if dbapi_error is not None:
         caught += (dbapi_error,)
     try:
@@ -206,7 +217,7 @@ def reading(engine: Engine) -> Iterator[Connection]:
     """
     try:
         connection = engine.connect()
-    except exc.DBAPIError as error:  # no connection to be had: the package's error, as all
+    except DRIVER_ERRORS as error:  # no connection to be had: the package's error, as all
         raise translate_error(error) from error
     with connection:
         connection.execution_options(**{dialects.READS_ONLY: True})

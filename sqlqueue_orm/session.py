@@ -227,23 +227,40 @@ class UnitOfWork:
 
     # -- context manager -------------------------------------------------------------------
     def __enter__(self) -> UnitOfWork:
+        self._start()
+        with db.wrap_db_errors():
+            connection = self.transport.engine.connect()
+            try:
+                transaction = connection.begin()
+            except BaseException:
+                connection.close()
+                raise
+        self._join(
+            connection,
+            transaction,
+            Session(
+                bind=connection, join_transaction_mode="create_savepoint", expire_on_commit=False
+            ),
+        )
+        return self
+
+    def _start(self) -> None:
+        """Mark the unit used and de-duplicate the incoming message (before any connection)."""
         if self._used:
             raise exceptions.SqlQueueError("a unit of work can be used once; make a new one")
         self._used = True
         if self.incoming_message_id is not None:
             self.outcome = self._deduplicate(self.incoming_message_id)
-        with db.wrap_db_errors():
-            connection = self.transport.engine.connect()
-            try:
-                self._transaction = connection.begin()
-            except BaseException:
-                connection.close()
-                raise
+
+    def _join(self, connection: Connection, transaction: RootTransaction, session: Session) -> None:
+        """Open the unit on *connection* in *transaction*, with *session* bound to them.
+
+        The asyncio unit of work (:mod:`sqlqueue_orm.aio.session`) opens its own connection and
+        session and joins them here; the commit and the rollback are this class's.
+        """
         self._connection = connection
-        self._session = Session(
-            bind=connection, join_transaction_mode="create_savepoint", expire_on_commit=False
-        )
-        return self
+        self._transaction = transaction
+        self._session = session
 
     def __exit__(
         self,

@@ -4,8 +4,9 @@ SQLAlchemy has no public API for a few things the hot path needs: beginning and 
 database transaction under a transaction object that stays open (:func:`begin_again`,
 :func:`commit_kept`), telling whether events or SQL echo would see a statement (cheaply, on
 every transaction), a pool's overflow limit, a connection made as the pool makes one but
-outside it, and the dialects an index's ``ddl_if`` names. The
-rest of the package calls the functions here and never reaches into SQLAlchemy itself.
+outside it, the dialects an index's ``ddl_if`` names, and synchronous code awaited on an
+asyncio engine (:func:`greenlet_spawn`). The rest of the package calls the functions here and
+never reaches into SQLAlchemy itself.
 
 The names and signatures this module relies on are checked against the installed SQLAlchemy by
 ``tests/unit/test_sqlalchemy_internals.py``; ``pyproject.toml`` bounds SQLAlchemy to the series
@@ -15,10 +16,13 @@ transaction.
 
 from __future__ import annotations
 
-from typing import Any, TypeGuard
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeGuard, TypeVar
 
 from sqlalchemy.engine import Connection, Engine, RootTransaction
 from sqlalchemy.pool import QueuePool
+
+T = TypeVar("T")
 
 #: What this module reads or calls, by class: the names the test checks exist.
 RELIED_ON: dict[str, tuple[str, ...]] = {
@@ -112,6 +116,18 @@ def commit_kept(connection: Connection, root: RootTransaction | None) -> bool:
         except BaseException as failure:  # wrapped, invalidated if disconnected
             connection._handle_dbapi_exception(failure, None, None, None, None)
     return True
+
+
+def greenlet_spawn(function: Callable[..., T], *args: Any) -> Awaitable[T]:
+    """Await ``function(*args)``, synchronous code that may use an asyncio engine's connections.
+
+    SQLAlchemy's own bridge (``sqlalchemy.util.greenlet_spawn``, what ``run_sync`` calls),
+    undocumented: for synchronous code that opens its own connections, so that no connection
+    is held just to reach ``run_sync``.
+    """
+    from sqlalchemy.util import greenlet_spawn as spawn
+
+    return spawn(function, *args)
 
 
 def max_overflow(pool: QueuePool) -> int:

@@ -42,9 +42,9 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from sqlalchemy import exc
 from sqlalchemy.engine import Connection, Engine, RootTransaction
 from sqlalchemy.engine.default import DefaultDialect
-from sqlalchemy.exc import DBAPIError
 
 from sqlqueue_orm import sqlalchemy_internals
 
@@ -219,7 +219,7 @@ class KeptTransaction:
     def __enter__(self) -> Connection:
         try:
             return self._enter()
-        except DBAPIError as error:
+        except (exc.DBAPIError, exc.TimeoutError) as error:
             translate = self._connections.translate
             if translate is None:
                 raise

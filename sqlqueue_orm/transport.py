@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
-from sqlalchemy import exc
 from sqlalchemy.engine import Connection, Engine
 
 from sqlqueue_orm import (
@@ -302,7 +301,7 @@ class Transport(QueueDirectory):
                 else:  # executemany is not atomic in autocommit: all or none needs a transaction
                     with self._connections.transaction() as cursor:
                         table_queue.send_on_cursor(cursor, prepared)
-            except exc.DBAPIError as error:
+            except db.DRIVER_ERRORS as error:
                 raise db.translate_error(error, table_queue.name) from error
             for hook in self.sent_hooks:
                 hook(table_queue.address)
@@ -455,7 +454,7 @@ class Transport(QueueDirectory):
             # One DELETE ... RETURNING deletes and returns the rows: atomic alone, in autocommit.
             with self._connections.statement() as cursor:
                 return table_queue.receive_on_cursor(cursor, max_messages)
-        except exc.DBAPIError as error:
+        except db.DRIVER_ERRORS as error:
             raise db.translate_error(error, table_queue.name) from error
 
     def browse(
@@ -500,7 +499,7 @@ class Transport(QueueDirectory):
                     # restart, an outage): it was dropped, and a read is safe to run again once.
                     with self._connections.statement() as cursor:
                         count = table_queue.peek_on_cursor(cursor)
-            except exc.DBAPIError as error:  # no connection to be had
+            except db.DRIVER_ERRORS as error:  # no connection to be had
                 raise db.translate_error(error, table_queue.name) from error
         if self.instrumentation is not None:
             self.instrumentation.peeked(table_queue.name, count)

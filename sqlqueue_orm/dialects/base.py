@@ -31,6 +31,7 @@ from sqlqueue_orm.dialects.flow import FlowStatements
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Dialect, Engine
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 
 class QualifiedName(Protocol):
@@ -450,6 +451,9 @@ class DialectSupport:
     #: The ``sqlqueue_orm`` extra that installs the driver (``pip install
     #: "sqlqueue_orm[<extra>]"``); ``None``: the driver comes with Python.
     driver_extra: str | None = None
+    #: The asyncio driver of a URL that names none, for
+    #: :func:`sqlqueue_orm.aio.create_async_engine`; ``None``: SQLAlchemy's default.
+    async_driver: str | None = None
 
     # -- bounded waits on the network (docs/endpoint.md, "When the database does not answer") -
     #: Driver connection parameters every connection gets unless its URL or the engine's
@@ -493,9 +497,12 @@ class DialectSupport:
         ``postgres://`` and ``postgresql://`` become ``postgresql+psycopg://``; a driver the
         URL names is kept.
         """
+        return self._with_driver(url, self.driver)
+
+    def _with_driver(self, url: sa.URL, default: str | None) -> sa.URL:
         if not self.name:  # a database this package does not know: SQLAlchemy decides
             return url
-        driver = url.get_driver_name() if "+" in url.drivername else self.driver
+        driver = url.get_driver_name() if "+" in url.drivername else default
         drivername = self.name if driver is None else f"{self.name}+{driver}"
         return url if drivername == url.drivername else url.set(drivername=drivername)
 
@@ -542,6 +549,21 @@ class DialectSupport:
     def socket_of(self, dbapi_connection: Any) -> int | None:
         """The file descriptor of *dbapi_connection*'s socket (None: not known, or closed)."""
         return None
+
+    def async_engine_url(self, url: sa.URL) -> sa.URL:
+        """*url* with this dialect's name and, when it names none, its :attr:`async_driver`."""
+        return self._with_driver(url, self.async_driver)
+
+    def create_async_engine(
+        self, url: sa.URL, *, sqlite_synchronous: str = "NORMAL", **kwargs: Any
+    ) -> AsyncEngine:
+        """An asyncio engine for *url*, with what this dialect needs for queue work.
+
+        :param sqlite_synchronous: SQLite's ``PRAGMA synchronous`` (other dialects ignore it).
+        """
+        from sqlalchemy.ext.asyncio import create_async_engine
+
+        return create_async_engine(url, **kwargs)
 
     def take_install_lock(self, connection: Connection, address: QualifiedName) -> None:
         """Serialize installers of *address* until the transaction ends (if the dialect can)."""

@@ -367,4 +367,5 @@ SUPPORT = MssqlSupport(
     control=CONTROL_UPSERTS,
     flow=FLOW,
     driver_extra="mssql",
+    async_driver="aioodbc",
 )

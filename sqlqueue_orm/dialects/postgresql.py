@@ -471,4 +471,5 @@ SUPPORT = PostgresqlSupport(
     driver_extra="postgres",
     connect_defaults=CONNECT_DEFAULTS,
     tells_statement_waiting=True,
+    async_driver="asyncpg",
 )

@@ -26,6 +26,7 @@ from sqlqueue_orm.dialects import base
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Dialect, Engine
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 log = logging.getLogger(__name__)
 
@@ -260,12 +261,48 @@ class SqliteSupport(base.DialectSupport):
         _setup(engine, in_memory, sqlite_synchronous, url.database or ":memory:", timeout)
         return engine
 
+    def create_async_engine(
+        self, url: sa.URL, *, sqlite_synchronous: str = "NORMAL", **kwargs: Any
+    ) -> AsyncEngine:
+        """An aiosqlite engine set up as :meth:`create_engine`'s: WAL, :data:`BEGIN`.
+
+        The busy timeout is SQLite's own (``PRAGMA busy_timeout``, the URL's ``?timeout=``):
+        no warning after :data:`PATIENCE_S`, and reads take the write lock too.
+        """
+        from sqlalchemy.ext.asyncio import create_async_engine
+
+        connect_args = kwargs.setdefault("connect_args", {})
+        given: Any = url.query.get("timeout") or connect_args.get("timeout") or BUSY_TIMEOUT_S
+        timeout = float(given[-1] if isinstance(given, tuple) else given)
+        connect_args["timeout"] = timeout
+        connect_args["isolation_level"] = None  # BEGIN is ours, as in create_engine
+        url = url.difference_update_query(["timeout"])
+        engine = create_async_engine(url, **kwargs)
+        in_memory = url.database in (None, "", ":memory:")
+        _setup(engine.sync_engine, in_memory, sqlite_synchronous, url.database or ":memory:",
+               timeout, patience=timeout)  # no WaitingConnection: SQLite waits the whole time
+        dialect: Any = engine.sync_engine.dialect
+        dialect.do_begin = _do_begin_on_cursor
+        return engine
+
     def ddl_dialect(self, target_version: int | None = None) -> Dialect:
         """SQLite's dialect (*target_version* is for SQL Server only)."""
         return sqlite.dialect(paramstyle="named")
 
 
-def _setup(engine: Engine, in_memory: bool, synchronous: str, file: str, timeout: float) -> None:
+def _setup(
+    engine: Engine,
+    in_memory: bool,
+    synchronous: str,
+    file: str,
+    timeout: float,
+    patience: float = PATIENCE_S,
+) -> None:
+    """Set *engine*'s connections up; SQLite's own busy timeout waits *patience* at most.
+
+    A :class:`WaitingConnection` waits the rest of *timeout* itself.
+    """
+
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         if isinstance(dbapi_connection, WaitingConnection):
@@ -273,7 +310,7 @@ def _setup(engine: Engine, in_memory: bool, synchronous: str, file: str, timeout
             dbapi_connection.timeout = timeout
         cursor = dbapi_connection.cursor()
         try:
-            cursor.execute(f"PRAGMA busy_timeout={int(min(PATIENCE_S, timeout) * 1000)}")
+            cursor.execute(f"PRAGMA busy_timeout={int(min(patience, timeout) * 1000)}")
             if not in_memory:
                 cursor.execute("PRAGMA journal_mode=WAL")
                 wal = str(cursor.fetchone()[0]).lower() == "wal"
@@ -304,6 +341,15 @@ def _do_begin(fairy: Any) -> None:
         if not isinstance(driver, WaitingConnection):
             raise
         driver.waited(error, lambda: sqlite3.Connection.execute(driver, begin))
+
+
+def _do_begin_on_cursor(fairy: Any) -> None:
+    """Begin a transaction with :data:`BEGIN` on a cursor (an asyncio driver's adapter)."""
+    cursor = fairy.cursor()
+    try:
+        cursor.execute(BEGIN)
+    finally:
+        cursor.close()
 
 
 class _ReadsOnly(characteristics.ConnectionCharacteristic):
@@ -361,4 +407,5 @@ SUPPORT = SqliteSupport(
     system_schemas=frozenset({"main", "temp"}),
     integer_key_never_null=True,
     flow=None,  # no locks shared between processes: flow control holds within one
+    async_driver="aiosqlite",
 )

@@ -115,6 +115,8 @@ def render(
             return f":{name}"
         if style == "numeric":
             return f":{len(names)}"
+        if style == "numeric_dollar":  # asyncpg
+            return f"${len(names)}"
         raise exceptions.ConfigurationError(f"driver paramstyle {style!r} is not supported")
 
     text = _PARAM.sub(replace, template)
@@ -122,6 +124,6 @@ def render(
         # Literal % in the template (SQL Server's modulo) must reach these drivers doubled.
         text = text.replace("%", "%%").replace("%%s", "%s").replace("%%(", "%(")
     text = text.replace("{table}", table)
-    positional = style in ("qmark", "format", "numeric")
+    positional = style in ("qmark", "format", "numeric", "numeric_dollar")
     return Statement(text, tuple(names), positional)
 

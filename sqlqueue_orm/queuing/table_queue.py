@@ -421,12 +421,13 @@ class TableQueue:
                 return self._run(cursor, args, fetch)
             finally:
                 cursor.close()
-        statement, params, _many = args
+        statement, params, many = args
         with db.wrap_db_errors(self.name, on_missing_column=self._forget_columns):
             result = connection.exec_driver_sql(statement.text, params)
             if fetch:
                 return result.fetchall()
-            return max(result.rowcount, 0)
+            # A batch's -1 stays: the driver does not count its rows (asyncpg), not "none".
+            return result.rowcount if many else max(result.rowcount, 0)
 
     def _run(self, cursor: Any, args: tuple[sql.Statement, Any, bool], fetch: bool = False) -> Any:
         statement, params, many = args
@@ -439,7 +440,7 @@ class TableQueue:
                 cursor.execute(statement.text, params)
             if fetch:
                 return cursor.fetchall()
-            return max(cursor.rowcount, 0)
+            return cursor.rowcount if many else max(cursor.rowcount, 0)  # as in _on
         except self._dbapi_errors as error:
             raise db.translate_error(error, self.name, self._forget_columns) from error
 

@@ -29,7 +29,7 @@ from sqlqueue_orm import (
     UnitOfWork,
 )
 from sqlqueue_orm.messages import IncomingMessage
-from sqlqueue_orm.recoverability.error_queue import ErrorQueue
+from sqlqueue_orm.recoverability.error_queue import ErrorQueue, FailedMessage
 from sqlqueue_orm.sending.dispatcher import OutboxDispatcher
 from sqlqueue_orm.sending.outbox import Outbox
 from tests import pg_cluster
@@ -182,6 +182,8 @@ def _outbox_calls(transport: Transport) -> dict[str, Call]:
 
 def _error_queue_calls(transport: Transport) -> dict[str, Call]:
     errors = ErrorQueue(transport)
+    failed = _incoming()
+    failed.headers["NServiceBus.FailedQ"] = '"public"."billing"'
     return {
         "list": errors.list,
         "get": lambda: errors.get("m-1"),
@@ -193,6 +195,7 @@ def _error_queue_calls(transport: Transport) -> dict[str, Call]:
         "table": lambda: errors.table,
         "select_messages": errors.select_messages,
         "message_of": lambda: None,  # turns a row already read into a message: no database
+        "shown_queue": lambda: errors.shown_queue(FailedMessage.from_message(failed)),
     }
 
 
@@ -270,3 +273,26 @@ def test_a_send_in_the_caller_s_transaction_raises_the_package_s_error_when_its_
         assert raised.value.transient
         transaction.rollback()  # what the caller does after any failed statement
     assert transport.peek("billing") == 0
+
+
+def test_a_pool_with_no_connection_free_raises_the_package_s_error(database: Database) -> None:
+    """Every connection of the pool in use past its timeout: a transient DatabaseError."""
+    engine = sa.create_engine(database.url, pool_size=1, max_overflow=0, pool_timeout=0.2)
+    transport = Transport(engine)
+    transport.create_queue("billing")
+    try:
+        with engine.connect():  # the pool's only connection, held
+            for call in (
+                lambda: transport.send("billing", OutgoingMessage(body=b"x")),
+                lambda: transport.send_many("billing", [OutgoingMessage(body=b"x")] * 2),
+                lambda: transport.receive("billing"),
+                lambda: transport.browse("billing"),
+                transport.list_queues,
+            ):
+                with pytest.raises(DatabaseError, match="no connection of the pool") as raised:
+                    call()
+                assert raised.value.transient
+                assert isinstance(raised.value.__cause__, sa.exc.TimeoutError)
+    finally:
+        transport.close()
+        engine.dispose()

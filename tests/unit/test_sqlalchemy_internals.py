@@ -104,3 +104,24 @@ def test_no_other_module_of_the_package_reaches_into_sqlalchemy(objects: dict[st
             ):
                 found.append(f"{path.relative_to(PACKAGE)}:{node.lineno} .{node.attr}")
     assert found == []
+
+
+def test_synchronous_code_awaited_on_an_asyncio_engine_uses_its_connections(tmp_path) -> None:
+    import asyncio
+
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'a.db'}")
+
+    def synchronous() -> int:
+        with engine.sync_engine.connect() as connection:
+            return int(connection.exec_driver_sql("SELECT 7").scalar_one())
+
+    async def main() -> int:
+        try:
+            return await sqlalchemy_internals.greenlet_spawn(synchronous)
+        finally:
+            await engine.dispose()
+
+    assert asyncio.run(main()) == 7
+

@@ -1,0 +1,264 @@
+"""asyncio (``--only asyncio``): sqlqueue_orm.aio beside the raw async driver, on PostgreSQL.
+
+For each async driver (asyncpg; psycopg's ``AsyncConnection``), in alternating rounds (medians):
+
+* ``async send 1/txn``: ``AsyncTransport.send`` in an ``AsyncSession``'s transaction (begin,
+  send, commit) beside the driver's own transaction running the same INSERT; and, to show where
+  the time goes, the same INSERT through SQLAlchemy's ``AsyncConnection`` (``engine.begin()``)
+  natively and inside ``run_sync``, and our send on an ``AsyncConnection``;
+* ``async send 500/txn``: ``send_many`` of 500 in an ``AsyncSession`` beside the driver's
+  ``executemany`` of the same statement in a transaction;
+* ``async recv 1/txn`` and ``async recv 10/txn``: ``AsyncTransport.receive`` in
+  ``engine.begin()`` beside the same DELETE ... RETURNING in the driver's transaction.
+
+The raw side builds its rows inside the clock with the same NServiceBus headers
+(:meth:`benchmarks.baselines.RawQueue.rows`) and parses each received row's headers with
+``json.loads``, as the synchronous cells' raw sides do; it runs the very statement text the
+transport rendered for that driver. Ours runs the synchronous core through ``run_sync``: the
+ratio is what that bridge, SQLAlchemy's async engine and our layer cost together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import types
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from benchmarks import baselines, workers, workload
+from benchmarks.harness import Run
+from benchmarks.workload import Result
+from sqlqueue_orm.aio import AsyncTransport
+
+DRIVERS = ("asyncpg", "psycopg")
+TARGET = 0.90
+#: The send 1/txn cell's breakdown: the same INSERT through SQLAlchemy's AsyncConnection, natively
+#: and through run_sync, and our send on an AsyncConnection instead of an AsyncSession.
+SA_NATIVE = "SQLAlchemy AsyncConnection, same INSERT"
+SA_RUN_SYNC = "SQLAlchemy AsyncConnection, same INSERT in run_sync"
+OURS_CONNECTION = f"{workers.OURS} on an AsyncConnection"
+
+
+async def _timed(operations: int, per: int, operation: Callable[[], Awaitable[object]]
+                 ) -> workload.Timing:
+    clock = asyncio.get_running_loop().time
+    latencies = []
+    started = clock()
+    for _ in range(operations):
+        before = clock()
+        await operation()
+        latencies.append(clock() - before)
+    return workload.Timing(operations * per, clock() - started, latencies)
+
+
+class _RawAsync:
+    """One connection of the raw async driver running the transport's statements."""
+
+    def __init__(self, driver: str, connection: Any) -> None:
+        self.driver = driver
+        self.connection = connection
+
+    @classmethod
+    async def connect(cls, driver: str, dsn: str) -> _RawAsync:
+        if driver == "asyncpg":
+            import asyncpg
+
+            return cls(driver, await asyncpg.connect(dsn))
+        import psycopg
+
+        return cls(driver, await psycopg.AsyncConnection.connect(dsn))
+
+    async def send(self, text: str, rows: list[Any]) -> None:
+        if self.driver == "asyncpg":
+            async with self.connection.transaction():
+                if len(rows) == 1:
+                    await self.connection.execute(text, *rows[0])
+                else:
+                    await self.connection.executemany(text, rows)
+            return
+        async with self.connection.transaction(), self.connection.cursor() as cursor:
+            if len(rows) == 1:
+                await cursor.execute(text, rows[0])
+            else:
+                await cursor.executemany(text, rows)
+
+    async def receive(self, text: str, params: Any) -> list[bytes]:
+        if self.driver == "asyncpg":
+            async with self.connection.transaction():
+                rows = await self.connection.fetch(text, *params)
+                return _bodies(rows)
+        async with self.connection.transaction(), self.connection.cursor() as cursor:
+            await cursor.execute(text, params)
+            return _bodies(await cursor.fetchall())
+
+    async def close(self) -> None:
+        await self.connection.close()
+
+
+def _bodies(rows: Any) -> list[bytes]:
+    """Each row's headers parsed (as any consumer must), its body kept: (id, seq, expired,
+    headers, body) as the receive returns them."""
+    loads = json.loads
+    bodies = []
+    for row in rows:
+        loads(row[3])
+        bodies.append(bytes(row[4]))
+    return bodies
+
+
+def asyncio_scenario(run: Run) -> None:
+    """The cells above, on PostgreSQL (aiosqlite has no raw peer worth the name here)."""
+    if run.database.name != "postgresql":
+        run.skip("async send 1/txn", workers.OURS, "asyncpg and psycopg async: PostgreSQL only")
+        return
+    for driver in DRIVERS:
+        asyncio.run(_driver_cells(run, driver))
+
+
+async def _driver_cells(run: Run, driver: str) -> None:
+    url = run.database.url.replace("postgresql+psycopg://", f"postgresql+{driver}://", 1)
+    transport = AsyncTransport(url)
+    raw = await _RawAsync.connect(driver, run.database.raw_dsn)
+    try:
+        n = run.settings.messages
+        for batch in (1, run.settings.batch):
+            await _cell(run, transport, raw, driver, f"async send {batch}/txn ({driver})",
+                        batch, n, sending=True)
+        for per in run.settings.per_transaction:
+            await _cell(run, transport, raw, driver, f"async recv {per}/txn ({driver})",
+                        per, n, sending=False)
+    finally:
+        await raw.close()
+        await transport.close()
+
+
+async def _cell(run: Run, transport: AsyncTransport, raw: _RawAsync, driver: str,
+                scenario: str, batch: int, n: int, sending: bool) -> None:
+    rounds = max(1, min(run.settings.receive_rounds, n // batch))
+    share = n // rounds // batch * batch
+    sides: list[tuple[str, Callable[[str], Awaitable[workload.Timing]]]] = [
+        (workers.OURS, lambda q: (_send_ours if sending else _receive_ours)(
+            transport, q, batch, share)),
+        (baselines.TRANSACTION, lambda q: (_send_raw if sending else _receive_raw)(
+            transport, raw, q, batch, share)),
+    ]
+    if sending and batch == 1:  # where the time goes: the async engine, run_sync, the session
+        sides += [
+            (SA_NATIVE, lambda q: _send_engine(transport, q, share, through_run_sync=False)),
+            (SA_RUN_SYNC, lambda q: _send_engine(transport, q, share, through_run_sync=True)),
+            (OURS_CONNECTION, lambda q: _send_ours(transport, q, 1, share, session=False)),
+        ]
+    timings: dict[str, list[workload.Timing]] = {side: [] for side, _ in sides}
+    for number in range(rounds):
+        shift = number % len(sides)
+        for side, function in sides[shift:] + sides[:shift]:
+            queue = run.new_queue("aio")
+            if not sending:
+                run.fill(queue, share)
+            await transport.run(None, lambda c, q=queue: transport.transport._first_use(
+                c, transport.transport._table_queue(q)))  # the look-up, before the clock
+            timings[side].append(await function(queue))
+            left = run.drain_bodies(queue)
+            if sending:
+                workload.check_exactly_once(left, range(share), f"{scenario} {side}")
+            elif left:
+                raise AssertionError(f"{scenario} {side}: {len(left)} message(s) left")
+    note = f"median of {rounds} alternating rounds"
+    medians = {side: workload.median_round(timings[side]) for side, _ in sides}
+    ratio = medians[workers.OURS].rate / medians[baselines.TRANSACTION].rate
+    raw_rate = medians[baselines.TRANSACTION].rate
+    for side, _ in sides:
+        result = Result.of(run.database.name, scenario, side, medians[side], note=note)
+        if side != baselines.TRANSACTION:
+            ratio_of_side = medians[side].rate / raw_rate
+            result = dataclasses.replace(result, note=f"{note}; {ratio_of_side:.2f}x raw")
+        if side == workers.OURS:
+            result = result.aiming(f">= {TARGET:.1f}x the raw {driver} transaction",
+                                   f"{result.rate:,.0f} msg/s, {ratio:.2f}x raw", ratio >= TARGET)
+        run.add(result)
+
+
+async def _send_ours(transport: AsyncTransport, queue: str, batch: int, count: int,
+                     session: bool = True) -> workload.Timing:
+    messages = workload.outgoing(0, count)
+    chunks = iter([messages[i:i + batch] for i in range(0, count, batch)])
+
+    async def in_session() -> None:
+        async with AsyncSession(transport.engine) as own, own.begin():
+            await transport.send_many(queue, next(chunks), own)
+
+    async def on_connection() -> None:
+        async with transport.engine.begin() as connection:
+            await transport.send_many(queue, next(chunks), connection)
+
+    return await _timed(count // batch, batch, in_session if session else on_connection)
+
+
+def _rows_of(transport: AsyncTransport, queue: str) -> tuple[str, Callable[[Any], list[Any]]]:
+    """The send statement's text and the raw rows' builder for this driver."""
+    table_queue = transport.transport._table_queue(queue)
+    # RawQueue.rows builds the rows (headers by the json module) for this driver's statement.
+    shim = types.SimpleNamespace(send_statement=table_queue._send,
+                                 to_driver=table_queue._text.id_to_driver)
+    return table_queue._send.text, lambda messages: baselines.RawQueue.rows(shim, messages)  # type: ignore[arg-type]
+
+
+async def _send_engine(transport: AsyncTransport, queue: str, count: int,
+                       through_run_sync: bool) -> workload.Timing:
+    text, rows = _rows_of(transport, queue)
+    messages = iter(workload.outgoing(0, count))
+
+    async def native() -> None:
+        async with transport.engine.begin() as connection:
+            await connection.exec_driver_sql(text, rows([next(messages)])[0])
+
+    async def bridged() -> None:
+        async with transport.engine.begin() as connection:
+            row = rows([next(messages)])[0]
+            await connection.run_sync(lambda sync: sync.exec_driver_sql(text, row))
+
+    return await _timed(count, 1, bridged if through_run_sync else native)
+
+
+async def _send_raw(transport: AsyncTransport, raw: _RawAsync, queue: str, batch: int,
+                    count: int) -> workload.Timing:
+    text, rows = _rows_of(transport, queue)
+    messages = workload.outgoing(0, count)
+    chunks = iter([messages[i:i + batch] for i in range(0, count, batch)])
+
+    async def one() -> None:
+        await raw.send(text, rows(next(chunks)))
+
+    return await _timed(count // batch, batch, one)
+
+
+async def _receive_ours(transport: AsyncTransport, queue: str, per: int, count: int
+                        ) -> workload.Timing:
+    got: list[int] = []
+
+    async def one() -> None:
+        async with transport.engine.begin() as connection:
+            messages = await transport.receive(queue, per, connection)
+        got.extend(workload.sequence_of(message.body) for message in messages)
+
+    timing = await _timed(count // per, per, one)
+    workload.check_exactly_once(got, range(count), f"async recv {per} ours")
+    return timing
+
+
+async def _receive_raw(transport: AsyncTransport, raw: _RawAsync, queue: str, per: int,
+                       count: int) -> workload.Timing:
+    statement, params, _many = transport.transport._table_queue(queue)._receive_args(per)
+    got: list[int] = []
+
+    async def one() -> None:
+        got.extend(workload.sequence_of(body) for body in await raw.receive(statement.text,
+                                                                             params))
+
+    timing = await _timed(count // per, per, one)
+    workload.check_exactly_once(got, range(count), f"async recv {per} raw")
+    return timing
