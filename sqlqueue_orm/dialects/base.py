@@ -281,6 +281,13 @@ GENERIC_TRANSIENT = (
 
 #: The subscription table's columns in NServiceBus's SQL Server layout (SQLite has it too).
 SUBSCRIPTION_COLUMNS = ("QueueAddress", "Endpoint", "Topic")
+#: The columns of NServiceBus's delayed table, in table order (SQL Server's and SQLite's).
+DELAYED_SIGNATURE = ("Headers", "Body", "Due", "RowVersion")
+#: The optional BodyString column as a generated column (standard SQL; SQLite's form).
+BODY_STRING_GENERATED = (
+    'ALTER TABLE {table} ADD COLUMN "BodyString" TEXT GENERATED ALWAYS AS '
+    '(CAST("Body" AS TEXT)) VIRTUAL'
+)
 # NServiceBus's statements (SubscribeText, UnsubscribeText, GetSubscribersText of
 # src/NServiceBus.Transport.PostgreSql/PostgreSqlConstants.cs, Particular/NServiceBus.SqlServer
 # 214c4e8f), with its unquoted column names and :name parameters. SQLite runs the PostgreSQL
@@ -298,18 +305,20 @@ SUBSCRIBERS = "SELECT DISTINCT QueueAddress FROM {table} WHERE Topic IN ({topics
 class DialectSupport:
     """Everything one database needs at run time outside the hot path, in one frozen place.
 
-    The defaults describe a database this package does not know (the rules it applied before:
-    128 characters, no catalogs, no locks, no hints).
+    The fields without a default describe the database's tables, statements and errors: every
+    dialect states each of them (docs/adding-a-database.md), so none takes another database's
+    value by omission. The defaults are features a database may lack (no catalogs, no locks,
+    no hints, no wake-up).
     """
 
     #: SQLAlchemy's ``dialect.name``.
     name: str
     #: The hot path's statements (``None``: a dialect this package does not support).
-    hot_path: SqlText | None = None
+    hot_path: SqlText | None
     #: Longest identifier (table, schema, catalog name) the database accepts.
-    identifier_limit: int = 128
+    identifier_limit: int
     #: What :attr:`identifier_limit` counts: ``"characters"`` or UTF-8 ``"bytes"``.
-    identifier_unit: str = "characters"
+    identifier_unit: str
     #: Whether a queue may live in another catalog (database) of the same server.
     cross_catalog: bool = False
     #: Whether a queue's schema is created with its table when missing.
@@ -331,11 +340,11 @@ class DialectSupport:
     #: subtracts the rows its own handlers hold.
     peek_counts_held_rows: bool = False
     #: How the .NET transport of this database writes a queue address.
-    address_form: AddressForm = AddressForm.BRACKETED
+    address_form: AddressForm
     #: The queue table layout (NServiceBus's two).
-    queue_layout: QueueLayout = QueueLayout.ROW_VERSION
+    queue_layout: QueueLayout
     #: The columns that make a table a queue table in :attr:`queue_layout`, in table order.
-    queue_signature: tuple[str, ...] = SQLSERVER_SIGNATURE
+    queue_signature: tuple[str, ...]
     #: Whether index names are per table (SQL Server) rather than one namespace per schema.
     index_names_per_table: bool = False
     #: Whether QueueSettings.sql_server_layout (heap or clustered) applies.
@@ -343,12 +352,9 @@ class DialectSupport:
     #: Whether a varchar (non-Unicode) Headers column is worth a warning.
     narrow_text_headers: bool = False
     #: Name of the optional computed BodyString column.
-    body_string_column: str = "BodyString"
+    body_string_column: str
     #: ``ALTER TABLE`` adding that column (``{table}``), the body as text: a cast here.
-    body_string_ddl: str = (
-        'ALTER TABLE {table} ADD COLUMN "BodyString" TEXT GENERATED ALWAYS AS '
-        '(CAST("Body" AS TEXT)) VIRTUAL'
-    )
+    body_string_ddl: str
     #: A condition true when the Body column (``{body}``: its quoted name) holds the bytes
     #: ``:needle`` (the error queue's search by body text); ``""``: the dialect cannot.
     body_contains: str = ""
@@ -366,18 +372,18 @@ class DialectSupport:
     #: How a Spark stream reader finds the end of its next batch (``None``: it cannot).
     stream_fence: StreamFence | None = None
     #: Between statements of a DDL script printed for a DBA.
-    script_separator: str = ";\n"
+    script_separator: str
     #: Lower-case fragments of driver errors: a missing table, a missing column, a transient
     #: failure (deadlock, serialization, lost connection) on this database.
-    missing_table_markers: tuple[str, ...] = ()
-    missing_column_markers: tuple[str, ...] = ()
-    transient_markers: tuple[str, ...] = GENERIC_TRANSIENT
+    missing_table_markers: tuple[str, ...]
+    missing_column_markers: tuple[str, ...]
+    transient_markers: tuple[str, ...]
     #: Lower-case fragments of a driver error for a write lock another connection held past
     #: the busy timeout (SQLite's whole-database lock).
     locked_markers: tuple[str, ...] = ()
     #: Schemas holding the database's own catalog, never queue tables (lower case), and the
     #: prefixes of more such schemas (``sqlqueue list-queues`` skips them).
-    system_schemas: frozenset[str] = frozenset({"information_schema"})
+    system_schemas: frozenset[str]
     system_schema_prefixes: tuple[str, ...] = ()
     #: Whether a column declared with a length (``CHAR(32)``, ``VARCHAR(255)``) holds text of
     #: any length (SQLite: the declared length is only a name), so two lengths are one type.
@@ -391,7 +397,7 @@ class DialectSupport:
     # by SQLAlchemy; ``:headers``, ``:body``, ``:due_ms`` (milliseconds from the database's
     # clock), ``:n`` (the batch), ``:now`` (where the dialect reads the clock in Python).
     #: The columns that make a table a delayed table, in table order.
-    delayed_signature: tuple[str, ...] = ("Headers", "Body", "Due", "RowVersion")
+    delayed_signature: tuple[str, ...]
     #: Store one delayed message, due ``:due_ms`` after the database's clock.
     delayed_store: str = ""
     #: Move up to ``:n`` matured messages into ``{queue}``, in the caller's transaction; the
@@ -405,14 +411,14 @@ class DialectSupport:
     # -- publish/subscribe (NServiceBus's SubscriptionTable) -------------------------------
     #: Column names of the subscription table: queue address, endpoint, topic (as the .NET
     #: transport of this database creates them; see models/subscription.py).
-    subscription_columns: tuple[str, str, str] = SUBSCRIPTION_COLUMNS
+    subscription_columns: tuple[str, str, str]
     #: Subscribe (an upsert on Endpoint and Topic): ``{table}``, ``:queue_address``,
     #: ``:endpoint``, ``:topic``.
-    subscribe: str = SUBSCRIBE_UPSERT
+    subscribe: str
     #: Unsubscribe: ``{table}``, ``:endpoint``, ``:topic``.
-    unsubscribe: str = UNSUBSCRIBE
+    unsubscribe: str
     #: The subscribers of some topics: ``{table}``, ``{topics}`` (a list of parameters).
-    subscribers: str = SUBSCRIBERS
+    subscribers: str
 
     # -- schema verification (sqlqueue_orm.verify) -------------------------------------
     #: The indexes of one table, one row per index and included column: name, partial-index
@@ -426,7 +432,7 @@ class DialectSupport:
     #: How a column's type or nullability is repaired: ``"alter"`` (each on its own),
     #: ``"restate"`` (one ALTER COLUMN naming type and nullability) or ``"rebuild"`` (the
     #: table is copied into a new one: SQLite cannot alter a column).
-    alter_column: str = "alter"
+    alter_column: str
     #: Storage settings of every queue table (``CREATE TABLE ... WITH``, ``ALTER TABLE ... SET``),
     #: as (name, value) pairs; ``()``: the database's own (see docs/scale.md for the figure).
     queue_storage: tuple[tuple[str, str], ...] = ()
@@ -440,7 +446,7 @@ class DialectSupport:
     flow: FlowStatements | None = None
     #: Upserts of the endpoints' control rows
     #: (:class:`~sqlqueue_orm.dialects.control.ControlStatements`).
-    control: ControlStatements = CONTROL_UPSERTS
+    control: ControlStatements
 
     # -- URLs and the driver (sqlqueue_orm.db.create_engine) --------------------------------
     #: Other names of the database in URLs as users paste them (``postgres://``).
@@ -597,4 +603,26 @@ class DialectSupport:
 
 
 #: A database this package does not know: the rules applied before dialects had a home.
-GENERIC = DialectSupport(name="")
+GENERIC = DialectSupport(
+    name="",
+    hot_path=None,
+    identifier_limit=128,
+    identifier_unit="characters",
+    address_form=AddressForm.BRACKETED,
+    queue_layout=QueueLayout.ROW_VERSION,
+    queue_signature=SQLSERVER_SIGNATURE,
+    body_string_column="BodyString",
+    body_string_ddl=BODY_STRING_GENERATED,
+    script_separator=";\n",
+    missing_table_markers=(),
+    missing_column_markers=(),
+    transient_markers=GENERIC_TRANSIENT,
+    system_schemas=frozenset({"information_schema"}),
+    delayed_signature=DELAYED_SIGNATURE,
+    subscription_columns=SUBSCRIPTION_COLUMNS,
+    subscribe=SUBSCRIBE_UPSERT,
+    unsubscribe=UNSUBSCRIBE,
+    subscribers=SUBSCRIBERS,
+    alter_column="alter",
+    control=CONTROL_UPSERTS,
+)

@@ -368,4 +368,13 @@ SUPPORT = MssqlSupport(
     flow=FLOW,
     driver_extra="mssql",
     async_driver="aioodbc",
+    identifier_unit="characters",
+    address_form=base.AddressForm.BRACKETED,
+    queue_layout=base.QueueLayout.ROW_VERSION,
+    queue_signature=base.SQLSERVER_SIGNATURE,
+    body_string_column="BodyString",
+    delayed_signature=base.DELAYED_SIGNATURE,
+    subscription_columns=base.SUBSCRIPTION_COLUMNS,
+    unsubscribe=base.UNSUBSCRIBE,
+    subscribers=base.SUBSCRIBERS,
 )

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.dialects import postgresql
 
-from sqlqueue_orm.dialects import base, flow
+from sqlqueue_orm.dialects import base, control, flow
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Dialect
@@ -472,4 +472,10 @@ SUPPORT = PostgresqlSupport(
     connect_defaults=CONNECT_DEFAULTS,
     tells_statement_waiting=True,
     async_driver="asyncpg",
+    script_separator=";\n",
+    subscribe=base.SUBSCRIBE_UPSERT,
+    unsubscribe=base.UNSUBSCRIBE,
+    subscribers=base.SUBSCRIBERS,
+    alter_column="alter",
+    control=control.CONTROL_UPSERTS,
 )

@@ -22,7 +22,7 @@ from sqlalchemy import event
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import characteristics
 
-from sqlqueue_orm.dialects import base
+from sqlqueue_orm.dialects import base, control
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Dialect, Engine
@@ -408,4 +408,17 @@ SUPPORT = SqliteSupport(
     integer_key_never_null=True,
     flow=None,  # no locks shared between processes: flow control holds within one
     async_driver="aiosqlite",
+    identifier_unit="characters",
+    address_form=base.AddressForm.BRACKETED,
+    queue_layout=base.QueueLayout.ROW_VERSION,
+    queue_signature=base.SQLSERVER_SIGNATURE,
+    body_string_column="BodyString",
+    body_string_ddl=base.BODY_STRING_GENERATED,
+    script_separator=";\n",
+    delayed_signature=base.DELAYED_SIGNATURE,
+    subscription_columns=base.SUBSCRIPTION_COLUMNS,
+    subscribe=base.SUBSCRIBE_UPSERT,
+    unsubscribe=base.UNSUBSCRIBE,
+    subscribers=base.SUBSCRIBERS,
+    control=control.CONTROL_UPSERTS,
 )
