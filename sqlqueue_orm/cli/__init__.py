@@ -24,6 +24,11 @@ Transport), ``listings`` (how every listing prints, ``--json`` or not, empty or 
 ``failures`` (the one error policy: bad input exits 2, an unreachable database 1, one line each, a
 traceback only with ``--verbose``). ``--url`` is accepted before the command and after it. The
 library never imports this package: the command line is an application on top of it.
+
+A command imports SQLAlchemy and the library modules it uses when it runs, not when its module
+is imported: building the parser (``sqlqueue --help``, or any command before it starts) loads
+neither, and the values the parser shows (dialects, limits, defaults) come from
+:mod:`sqlqueue_orm.config`, which needs no SQLAlchemy.
 """
 
 from __future__ import annotations

@@ -29,17 +29,21 @@ import json
 import shlex
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlqueue_orm import exceptions, headers
 from sqlqueue_orm.cli import arguments, errors_groups, listings
-from sqlqueue_orm.recoverability.error_queue import ErrorQueue, FailedMessage, parse_id
+
+if TYPE_CHECKING:
+    from sqlqueue_orm.recoverability.error_queue import ErrorQueue, FailedMessage
 
 #: The error queue of every sub-command unless ``--queue`` names another.
 DEFAULT_QUEUE = "error"
 
 
 def _error_queue(args: argparse.Namespace) -> ErrorQueue:
+    from sqlqueue_orm.recoverability.error_queue import ErrorQueue
+
     return ErrorQueue(args.context.transport, args.queue)
 
 
@@ -110,6 +114,8 @@ def list_command(args: argparse.Namespace) -> int:
 
 def _known(args: argparse.Namespace, errors: ErrorQueue, ids: list[str]) -> None:
     """Refuse (bad input) an id that is not a GUID or not in the queue, before any change."""
+    from sqlqueue_orm.recoverability.error_queue import parse_id
+
     listing = "errors list"
     if args.queue != DEFAULT_QUEUE:
         listing += f" --queue {shlex.quote(args.queue)}"

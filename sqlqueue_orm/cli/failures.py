@@ -26,9 +26,7 @@ import traceback
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, NoReturn
 
-from sqlalchemy import exc
-
-from sqlqueue_orm import db, exceptions
+from sqlqueue_orm import exceptions
 
 if TYPE_CHECKING:
     from sqlqueue_orm.cli.context import CommandContext
@@ -76,6 +74,10 @@ def message_of(error: BaseException, context: CommandContext | None = None) -> t
         return BAD_INPUT, on_database(_one_line(error))
     if isinstance(error, exceptions.SqlQueueError):
         return FAILED, on_database(_one_line(error))
+    from sqlalchemy import exc
+
+    from sqlqueue_orm import db
+
     if isinstance(error, exc.DBAPIError):
         translated = db.translate_error(error)
         if isinstance(translated, exceptions.DatabaseLocked):  # the file and what to do
