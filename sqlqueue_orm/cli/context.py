@@ -80,8 +80,8 @@ class CommandContext:
 
         try:
             shown = sa.make_url(self.url).render_as_string(hide_password=True)
-        except Exception:  # not a URL at all: its scheme only, the rest may hold a password
-            shown = self.url.partition(":")[0] + ":..."
+        except Exception:  # not a URL SQLAlchemy reads: as typed, a password masked
+            shown = _masked(self.url)
         return f"--url {shlex.quote(shown)}"
 
     def command(self, text: str) -> str:
@@ -155,8 +155,8 @@ def describe_url(url: str, *, full: bool = False) -> str:
 
     try:
         parsed = sa.make_url(url)
-    except Exception:  # not a URL at all: show its scheme only, it may hold a password
-        return repr(url.partition(":")[0] + ":...")
+    except Exception:  # not a URL SQLAlchemy reads: as typed, a password masked
+        return repr(_masked(url))
     if full:
         return repr(parsed.render_as_string(hide_password=True))
     if dialects.for_dialect(parsed.get_backend_name()).embedded:
@@ -164,6 +164,16 @@ def describe_url(url: str, *, full: bool = False) -> str:
     host = parsed.host or "localhost"
     port = f":{parsed.port}" if parsed.port else ""
     return f"{parsed.get_backend_name()} server {host}{port}, database {parsed.database!r}"
+
+
+#: The password of ``scheme://user:password@host`` in a URL SQLAlchemy cannot read: up to the
+#: last ``@``, so a password holding ``/`` or ``@`` is masked whole.
+_PASSWORD = re.compile(r"(//[^/@:]*:).*@")
+
+
+def _masked(url: str) -> str:
+    """*url* as typed, but for the password it may hold (``***``, as SQLAlchemy shows it)."""
+    return _PASSWORD.sub(r"\1***@", url)
 
 
 def require_file(url: str) -> None:
