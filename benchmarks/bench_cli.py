@@ -1,0 +1,152 @@
+"""How long a ``sqlqueue`` command takes to start: ``--help`` and ``peek``, beside ``python``.
+
+Each round starts three processes, ``python -c pass`` (the interpreter alone, which nothing in
+this package can make faster), ``sqlqueue --help`` and ``sqlqueue peek QUEUE`` on the run's
+database (one message waiting), in an order that alternates from round to round, so a machine
+busy with something else slows all alike. Printed: the median wall time of each (p50; the
+slowest as p99) and its ratio to ``python -c pass`` in the same rounds. The targets: ``--help``
+under 0.3 s, ``peek`` on SQLite under 0.4 s.
+
+Usage: ``python -m benchmarks.bench_cli [--rounds 15] [--against CHECKOUT]`` (SQLite):
+``--against`` times the two commands of another checkout of the package in the same rounds,
+before and after a change. Also the scenario ``cli`` of ``python -m benchmarks``
+(:func:`startup_scenario`), on each of its databases.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from benchmarks import servers, workload
+from benchmarks.workload import Result
+from sqlqueue_orm import OutgoingMessage, Transport
+
+if TYPE_CHECKING:
+    from benchmarks.harness import Run
+
+#: Rounds of ``python -m benchmarks.bench_cli`` (``python -m benchmarks``: ``--cli-rounds``).
+ROUNDS = 15
+#: The targets, in seconds, by command.
+TARGETS = {"--help": 0.3, "peek": 0.4}
+#: The side every other is divided by.
+BASELINE = "python -c pass"
+#: The checkout whose package the commands run (this one).
+HERE = Path(__file__).resolve().parent.parent
+QUEUE = "bench_cli"
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+    """One side's process: its arguments, run in *checkout* with only that checkout's package.
+
+    ``python -m`` puts the working directory first on the path, so the process runs there.
+    """
+
+    args: list[str]
+    checkout: Path = HERE
+
+    def run(self) -> float:
+        """Seconds the process took, start to exit; raise if it failed."""
+        env = {**os.environ, "PYTHONPATH": str(self.checkout)}
+        began = time.perf_counter()
+        completed = subprocess.run(
+            self.args, env=env, cwd=self.checkout, capture_output=True, text=True, check=False
+        )
+        seconds = time.perf_counter() - began
+        if completed.returncode != 0:
+            raise RuntimeError(f"{self.args}: exit {completed.returncode}: {completed.stderr}")
+        return seconds
+
+
+def commands(url: str, checkout: Path = HERE) -> dict[str, Command]:
+    """Each command of a round, by its side's name.
+
+    :param checkout: the directory whose ``sqlqueue_orm`` the commands import.
+    """
+    sqlqueue = [sys.executable, "-m", "sqlqueue_orm.cli"]
+    return {
+        BASELINE: Command([sys.executable, "-c", "pass"], checkout),
+        "sqlqueue --help": Command([*sqlqueue, "--help"], checkout),
+        "sqlqueue peek": Command([*sqlqueue, "--url", url, "peek", QUEUE], checkout),
+    }
+
+
+def time_rounds(sides: dict[str, Command], rounds: int) -> dict[str, list[float]]:
+    """Seconds each side's command took to run, one per round, the order alternating."""
+    names = list(sides)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for number in range(rounds):
+        for name in names if number % 2 == 0 else names[::-1]:
+            times[name].append(sides[name].run())
+    return times
+
+
+def prepare(url: str) -> None:
+    """The queue ``peek`` counts, with one message waiting."""
+    with Transport(url) as transport:
+        transport.create_queue(QUEUE)
+        transport.purge_all(QUEUE)
+        transport.send(QUEUE, OutgoingMessage(b"x"))
+
+
+def startup_scenario(run: Run) -> None:
+    """``sqlqueue --help`` and ``sqlqueue peek`` beside ``python -c pass``, alternating."""
+    rounds = run.settings.cli_rounds
+    prepare(run.database.url)
+    times = time_rounds(commands(run.database.url), rounds)
+    baseline = statistics.median(times[BASELINE])
+    for side, found in times.items():
+        median = statistics.median(found)
+        result = Result.of(
+            run.database.name,
+            "CLI start-up, one process",
+            side if side == BASELINE else f"sqlqueue_orm: {side}",
+            workload.Timing(len(found), sum(found), found),
+            note=f"rate = processes/s; median of {rounds} alternating rounds",
+        )
+        target = TARGETS.get(side.split()[-1])
+        if target is not None and (side.endswith("--help") or run.database.name == "sqlite"):
+            result = result.aiming(
+                f"target: < {target:.1f} s",
+                f"{median:.3f} s, {median / baseline:.1f}x {BASELINE}",
+                median < target,
+            )
+        run.add(result)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Time the commands on a SQLite file and print the medians."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_cli", description=__doc__)
+    parser.add_argument("--rounds", type=int, default=ROUNDS)
+    parser.add_argument("--against", type=Path, metavar="CHECKOUT",
+                        help="another checkout whose commands run in the same rounds")
+    args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error(f"--rounds {args.rounds} must be at least 1")
+    with servers.temporary_directory() as directory:
+        database = servers.sqlite(directory)
+        prepare(database.url)
+        sides = commands(database.url)
+        if args.against is not None:
+            for name, command in commands(database.url, args.against.resolve()).items():
+                if name != BASELINE:
+                    sides[f"{name} ({args.against})"] = command
+        times = time_rounds(sides, args.rounds)
+    baseline = statistics.median(times[BASELINE])
+    print(f"{database.label}: {args.rounds} rounds, alternating; load {os.getloadavg()}")
+    for name, found in times.items():
+        median = statistics.median(found)
+        print(f"  {name:48} median {median:.3f} s  slowest {max(found):.3f} s  "
+              f"{median / baseline:5.1f}x {BASELINE}")
+
+
+if __name__ == "__main__":
+    main()
