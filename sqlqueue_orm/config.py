@@ -19,7 +19,8 @@ log = logging.getLogger(__name__)
 
 # Fixed values the command line shows in its help and checks its arguments against. They live
 # here, in a module that needs no SQLAlchemy, so that building the ``sqlqueue`` parser imports
-# none; the modules they belong to re-bind them.
+# none; the modules they belong to re-bind them (tests/unit/test_cli_imports.py checks the two
+# that are keys of a mapping there).
 
 #: Default URL of the CLI and the demo: an embedded SQLite file in the working directory.
 DEFAULT_URL = "sqlite:///sqlqueue.db"
