@@ -13,7 +13,7 @@ import subprocess
 import sys
 import textwrap
 
-from sqlqueue_orm import config, dialects
+from sqlqueue_orm import Transport, config, dialects
 from sqlqueue_orm.recoverability import groups
 
 #: Imports the command line, prints every help page, and reports which modules were loaded.
@@ -45,6 +45,31 @@ def test_every_help_page_is_printed_without_importing_sqlalchemy():
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["pages"] > 20  # the top level, each command and each sub-command
     assert report["sqlalchemy"] == []
+
+
+def test_peek_loads_the_transport_and_not_the_endpoint_side(tmp_path):
+    url = f"sqlite:///{tmp_path / 'queues.db'}"
+    with Transport(url) as transport:
+        transport.create_queue("billing")
+    probe = textwrap.dedent(
+        f"""
+        import json, sys
+        from sqlqueue_orm.cli import main
+        status = main(["--url", {url!r}, "peek", "billing"])
+        loaded = sorted(name for name in sys.modules if name.startswith("sqlqueue_orm."))
+        print(json.dumps({{"status": status, "loaded": loaded}}))
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["status"] == 0
+    assert "sqlqueue_orm.transport" in report["loaded"]
+    unneeded = ("receiving", "sending", "recoverability", "health", "control", "migration")
+    assert [
+        name for name in report["loaded"] if name.split(".")[1] in unneeded
+    ] == []
 
 
 def test_the_package_imports_its_public_names_on_first_use():
