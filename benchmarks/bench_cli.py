@@ -1,9 +1,11 @@
 """How long a ``sqlqueue`` command takes to start: ``--help`` and ``peek``, beside ``python``.
 
-Each round starts three processes, ``python -c pass`` (the interpreter alone, which nothing in
-this package can make faster), ``sqlqueue --help`` and ``sqlqueue peek QUEUE`` on the run's
-database (one message waiting), in an order that alternates from round to round, so a machine
-busy with something else slows all alike. Printed: the median wall time of each (p50; the
+Each round starts four processes, ``python -c pass`` (the interpreter alone, which nothing in
+this package can make faster), ``python -c "import sqlqueue_orm.transport"`` (what any command
+that reaches a database imports: SQLAlchemy and the transport, the floor of ``peek``),
+``sqlqueue --help`` and ``sqlqueue peek QUEUE`` on the run's database (one message waiting), in
+an order that alternates from round to round, so a machine busy with something else slows all
+alike. Printed: the median wall time of each (p50; the
 slowest as p99) and its ratio to ``python -c pass`` in the same rounds. The targets: ``--help``
 under 0.3 s, ``peek`` on SQLite under 0.4 s.
 
@@ -38,6 +40,8 @@ ROUNDS = 15
 TARGETS = {"--help": 0.3, "peek": 0.4}
 #: The side every other is divided by.
 BASELINE = "python -c pass"
+#: The import every command that reaches a database makes.
+TRANSPORT_IMPORT = "python -c 'import sqlqueue_orm.transport'"
 #: The checkout whose package the commands run (this one).
 HERE = Path(__file__).resolve().parent.parent
 QUEUE = "bench_cli"
@@ -71,9 +75,10 @@ def commands(url: str, checkout: Path = HERE) -> dict[str, Command]:
 
     :param checkout: the directory whose ``sqlqueue_orm`` the commands import.
     """
-    sqlqueue = [sys.executable, "-m", "sqlqueue_orm.cli"]
+    python, sqlqueue = [sys.executable, "-c"], [sys.executable, "-m", "sqlqueue_orm.cli"]
     return {
-        BASELINE: Command([sys.executable, "-c", "pass"], checkout),
+        BASELINE: Command([*python, "pass"], checkout),
+        TRANSPORT_IMPORT: Command([*python, "import sqlqueue_orm.transport"], checkout),
         "sqlqueue --help": Command([*sqlqueue, "--help"], checkout),
         "sqlqueue peek": Command([*sqlqueue, "--url", url, "peek", QUEUE], checkout),
     }
@@ -108,7 +113,7 @@ def startup_scenario(run: Run) -> None:
         result = Result.of(
             run.database.name,
             "CLI start-up, one process",
-            side if side == BASELINE else f"sqlqueue_orm: {side}",
+            side if side.startswith("python") else f"sqlqueue_orm: {side}",
             workload.Timing(len(found), sum(found), found),
             note=f"rate = processes/s; median of {rounds} alternating rounds",
         )

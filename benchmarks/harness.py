@@ -58,7 +58,7 @@ class Settings:
     sender_seconds: float = 3.0
     #: Messages of the error queue the failure groups are timed on (scenario ``groups``).
     failed_messages: int = 100_000
-    #: Rounds of the command line's start-up cell (scenario ``cli``), three processes each.
+    #: Rounds of the command line's start-up cell (scenario ``cli``), four processes each.
     cli_rounds: int = 15
 
 
