@@ -5,13 +5,14 @@ this package can make faster), ``python -c "import sqlqueue_orm.transport"`` (wh
 that reaches a database imports: SQLAlchemy and the transport, the floor of ``peek``),
 ``sqlqueue --help`` and ``sqlqueue peek QUEUE`` on the run's database (one message waiting), in
 an order that alternates from round to round, so a machine busy with something else slows all
-alike. Printed: the median wall time of each (p50; the
-slowest as p99) and its ratio to ``python -c pass`` in the same rounds. The targets: ``--help``
-under 0.3 s, ``peek`` on SQLite under 0.4 s.
+alike. Printed: the median wall time of each (p50; the slowest as p99), its ratio to ``python
+-c pass`` in the same rounds, and the median CPU time the process used (steadier than the wall
+time when other work shares the machine). The targets: ``--help`` under 0.3 s, ``peek`` on
+SQLite under 0.4 s.
 
 Usage: ``python -m benchmarks.bench_cli [--rounds 15] [--against CHECKOUT]`` (SQLite):
-``--against`` times the two commands of another checkout of the package in the same rounds,
-before and after a change. Also the scenario ``cli`` of ``python -m benchmarks``
+``--against`` times the commands of another checkout of the package in the same rounds, before
+and after a change. Also the scenario ``cli`` of ``python -m benchmarks``
 (:func:`startup_scenario`), on each of its databases.
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -57,9 +59,12 @@ class Command:
     args: list[str]
     checkout: Path = HERE
 
-    def run(self) -> float:
-        """Seconds the process took, start to exit; raise if it failed."""
+    def run(self) -> tuple[float, float]:
+        """Seconds the process took, start to exit, and the CPU seconds it used; raise if it
+        failed. The CPU time moves less than the wall time on a machine shared with other work.
+        """
         env = {**os.environ, "PYTHONPATH": str(self.checkout)}
+        used = _children_cpu()
         began = time.perf_counter()
         completed = subprocess.run(
             self.args, env=env, cwd=self.checkout, capture_output=True, text=True, check=False
@@ -67,7 +72,13 @@ class Command:
         seconds = time.perf_counter() - began
         if completed.returncode != 0:
             raise RuntimeError(f"{self.args}: exit {completed.returncode}: {completed.stderr}")
-        return seconds
+        return seconds, _children_cpu() - used
+
+
+def _children_cpu() -> float:
+    """User and system CPU seconds of this process's children that have exited."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def commands(url: str, checkout: Path = HERE) -> dict[str, Command]:
@@ -84,14 +95,19 @@ def commands(url: str, checkout: Path = HERE) -> dict[str, Command]:
     }
 
 
-def time_rounds(sides: dict[str, Command], rounds: int) -> dict[str, list[float]]:
-    """Seconds each side's command took to run, one per round, the order alternating."""
+def time_rounds(
+    sides: dict[str, Command], rounds: int
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Wall and CPU seconds of each side's command, one per round, the order alternating."""
     names = list(sides)
-    times: dict[str, list[float]] = {name: [] for name in names}
+    walls: dict[str, list[float]] = {name: [] for name in names}
+    cpus: dict[str, list[float]] = {name: [] for name in names}
     for number in range(rounds):
         for name in names if number % 2 == 0 else names[::-1]:
-            times[name].append(sides[name].run())
-    return times
+            wall, cpu = sides[name].run()
+            walls[name].append(wall)
+            cpus[name].append(cpu)
+    return walls, cpus
 
 
 def prepare(url: str) -> None:
@@ -106,16 +122,17 @@ def startup_scenario(run: Run) -> None:
     """``sqlqueue --help`` and ``sqlqueue peek`` beside ``python -c pass``, alternating."""
     rounds = run.settings.cli_rounds
     prepare(run.database.url)
-    times = time_rounds(commands(run.database.url), rounds)
+    times, cpus = time_rounds(commands(run.database.url), rounds)
     baseline = statistics.median(times[BASELINE])
     for side, found in times.items():
         median = statistics.median(found)
+        cpu = statistics.median(cpus[side])
         result = Result.of(
             run.database.name,
             "CLI start-up, one process",
             side if side.startswith("python") else f"sqlqueue_orm: {side}",
             workload.Timing(len(found), sum(found), found),
-            note=f"rate = processes/s; median of {rounds} alternating rounds",
+            note=f"rate = processes/s; median of {rounds} alternating rounds; CPU {cpu:.3f} s",
         )
         target = TARGETS.get(side.split()[-1])
         if target is not None and (side.endswith("--help") or run.database.name == "sqlite"):
@@ -144,13 +161,13 @@ def main(argv: list[str] | None = None) -> None:
             for name, command in commands(database.url, args.against.resolve()).items():
                 if name != BASELINE:
                     sides[f"{name} ({args.against})"] = command
-        times = time_rounds(sides, args.rounds)
+        times, cpus = time_rounds(sides, args.rounds)
     baseline = statistics.median(times[BASELINE])
     print(f"{database.label}: {args.rounds} rounds, alternating; load {os.getloadavg()}")
     for name, found in times.items():
         median = statistics.median(found)
-        print(f"  {name:48} median {median:.3f} s  slowest {max(found):.3f} s  "
-              f"{median / baseline:5.1f}x {BASELINE}")
+        print(f"  {name:58} median {median:.3f} s  slowest {max(found):.3f} s  "
+              f"{median / baseline:5.1f}x {BASELINE}  CPU {statistics.median(cpus[name]):.3f} s")
 
 
 if __name__ == "__main__":
