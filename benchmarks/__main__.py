@@ -60,6 +60,8 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, harness.Settings]
     parser.add_argument("--receive-rounds", type=int,
                         help="rounds the send and receive cells alternate their sides in "
                         "(default 5)")
+    parser.add_argument("--cli-rounds", type=int,
+                        help="rounds of the CLI start-up cell (default 15)")
     parser.add_argument("--no-peers", action="store_true", help="skip kombu and PGQueuer")
     parser.add_argument("--no-write", action="store_true", help="print only; write no files")
     args = parser.parse_args(argv)
@@ -69,7 +71,7 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, harness.Settings]
                                        migrate_rows=100_000, burn_down=100_000,
                                        wakeup_samples=100, wakeup_seconds=3.0, sender_rounds=6,
                                        sender_seconds=1.5,
-                                       failed_messages=10_000)
+                                       failed_messages=10_000, cli_rounds=5)
     for field, value in (("messages", args.messages), ("deep", args.deep),
                          ("migrate_rows", args.migrate_rows),
                          ("peer_messages", args.peer_messages),
@@ -77,7 +79,8 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, harness.Settings]
                          ("wakeup_samples", args.wakeup_samples),
                          ("sender_rounds", args.sender_rounds),
                          ("receive_rounds", args.receive_rounds),
-                         ("failed_messages", args.failed_messages)):
+                         ("failed_messages", args.failed_messages),
+                         ("cli_rounds", args.cli_rounds)):
         if value is not None:
             if value < 1:
                 parser.error(f"--{field.replace('_', '-')} {value} must be at least 1")

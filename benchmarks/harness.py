@@ -23,7 +23,7 @@ from sqlqueue_orm import OutgoingMessage, Transport
 #: What ``--only`` can name.
 NAMES = (
     "send", "receive", "outbox", "depth", "migrate", "pump", "instrumentation", "batch",
-    "snapshot", "wakeup", "heartbeat", "groups", "asyncio",
+    "snapshot", "wakeup", "heartbeat", "groups", "asyncio", "cli",
 )
 
 _FILL_CHUNK = 5_000
@@ -58,6 +58,8 @@ class Settings:
     sender_seconds: float = 3.0
     #: Messages of the error queue the failure groups are timed on (scenario ``groups``).
     failed_messages: int = 100_000
+    #: Rounds of the command line's start-up cell (scenario ``cli``), four processes each.
+    cli_rounds: int = 15
 
 
 class Run:

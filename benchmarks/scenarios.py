@@ -27,6 +27,7 @@ from benchmarks import (
     baselines,
     bench_asyncio,
     bench_batch,
+    bench_cli,
     bench_endpoint,
     bench_failure_groups,
     bench_heartbeat,
@@ -411,7 +412,7 @@ ALL: list[tuple[str, Callable[[Run], None]]] = [
     ("send", send), ("receive", receive), ("outbox", outbox), ("depth", depth),
     ("migrate", migrate), ("instrumentation", instrumentation.instrumentation_cost),
     ("snapshot", snapshot), ("heartbeat", bench_heartbeat.heartbeat_scenario),
-    ("groups", bench_failure_groups.groups_scenario),
+    ("groups", bench_failure_groups.groups_scenario), ("cli", bench_cli.startup_scenario),
 ]
 
 

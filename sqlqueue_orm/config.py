@@ -17,6 +17,27 @@ from sqlqueue_orm import exceptions
 
 log = logging.getLogger(__name__)
 
+# Fixed values the command line shows in its help and checks its arguments against. They live
+# here, in a module that needs no SQLAlchemy, so that building the ``sqlqueue`` parser imports
+# none; the modules they belong to re-bind them (tests/unit/test_cli_imports.py checks the two
+# that are keys of a mapping there).
+
+#: Default URL of the CLI and the demo: an embedded SQLite file in the working directory.
+DEFAULT_URL = "sqlite:///sqlqueue.db"
+#: The supported dialects, by SQLAlchemy's name (the keys of ``dialects.ALL``).
+DIALECT_NAMES = ("mssql", "postgresql", "sqlite")
+#: SQL Server versions a DDL script can target, by year, and the major version of each.
+SQL_SERVER_MAJOR = {2016: 13, 2017: 14, 2019: 15, 2022: 16}
+#: Largest concurrency a live override may set (as ``EndpointSettings.concurrency``).
+MAX_CONCURRENCY = 1_000
+#: The states of an endpoint instance, read from its heartbeats.
+RUNNING, STALE, STOPPED = "running", "stale", "stopped"
+#: The groupings of failed messages, by the name the CLI and the dashboard use (the keys of
+#: ``recoverability.groups.GROUPINGS``).
+FAILURE_GROUPINGS = ("type", "endpoint", "message-type")
+#: NServiceBus's default subscription table name (``SubscriptionOptions.SubscriptionTableName``).
+SUBSCRIPTION_TABLE = "SubscriptionRouting"
+
 #: SQL Server table layouts: Index_RowVersion clustered (default), or a heap as NServiceBus 8+.
 SQL_SERVER_LAYOUTS = ("clustered", "heap")
 

@@ -36,7 +36,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Dialect, Engine
 
-from sqlqueue_orm import db, dialects, exceptions
+from sqlqueue_orm import config, db, dialects, exceptions
 from sqlqueue_orm.models import endpoint_control
 from sqlqueue_orm.queuing import sql
 from sqlqueue_orm.transport import Transport
@@ -61,7 +61,7 @@ CONTROL_TABLE = endpoint_control.control_table()
 #: The action log.
 LOG_TABLE = endpoint_control.log_table()
 #: Largest concurrency an override may set (as ``EndpointSettings.concurrency``).
-MAX_CONCURRENCY = 1_000
+MAX_CONCURRENCY = config.MAX_CONCURRENCY
 
 _READ = sa.select(
     CONTROL_TABLE.c.paused, CONTROL_TABLE.c.concurrency, CONTROL_TABLE.c.changed_by

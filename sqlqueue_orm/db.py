@@ -31,9 +31,6 @@ from sqlqueue_orm import addressing, dialects, exceptions
 
 log = logging.getLogger(__name__)
 
-#: Default URL of the CLI and the demo: an embedded SQLite file in the working directory.
-DEFAULT_URL = "sqlite:///sqlqueue.db"
-
 _SQLITE_SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 
 

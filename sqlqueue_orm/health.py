@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from sqlqueue_orm import db, dialects, headers
+from sqlqueue_orm import config, db, dialects, headers
 from sqlqueue_orm.models import endpoint_health
 from sqlqueue_orm.models.queue_table import queue_table
 from sqlqueue_orm.queuing import sql
@@ -59,7 +59,7 @@ PRUNE_INTERVAL = 600.0
 #: Queue names one read of the samples asks for at most.
 MAX_NAMES = 500
 #: The states of an instance as read.
-RUNNING, STALE, STOPPED = "running", "stale", "stopped"
+RUNNING, STALE, STOPPED = config.RUNNING, config.STALE, config.STOPPED
 
 
 @dataclasses.dataclass(frozen=True)

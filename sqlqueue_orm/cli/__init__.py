@@ -24,6 +24,11 @@ Transport), ``listings`` (how every listing prints, ``--json`` or not, empty or 
 ``failures`` (the one error policy: bad input exits 2, an unreachable database 1, one line each, a
 traceback only with ``--verbose``). ``--url`` is accepted before the command and after it. The
 library never imports this package: the command line is an application on top of it.
+
+A command imports SQLAlchemy and the library modules it uses when it runs, not when its module
+is imported: building the parser (``sqlqueue --help``, or any command before it starts) loads
+neither, and the values the parser shows (dialects, limits, defaults) come from
+:mod:`sqlqueue_orm.config`, which needs no SQLAlchemy.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from __future__ import annotations
 import argparse
 import logging
 from collections.abc import Sequence
-from importlib import metadata
+from typing import Any
 
 import sqlqueue_orm
 from sqlqueue_orm.cli import (
@@ -65,10 +70,26 @@ GROUPS = (
 
 
 def _version() -> str:
+    from importlib import metadata
+
     try:
         return metadata.version("sqlqueue_orm")
     except metadata.PackageNotFoundError:  # run from a checkout without installing
         return sqlqueue_orm.__version__
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: print ``sqlqueue VERSION`` and exit; the version is read only then."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        print(f"sqlqueue {_version()}")
+        parser.exit()
 
 
 #: What ``sqlqueue --help`` says first (plain text: a terminal shows no markup).
@@ -84,7 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     arguments.url_option(parser)
     parser.add_argument("-v", "--verbose", action="count", default=0,
                         help="more logging, and the traceback of an error")
-    parser.add_argument("--version", action="version", version=f"sqlqueue {_version()}")
+    parser.add_argument("--version", action=_VersionAction, dest=argparse.SUPPRESS,
+                        help="show the version and exit")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for group in GROUPS:
         group.register(commands)

@@ -13,8 +13,7 @@ import math
 import os
 from collections.abc import Callable
 
-from sqlqueue_orm import db
-from sqlqueue_orm.models.queue_table import SQL_SERVER_LAYOUTS
+from sqlqueue_orm.config import DEFAULT_URL, SQL_SERVER_LAYOUTS
 
 #: Upper bound of a time to be received: the one :class:`~sqlqueue_orm.messages.OutgoingMessage`
 #: accepts (100 years of 366 days); longer is a mistake, leave the TTBR unset instead.
@@ -26,12 +25,12 @@ MAX_BATCH = 10_000
 #: The environment variable of the database URL.
 URL_VARIABLE = "SQLQUEUE_URL"
 #: The help of ``--url``, before the command and after it alike.
-URL_HELP = f"database URL (default: ${URL_VARIABLE}, else {db.DEFAULT_URL})"
+URL_HELP = f"database URL (default: ${URL_VARIABLE}, else {DEFAULT_URL})"
 
 
 def resolve_url(args: argparse.Namespace) -> str:
     """``--url``, else ``SQLQUEUE_URL``, else the embedded SQLite default."""
-    return str(getattr(args, "url", None) or os.environ.get(URL_VARIABLE) or db.DEFAULT_URL)
+    return str(getattr(args, "url", None) or os.environ.get(URL_VARIABLE) or DEFAULT_URL)
 
 
 def url_source(args: argparse.Namespace) -> str:

@@ -19,12 +19,15 @@ import logging
 import os
 import re
 import shlex
+from typing import TYPE_CHECKING
 
-import sqlalchemy as sa
-
-from sqlqueue_orm import dialects, exceptions
+from sqlqueue_orm import exceptions
 from sqlqueue_orm.cli import arguments
-from sqlqueue_orm.transport import Transport
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
+    from sqlqueue_orm.transport import Transport
 
 log = logging.getLogger(__name__)
 
@@ -73,10 +76,12 @@ class CommandContext:
             return ""
         if self.source == "environment":
             return f'--url "${arguments.URL_VARIABLE}"'
+        import sqlalchemy as sa
+
         try:
             shown = sa.make_url(self.url).render_as_string(hide_password=True)
-        except Exception:  # not a URL at all: its scheme only, the rest may hold a password
-            shown = self.url.partition(":")[0] + ":..."
+        except Exception:  # not a URL SQLAlchemy reads: as typed, a password masked
+            shown = _masked(self.url)
         return f"--url {shlex.quote(shown)}"
 
     def command(self, text: str) -> str:
@@ -109,6 +114,8 @@ class CommandContext:
     def transport(self) -> Transport:
         """The run's transport, made on first use after one connection proved the database."""
         if self._transport is None:
+            from sqlqueue_orm.transport import Transport
+
             if not self.creates:
                 require_file(self.url)
             try:
@@ -142,10 +149,14 @@ def describe_url(url: str, *, full: bool = False) -> str:
 
     :param full: the whole URL, password masked, instead.
     """
+    import sqlalchemy as sa
+
+    from sqlqueue_orm import dialects
+
     try:
         parsed = sa.make_url(url)
-    except Exception:  # not a URL at all: show its scheme only, it may hold a password
-        return repr(url.partition(":")[0] + ":...")
+    except Exception:  # not a URL SQLAlchemy reads: as typed, a password masked
+        return repr(_masked(url))
     if full:
         return repr(parsed.render_as_string(hide_password=True))
     if dialects.for_dialect(parsed.get_backend_name()).embedded:
@@ -155,8 +166,22 @@ def describe_url(url: str, *, full: bool = False) -> str:
     return f"{parsed.get_backend_name()} server {host}{port}, database {parsed.database!r}"
 
 
+#: The password of ``scheme://user:password@host`` in a URL SQLAlchemy cannot read: up to the
+#: last ``@``, so a password holding ``/`` or ``@`` is masked whole.
+_PASSWORD = re.compile(r"(//[^/@:]*:).*@")
+
+
+def _masked(url: str) -> str:
+    """*url* as typed, but for the password it may hold (``***``, as SQLAlchemy shows it)."""
+    return _PASSWORD.sub(r"\1***@", url)
+
+
 def require_file(url: str) -> None:
     """Raise :class:`DatabaseUnreachable` if *url* is an embedded database's missing file."""
+    import sqlalchemy as sa
+
+    from sqlqueue_orm import dialects
+
     try:
         parsed = sa.make_url(url)
     except Exception:  # not a URL: Transport says so, naming it
@@ -175,6 +200,8 @@ def require_file(url: str) -> None:
 
 def check_reachable(engine: sa.Engine, url: str) -> None:
     """Open and close one connection; raise :class:`DatabaseUnreachable` naming host and cause."""
+    import sqlalchemy as sa
+
     try:
         with engine.connect():
             pass
@@ -186,6 +213,10 @@ def check_reachable(engine: sa.Engine, url: str) -> None:
 
 def _cause(url: str, error: sa.exc.DBAPIError) -> str:
     """The driver's reason, on one line, without the parts that repeat host and port."""
+    import sqlalchemy as sa
+
+    from sqlqueue_orm import dialects
+
     # The first line: drivers add hints below it ("Is the server running on that host...").
     text = " ".join((str(error.orig).strip().splitlines() or [""])[0].split())
     parsed = sa.make_url(url)

@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlqueue_orm import control, exceptions
+from sqlqueue_orm import config, exceptions
 from sqlqueue_orm.cli import arguments, listings
 
-_concurrency_number = arguments.bounded_int(1, control.MAX_CONCURRENCY)
+if TYPE_CHECKING:
+    from sqlqueue_orm import control
+
+_concurrency_number = arguments.bounded_int(1, config.MAX_CONCURRENCY)
 
 
 def concurrency(text: str) -> int | None:
@@ -83,6 +86,8 @@ def _action_line(action: control.LoggedAction) -> str:
 
 def pause_command(args: argparse.Namespace) -> int:
     """``control pause``: the endpoint's processes stop taking messages."""
+    from sqlqueue_orm import control
+
     state = control.pause(args.context.transport, args.endpoint)
     print(f"paused {state.endpoint} (its processes stop taking messages within about a second)")
     return 0
@@ -90,6 +95,8 @@ def pause_command(args: argparse.Namespace) -> int:
 
 def resume_command(args: argparse.Namespace) -> int:
     """``control resume``: the endpoint's processes take messages again."""
+    from sqlqueue_orm import control
+
     state = control.resume(args.context.transport, args.endpoint)
     print(f"resumed {state.endpoint}")
     return 0
@@ -97,6 +104,8 @@ def resume_command(args: argparse.Namespace) -> int:
 
 def concurrency_command(args: argparse.Namespace) -> int:
     """``control concurrency``: the workers of the endpoint's input queue, per process."""
+    from sqlqueue_orm import control
+
     state = control.set_concurrency(args.context.transport, args.endpoint, args.concurrency)
     shown = "its configured one" if state.concurrency is None else str(state.concurrency)
     print(f"concurrency of {state.endpoint} set to {shown}")
@@ -105,6 +114,8 @@ def concurrency_command(args: argparse.Namespace) -> int:
 
 def show_command(args: argparse.Namespace) -> int:
     """``control show``: the control state of one endpoint, or of every controlled one."""
+    from sqlqueue_orm import control
+
     transport = args.context.transport
     if args.endpoint is None:
         states = control.states(transport)
@@ -133,6 +144,8 @@ def show_command(args: argparse.Namespace) -> int:
 
 def log_command(args: argparse.Namespace) -> int:
     """``control log``: the changes, newest first."""
+    from sqlqueue_orm import control
+
     actions = control.log(args.context.transport, args.endpoint, limit=args.limit)
     listings.show(
         actions,
@@ -179,7 +192,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "concurrency",
         metavar="N",
         type=concurrency,
-        help=f"1 to {control.MAX_CONCURRENCY}, or default (the configured one)",
+        help=f"1 to {config.MAX_CONCURRENCY}, or default (the configured one)",
     )
     sub.set_defaults(func=concurrency_command)
     sub = add("show", "paused or running, and the concurrency override", endpoint="optional")

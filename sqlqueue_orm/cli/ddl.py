@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.engine import Dialect
-
-from sqlqueue_orm import dialects
-from sqlqueue_orm.addressing import QueueAddress
+from sqlqueue_orm import config
 from sqlqueue_orm.cli import arguments
 from sqlqueue_orm.config import QueueSettings
-from sqlqueue_orm.schema import QueueInstaller
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Dialect
+
+    from sqlqueue_orm import dialects
 
 #: ``--target-version`` years and the SQL Server major version of each.
-SQL_SERVER_MAJOR = dialects.mssql.SQL_SERVER_MAJOR
+SQL_SERVER_MAJOR = config.SQL_SERVER_MAJOR
 
 
 def ddl_dialect(name: str, target_version: int | None = None) -> Dialect:
@@ -23,11 +24,16 @@ def ddl_dialect(name: str, target_version: int | None = None) -> Dialect:
 
 
 def _support(name: str) -> dialects.DialectSupport:
+    from sqlqueue_orm import dialects
+
     # --dialect is one of the three (argparse choices); anything else prints SQLite's DDL.
     return dialects.ALL.get(name, dialects.sqlite.SUPPORT)
 
 
 def _cmd_ddl(args: argparse.Namespace) -> int:
+    from sqlqueue_orm.addressing import QueueAddress
+    from sqlqueue_orm.schema import QueueInstaller
+
     dialect = ddl_dialect(args.dialect, args.target_version)
     installer = QueueInstaller(QueueSettings(sql_server_layout=args.sql_server_layout))
     separator = _support(args.dialect).script_separator
@@ -43,7 +49,7 @@ def _cmd_ddl(args: argparse.Namespace) -> int:
 def register(commands: Any) -> None:
     """Add ``ddl`` to the ``sqlqueue`` parser."""
     sub = commands.add_parser("ddl", help="print the DDL of queue tables for a DBA")
-    sub.add_argument("--dialect", required=True, choices=sorted(dialects.ALL))
+    sub.add_argument("--dialect", required=True, choices=sorted(config.DIALECT_NAMES))
     sub.add_argument(
         "--target-version",
         type=int,

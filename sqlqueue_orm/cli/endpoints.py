@@ -13,10 +13,13 @@ or ``[]`` with ``--json``. ``--endpoint`` and ``--state`` keep only some.
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlqueue_orm import health
+from sqlqueue_orm import config
 from sqlqueue_orm.cli import arguments, listings
+
+if TYPE_CHECKING:
+    from sqlqueue_orm import health
 
 
 def line(instance: health.EndpointInstance) -> str:
@@ -47,6 +50,8 @@ def _name(text: str) -> str:
 
 
 def _cmd_endpoints(args: argparse.Namespace) -> int:
+    from sqlqueue_orm import health
+
     found = health.read_endpoints(args.context.transport.engine)
     chosen = [
         instance
@@ -78,7 +83,7 @@ def register(commands: Any) -> None:
     sub.add_argument("--endpoint", type=_name, default=None, help="only this endpoint's")
     sub.add_argument(
         "--state",
-        choices=(health.RUNNING, health.STALE, health.STOPPED),
+        choices=(config.RUNNING, config.STALE, config.STOPPED),
         default=None,
         help="only instances in this state",
     )

@@ -32,18 +32,21 @@ import json
 import shlex
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlqueue_orm import exceptions, headers
 from sqlqueue_orm.cli import arguments, errors_groups, listings
-from sqlqueue_orm.recoverability.error_queue import ErrorQueue, FailedMessage
-from sqlqueue_orm.recoverability.search import ErrorSearch
+
+if TYPE_CHECKING:
+    from sqlqueue_orm.recoverability.error_queue import ErrorQueue, FailedMessage
 
 #: The error queue of every sub-command unless ``--queue`` names another.
 DEFAULT_QUEUE = "error"
 
 
 def _error_queue(args: argparse.Namespace) -> ErrorQueue:
+    from sqlqueue_orm.recoverability.error_queue import ErrorQueue
+
     return ErrorQueue(args.context.transport, args.queue)
 
 
@@ -127,6 +130,8 @@ def _row_ids(args: argparse.Namespace, errors: ErrorQueue, ids: Sequence[str]) -
     Refused as bad input, before any change: an id no message has, or one several messages
     share (their row ids are named, each of which names one).
     """
+    from sqlqueue_orm.recoverability.search import ErrorSearch
+
     listing = "errors list"
     if args.queue != DEFAULT_QUEUE:
         listing += f" --queue {shlex.quote(args.queue)}"

@@ -20,13 +20,15 @@ the ``--after`` cursor of the next page.
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlqueue_orm import exceptions, headers
+from sqlqueue_orm import config, exceptions, headers
 from sqlqueue_orm.cli import arguments, listings
-from sqlqueue_orm.recoverability.error_queue import ErrorQueue
-from sqlqueue_orm.recoverability.groups import GROUPINGS, FailureGroup, FailureGroups
-from sqlqueue_orm.recoverability.search import ErrorFilter, ErrorSearch, parse_header
+
+if TYPE_CHECKING:
+    from sqlqueue_orm.recoverability.error_queue import ErrorQueue
+    from sqlqueue_orm.recoverability.groups import FailureGroup
+    from sqlqueue_orm.recoverability.search import ErrorFilter
 
 #: Most messages ``retry --all`` or ``delete --all`` with filters takes unless ``--most``.
 DEFAULT_MOST = 1000
@@ -59,6 +61,9 @@ def _group_cells(group: FailureGroup) -> tuple[str, str, str, str, str]:
 
 def groups_command(args: argparse.Namespace) -> int:
     """``errors groups``: the failure groups, largest first."""
+    from sqlqueue_orm.recoverability.error_queue import ErrorQueue
+    from sqlqueue_orm.recoverability.groups import FailureGroups
+
     errors = ErrorQueue(args.context.transport, args.queue)
     listings.show(
         FailureGroups(errors).list(args.by),
@@ -82,6 +87,8 @@ def add_filters(sub: argparse.ArgumentParser) -> None:
 
 
 def _header(text: str) -> tuple[str, str]:
+    from sqlqueue_orm.recoverability.search import parse_header
+
     try:
         return parse_header(text)
     except exceptions.ConfigurationError as error:
@@ -90,6 +97,8 @@ def _header(text: str) -> tuple[str, str]:
 
 def filter_of(args: argparse.Namespace) -> ErrorFilter:
     """The :class:`ErrorFilter` the arguments give."""
+    from sqlqueue_orm.recoverability.search import ErrorFilter
+
     return ErrorFilter(
         message_id=getattr(args, "message_id", None),
         header=getattr(args, "header", None),
@@ -106,6 +115,9 @@ def chosen_ids(args: argparse.Namespace, errors: ErrorQueue) -> tuple[str, ...] 
     ``--group ID`` alone: the group's messages (an unknown id is bad input). ``--all`` with
     filters: every message that matches, refused when more than ``--most`` do.
     """
+    from sqlqueue_orm.recoverability.groups import FailureGroups
+    from sqlqueue_orm.recoverability.search import ErrorFilter, ErrorSearch
+
     wanted = filter_of(args)
     if args.group is not None and not args.all and wanted == ErrorFilter(group=args.group):
         return FailureGroups(errors).ids(args.group)
@@ -144,7 +156,7 @@ def register(
     add_queue(sub)
     sub.add_argument(
         "--by",
-        choices=list(GROUPINGS),
+        choices=list(config.FAILURE_GROUPINGS),
         default="type",
         help="type (exception type and stack trace; default), endpoint or message-type",
     )
@@ -154,5 +166,7 @@ def register(
 
 def list_page(args: argparse.Namespace, errors: ErrorQueue) -> tuple[list[Any], str | None]:
     """The page ``errors list`` prints, and the cursor of the next one."""
+    from sqlqueue_orm.recoverability.search import ErrorSearch
+
     page = ErrorSearch(errors).page(filter_of(args), after=args.after, limit=args.limit)
     return page.messages, page.next

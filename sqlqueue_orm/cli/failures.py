@@ -20,17 +20,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import logging
 import re
 import shlex
 import sys
 import traceback
-from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, NoReturn
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from sqlalchemy import exc
-
-from sqlqueue_orm import db, exceptions
+from sqlqueue_orm import exceptions
 from sqlqueue_orm.cli import listings
 
 if TYPE_CHECKING:
@@ -49,11 +48,76 @@ class OutputClosed(exceptions.SqlQueueError):
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """An :class:`argparse.ArgumentParser` whose errors are one line (and exit status 2)."""
+    """An :class:`argparse.ArgumentParser` whose errors are one line (and exit status 2).
+
+    A mistyped option or command is what the line names, with the close match if there is one
+    (``unknown option '--bdy'; did you mean '--body'?``), even when the mistake makes another
+    argument look missing: a command's parser (one without commands of its own) looks for an
+    unknown option among the arguments it was given before it reports any other error.
+    """
+
+    _given: Sequence[str] = ()
+
+    def parse_known_args(  # type: ignore[override]  # typeshed overloads the namespace
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        """Parse *args*; an argument no option or positional takes is an error here."""
+        self._given = list(sys.argv[1:] if args is None else args)
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            unknown = self._unknown_option(extras)
+            self.error(unknown or f"unexpected argument {extras[0]!r}")
+        return parsed, extras
 
     def error(self, message: str) -> NoReturn:
         """Print ``PROG: error: MESSAGE (see PROG --help)`` and exit 2."""
+        if self._subparsers is None:
+            message = self._unknown_option(self._given) or message
         self.exit(BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        """Name a mistyped command and its close match, not the list of every command."""
+        if isinstance(action, argparse._SubParsersAction) and value not in action.choices:
+            raise argparse.ArgumentError(
+                None, f"unknown command {value!r}" + _did_you_mean(value, action.choices)
+            )
+        super()._check_value(action, value)
+
+    def _unknown_option(self, args: Sequence[str]) -> str | None:
+        """``unknown option '--x'`` (and its close match) for the first of *args* that is one.
+
+        An argument is taken for an option as argparse takes it: it starts with ``-``, is not
+        ``-`` alone, a negative number or a text with a space, and comes before ``--``. It is
+        known if it is one of this parser's options, as ``OPTION=VALUE`` too, or the start of
+        some (argparse completes a unique one and names an ambiguous one itself).
+        """
+        known = self._option_string_actions
+        for arg in args:
+            if arg == "--":
+                return None
+            if len(arg) < 2 or arg[0] not in self.prefix_chars or " " in arg:
+                continue
+            if self._negative_number_matcher.match(arg):
+                continue
+            name = arg.partition("=")[0]
+            if name in known or (not arg.startswith("--") and arg[:2] in known):
+                continue
+            if self.allow_abbrev and any(option.startswith(name) for option in known):
+                continue
+            options = [option for option in known if option.startswith("--")]
+            return f"unknown option {name!r}" + _did_you_mean(name, options)
+        return None
+
+
+#: How alike a typed name and a known one must be to suggest it (difflib's ratio): a letter
+#: left out, doubled or swapped in a name of four letters or more, not a shared ``--`` and ``o``.
+_CLOSE = 0.7
+
+
+def _did_you_mean(typed: str, choices: Iterable[str]) -> str:
+    """``; did you mean 'X'?`` with the close match of *typed* among *choices*, else ""."""
+    close = difflib.get_close_matches(typed, list(choices), n=1, cutoff=_CLOSE)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def _one_line(text: object) -> str:
@@ -80,6 +144,10 @@ def message_of(error: BaseException, context: CommandContext | None = None) -> t
         return BAD_INPUT, on_database(_one_line(error))
     if isinstance(error, exceptions.SqlQueueError):
         return FAILED, on_database(_one_line(error))
+    from sqlalchemy import exc
+
+    from sqlqueue_orm import db
+
     if isinstance(error, exc.DBAPIError):
         translated = db.translate_error(error)
         if isinstance(translated, exceptions.DatabaseLocked):  # the file and what to do

@@ -14,7 +14,7 @@ import argparse
 import dataclasses
 import logging
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlqueue_orm import exceptions
 from sqlqueue_orm.cli import arguments, failures
@@ -24,10 +24,9 @@ from sqlqueue_orm.config import (
     DispatcherSettings,
     parse_duration,
 )
-from sqlqueue_orm.sending.dispatcher import OutboxDispatcher
-from sqlqueue_orm.sending.outbox import Outbox
-from sqlqueue_orm.sending.outbox_records import DispatchReport
-from sqlqueue_orm.sending.routing import Routing
+
+if TYPE_CHECKING:
+    from sqlqueue_orm.sending.outbox_records import DispatchReport
 
 
 def register(subparsers: Any) -> None:
@@ -110,6 +109,10 @@ _SETTINGS_LOGGER = "sqlqueue_orm.config"
 
 
 def _cmd_dispatch(args: argparse.Namespace) -> int:
+    from sqlqueue_orm.sending.dispatcher import OutboxDispatcher
+    from sqlqueue_orm.sending.outbox import Outbox
+    from sqlqueue_orm.sending.routing import Routing
+
     with failures.named_as_options(_OPTIONS, _SETTINGS_LOGGER):
         settings = DispatcherSettings(
             batch_size=args.batch,
@@ -166,6 +169,9 @@ def _age(text: str) -> str:
 
 
 def _cmd_cleanup(args: argparse.Namespace) -> int:
+    from sqlqueue_orm.sending.outbox import Outbox
+    from sqlqueue_orm.sending.routing import Routing
+
     with failures.named_as_options(_OPTIONS, _SETTINGS_LOGGER):
         settings = CleanupSettings(
             older_than=parse_duration(args.older_than), batch_size=args.batch

@@ -24,16 +24,15 @@ import sys
 import termios
 import time
 from collections.abc import Iterable
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-
-from sqlqueue_orm import browsing, db, dialects, exceptions
-from sqlqueue_orm.addressing import QueueAddress
+from sqlqueue_orm import exceptions
 from sqlqueue_orm.cli import arguments, failures, listings
 from sqlqueue_orm.cli.context import CommandContext
 from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage
-from sqlqueue_orm.transport import Transport
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
 log = logging.getLogger(__name__)
 
@@ -185,6 +184,8 @@ def _silence_stdout() -> None:
 def _cmd_create_queue(args: argparse.Namespace) -> int:
     transport = _context(args).transport
     if args.sql_server_layout != "clustered":  # a transport on the same engine, laid out so
+        from sqlqueue_orm.transport import Transport
+
         transport = Transport(transport.engine, sql_server_layout=args.sql_server_layout)
     for name in args.names:
         created = transport.create_queue(name, body_string=args.body_string)
@@ -257,6 +258,9 @@ EXACT_UP_TO = 1000
 
 
 def _cmd_peek(args: argparse.Namespace) -> int:
+    from sqlqueue_orm import browsing, db
+    from sqlqueue_orm.addressing import QueueAddress
+
     transport = _context(args).transport
     estimate = transport.peek(args.queue)  # a missing queue, an outdated layout: said here
     address = QueueAddress.parse(args.queue, transport.engine.dialect.name)
@@ -287,6 +291,8 @@ def _confirm(queue: str, assume_yes: bool, stdin: IO[str]) -> None:
 
 
 def _cmd_purge_all(args: argparse.Namespace) -> int:
+    from sqlqueue_orm.addressing import QueueAddress
+
     transport = _context(args).transport
     QueueAddress.parse(args.queue, transport.engine.dialect.name)  # a bad name fails first
     _confirm(args.queue, args.yes, sys.stdin)
@@ -296,6 +302,10 @@ def _cmd_purge_all(args: argparse.Namespace) -> int:
 
 def user_schemas(engine: sa.Engine) -> list[str | None]:
     """The default schema (as None) and every other schema that is not the database's own."""
+    import sqlalchemy as sa
+
+    from sqlqueue_orm import db, dialects
+
     with db.reading(engine) as connection:
         inspector = sa.inspect(connection)
         default = inspector.default_schema_name
@@ -327,6 +337,8 @@ def _cmd_list_queues(args: argparse.Namespace) -> int:
 
 def _queue_name(text: str) -> str:
     """Argument type: a queue address that parses (the database checks the rest)."""
+    from sqlqueue_orm.addressing import QueueAddress
+
     try:
         QueueAddress.parse(arguments.utf8_text(text))
     except exceptions.ConfigurationError as error:

@@ -17,12 +17,14 @@ import logging
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlqueue_orm import exceptions
 from sqlqueue_orm.cli import arguments
-from sqlqueue_orm.receiving.endpoint import Endpoint
-from sqlqueue_orm.receiving.pump import PumpStats
+
+if TYPE_CHECKING:
+    from sqlqueue_orm.receiving.endpoint import Endpoint
+    from sqlqueue_orm.receiving.pump import PumpStats
 
 # Under ``sqlqueue_orm.receiving``, whose level the command raises to INFO: the status lines
 # show by default, and log settings naming this logger keep applying.
@@ -119,6 +121,8 @@ def register(subparsers: Any) -> None:
 
 
 def _resolve(reference: Reference, args: argparse.Namespace) -> Endpoint:
+    from sqlqueue_orm.receiving.endpoint import Endpoint
+
     endpoint = reference.target
     if not isinstance(endpoint, Endpoint | type) and callable(endpoint):
         endpoint = endpoint(args.context.transport)
@@ -131,6 +135,8 @@ def _resolve(reference: Reference, args: argparse.Namespace) -> Endpoint:
 
 def _totals(endpoint: Endpoint) -> PumpStats:
     """The counters of the input queue and the instance-specific queue, added up."""
+    from sqlqueue_orm.receiving.pump import PumpStats
+
     parts = (endpoint.stats, endpoint.instance_stats)
     fields = (
         "handled", "failed", "retried", "delayed", "expired", "poison", "in_flight",

@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 from sqlqueue_orm import exceptions
 from sqlqueue_orm.cli import arguments
 from sqlqueue_orm.contrib.spark import checks
-from sqlqueue_orm.transport import Transport
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -287,6 +286,8 @@ def _cmd_sample(args: argparse.Namespace) -> int:
 
     url = _url(args)
     checks.check_database(url)
+    from sqlqueue_orm.transport import Transport
+
     with Transport(url) as transport:
         audit, error = sample.fill_sample_queues(
             transport,

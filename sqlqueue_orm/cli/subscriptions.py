@@ -11,12 +11,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from sqlqueue_orm import config
 from sqlqueue_orm.cli import arguments, listings
-from sqlqueue_orm.models import subscription
-from sqlqueue_orm.pubsub.subscriptions import SubscriptionSettings, SubscriptionStore
 
 
 def _cmd_subscriptions(args: argparse.Namespace) -> int:
+    from sqlqueue_orm.pubsub.subscriptions import SubscriptionSettings, SubscriptionStore
+
     settings = SubscriptionSettings(table=args.table, schema=args.schema)
     store = SubscriptionStore(args.context.transport.engine, settings)
     listings.show(
@@ -40,8 +41,8 @@ def register(commands: Any) -> None:
     )
     sub.add_argument("--json", action="store_true",
                      help="one JSON object a line: topic, endpoint, queue_address; [] for none")
-    sub.add_argument("--table", type=arguments.utf8_text, default=subscription.TABLE_NAME,
-                     help=f"the subscription table (default {subscription.TABLE_NAME})")
+    sub.add_argument("--table", type=arguments.utf8_text, default=config.SUBSCRIPTION_TABLE,
+                     help=f"the subscription table (default {config.SUBSCRIPTION_TABLE})")
     sub.add_argument("--schema", type=arguments.utf8_text, default=None,
                      help="its schema (default: the database's default schema)")
     sub.set_defaults(func=_cmd_subscriptions)

@@ -10,12 +10,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from sqlqueue_orm import db, dialects
-from sqlqueue_orm import verify as verification
 from sqlqueue_orm.cli import arguments, listings
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
+    from sqlqueue_orm import db, dialects
+    from sqlqueue_orm import verify as verification
+
     transport = args.context.transport
     schemas = tuple(args.schema) or (None,)
     with db.reading(transport.engine) as connection:  # no write lock: writers go on

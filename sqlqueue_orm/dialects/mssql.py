@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import mssql
 
-from sqlqueue_orm import exceptions
+from sqlqueue_orm import config, exceptions
 from sqlqueue_orm.dialects import base, control, flow
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Dialect, Engine
 
 #: ``--target-version`` years and the SQL Server major version of each.
-SQL_SERVER_MAJOR = {2016: 13, 2017: 14, 2019: 15, 2022: 16}
+SQL_SERVER_MAJOR = config.SQL_SERVER_MAJOR
 
 # Explicit CASTs: the driver may bind NULL without a type, and SQL Server cannot deduce one there.
 _EXPIRES = (

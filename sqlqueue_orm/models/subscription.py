@@ -32,10 +32,10 @@ import threading
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Dialect, Engine
 
-from sqlqueue_orm import dialects
+from sqlqueue_orm import config, dialects
 
 #: NServiceBus's default table name (``SubscriptionOptions.SubscriptionTableName``).
-TABLE_NAME = "SubscriptionRouting"
+TABLE_NAME = config.SUBSCRIPTION_TABLE
 #: Length of each column (NServiceBus: 200).
 COLUMN_LENGTH = 200
 

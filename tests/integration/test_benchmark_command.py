@@ -40,7 +40,7 @@ def test_every_scenario_runs_on_sqlite_and_prints_the_table():
     completed = subprocess.run(
         [sys.executable, "-m", "benchmarks", "--databases", "sqlite", "--messages", "20",
          "--deep", "200", "--migrate-rows", "200", "--failed-messages", "200", "--no-peers",
-         "--no-write", *TINY_WAKEUP],
+         "--cli-rounds", "1", "--no-write", *TINY_WAKEUP],
         cwd=ROOT, capture_output=True, text=True, timeout=180, check=False,
     )
     assert completed.returncode == 0, completed.stderr[-2000:]
@@ -50,7 +50,7 @@ def test_every_scenario_runs_on_sqlite_and_prints_the_table():
                      "unit of work, 1 send", "outbox dispatcher, backlog", "peek, 200 waiting",
                      "receive 1/txn, 200 waiting", "migrate v1 table, 200 rows",
                      "send 1/txn, instrumentation", "receive 1/call, instrumentation",
-                     "error queue, 200 failed in 20 groups"):
+                     "error queue, 200 failed in 20 groups", "CLI start-up, one process"):
         assert f"| sqlite | {scenario} |" in table, scenario
     assert "| raw autocommit |" in table and "| raw BEGIN/stmt/COMMIT |" in table
     assert "| sqlqueue_orm in transport.begin() |" in table  # beside engine.begin()'s

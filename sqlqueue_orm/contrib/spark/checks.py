@@ -4,17 +4,22 @@ The pipelines call them first, and ``sqlqueue spark ...`` calls them before it s
 JVM takes seconds to start): a mistake is reported at once, in one line naming the value, as a
 :class:`~sqlqueue_orm.exceptions.ConfigurationError` (exit 2), and a database that cannot be
 reached as a :class:`~sqlqueue_orm.exceptions.DatabaseError` naming the host and the cause
-(exit 1). Nothing here imports PySpark.
+(exit 1). Nothing here imports PySpark, and SQLAlchemy only in the checks that use it: the
+command line's parser reads :data:`MAX_INGEST_BATCH_SIZE` without loading it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+from typing import TYPE_CHECKING
 
-import sqlalchemy as sa
+from sqlqueue_orm import exceptions
 
-from sqlqueue_orm import addressing, db, dialects, exceptions
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
+    from sqlqueue_orm import addressing
 
 #: Largest batch ``ingest`` takes (the driver holds one batch's keys, ~60 bytes a row).
 MAX_INGEST_BATCH_SIZE = 1_000_000
@@ -25,6 +30,10 @@ def check_url(url: str) -> sa.URL:
 
     :raises ConfigurationError: not a string, not a URL, or an in-memory SQLite database.
     """
+    import sqlalchemy as sa
+
+    from sqlqueue_orm import dialects
+
     if not isinstance(url, str):
         raise exceptions.ConfigurationError(
             f"Spark tasks connect by URL string; got {url!r} (pass engine.url.render_as_string())"
@@ -56,6 +65,8 @@ def check_positive(name: str, value: object, maximum: int | None = None) -> int:
 
 def require_queue(engine: sa.Engine, address: addressing.QueueAddress) -> None:
     """Raise :class:`QueueNotFound` unless the queue table exists (driver errors translated)."""
+    from sqlqueue_orm import db
+
     with db.wrap_db_errors(str(address)), engine.connect() as connection:
         found = db.column_names(connection, address)
     if not found:
@@ -73,6 +84,8 @@ def check_ingest_arguments(
 
     :raises ConfigurationError: naming the first bad value.
     """
+    from sqlqueue_orm import addressing
+
     parsed_url = check_url(url)
     check_positive("batch_size", batch_size, MAX_INGEST_BATCH_SIZE)
     if partitions is not None:
@@ -183,6 +196,8 @@ def check_writable_directory(what: str, path: str) -> None:
 
 def describe_database(url: sa.URL) -> str:
     """Where *url* points, for an error line: the SQLite file, else ``host:port/database``."""
+    from sqlqueue_orm import dialects
+
     if dialects.for_dialect(url.get_backend_name()).embedded:
         return f"SQLite file {url.database!r}"
     port = f":{url.port}" if url.port else ""
@@ -195,6 +210,10 @@ def check_database(url: str, queue: str | None = None) -> addressing.QueueAddres
     :raises DatabaseError: one line naming the host (or SQLite file) and the driver's cause.
     :raises ConfigurationError: the queue name is not valid or its table does not exist.
     """
+    import sqlalchemy as sa
+
+    from sqlqueue_orm import addressing, db
+
     parsed = check_url(url)
     address = None
     if queue is not None:
