@@ -475,6 +475,14 @@ class DialectSupport:
         """
         return element.dialect_options[self.name]
 
+    def reserved_name(self, table: str, schema: str | None) -> str | None:
+        """Why the database keeps table *table* of *schema* for itself, or None if it does not.
+
+        A queue so named would be the database's own catalog: never created, sent to or
+        received from. A database this package does not know reserves nothing.
+        """
+        return None
+
     def identifier_size(self, value: str) -> int:
         """The size of identifier *value* in :attr:`identifier_unit`."""
         return len(value.encode("utf-8")) if self.identifier_unit == "bytes" else len(value)

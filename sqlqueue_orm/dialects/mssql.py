@@ -153,6 +153,12 @@ class MssqlSupport(base.DialectSupport):
             kwargs.setdefault("fast_executemany", True)
         return sa.create_engine(url, **kwargs)
 
+    def reserved_name(self, table: str, schema: str | None) -> str | None:
+        """SQL Server's catalog: the ``sys`` and ``INFORMATION_SCHEMA`` schemas (any case)."""
+        if schema is not None and schema.lower() in ("sys", "information_schema"):
+            return f"schema {schema!r} is SQL Server's own"
+        return None
+
     def take_install_lock(self, connection: Connection, address: base.QualifiedName) -> None:
         """``sp_getapplock`` on NServiceBus's resource (catalog, schema as the server has them)."""
         if address.catalog is not None and address.schema is not None:

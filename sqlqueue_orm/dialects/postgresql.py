@@ -240,6 +240,18 @@ STORAGE_DDL = "ALTER TABLE {table} SET ({settings})"
 class PostgresqlSupport(base.DialectSupport):
     """PostgreSQL: everything in the fields, and its own catalog query."""
 
+    def reserved_name(self, table: str, schema: str | None) -> str | None:
+        """PostgreSQL's catalog: schemas ``pg_*`` and ``information_schema``, and ``pg_*`` tables.
+
+        A table named without a schema is looked up in ``pg_catalog`` before the search path,
+        so an unqualified ``pg_*`` name may be (or become) a system catalog.
+        """
+        if schema is not None and (schema.startswith("pg_") or schema == "information_schema"):
+            return f"schema {schema!r} is PostgreSQL's own"
+        if schema is None and table.startswith("pg_"):
+            return "PostgreSQL reserves table names beginning with pg_ outside a named schema"
+        return None
+
     def ddl_dialect(self, target_version: int | None = None) -> Dialect:
         """PostgreSQL's dialect (*target_version* is for SQL Server only)."""
         return postgresql.dialect(paramstyle="named")  # type: ignore[no-untyped-call]

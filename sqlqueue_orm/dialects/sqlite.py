@@ -260,6 +260,12 @@ class SqliteSupport(base.DialectSupport):
         _setup(engine, in_memory, sqlite_synchronous, url.database or ":memory:", timeout)
         return engine
 
+    def reserved_name(self, table: str, schema: str | None) -> str | None:
+        """SQLite keeps every table whose name begins with ``sqlite_`` (any case) for itself."""
+        if table.lower().startswith("sqlite_"):
+            return "SQLite reserves table names beginning with sqlite_"
+        return None
+
     def ddl_dialect(self, target_version: int | None = None) -> Dialect:
         """SQLite's dialect (*target_version* is for SQL Server only)."""
         return sqlite.dialect(paramstyle="named")
