@@ -26,6 +26,9 @@ _EXPIRES = (
 
 #: The hot path (NServiceBus's SqlServerConstants: send, receive, peek, purge).
 HOT_PATH = base.SqlText(
+    expired_read=(
+        "CASE WHEN {expires} IS NULL THEN 0 WHEN {expires} > GETUTCDATE() THEN 0 ELSE 1 END"
+    ),
     # TTBR is split into days and milliseconds: DATEADD(ms, ...) alone overflows past 24.8 days.
     send=(
         "INSERT INTO {table} ([Id], [Recoverable], [Expires], [Headers], [Body]) "

@@ -56,6 +56,7 @@ _PG_FLOOR = "seq >= CAST(:floor AS bigint)"
 
 #: The hot path (NServiceBus's PostgreSqlConstants: send, receive, peek, purge).
 HOT_PATH = base.SqlText(
+    expired_read=f"({{expires}} IS NOT NULL AND {{expires}} <= {_PG_NOW})",
     send=_PG_SEND,
     send_without_recoverable=_PG_SEND,
     send_skips_duplicates=True,
