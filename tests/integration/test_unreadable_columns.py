@@ -186,6 +186,13 @@ def test_an_endpoint_moves_the_rows_to_the_error_queue_as_stored_and_handles_the
             if column != "Expires":  # the error queue's copy never expires
                 assert row[column] == value, (row, values)
         assert row["Headers"] == GOOD_HEADERS
+    env = {**os.environ, "SQLQUEUE_URL": database.url}
+    for command in (["errors", "list"], ["errors", "groups"]):  # the error queue reads them
+        result = subprocess.run(
+            [sys.executable, "-m", "sqlqueue_orm.cli", *command], capture_output=True,
+            text=True, env=env, timeout=120, check=False,
+        )
+        assert result.returncode == 0 and result.stderr == "", result.stderr
     assert transport.browse("error", 10)[0].stored_values == stored[0]
 
 
