@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import functools
 import gc
+import os
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -96,3 +99,25 @@ def test_a_handler_returning_a_coroutine_fails_its_message_to_the_error_queue(
     assert moved.headers[headers.EXCEPTION_TYPE].endswith("TypeError")
     assert "returns_coroutine returned an awaitable" in moved.headers[headers.EXCEPTION_MESSAGE]
     assert not [w for w in caught if "never awaited" in str(w.message)]
+
+
+def test_sqlqueue_run_refuses_an_async_handler_in_one_line_naming_it(database, tmp_path):
+    database.transport().create_queue("inbox")
+    (tmp_path / "async_app.py").write_text(
+        "import os\n"
+        "from sqlqueue_orm import Transport, db\n"
+        "from sqlqueue_orm.receiving import Endpoint\n"
+        "endpoint = Endpoint('inbox', Transport(db.create_engine(os.environ['SQLQUEUE_URL'])))\n"
+        "@endpoint.handle_raw\n"
+        "async def on_message(body, context):\n"
+        "    pass\n"
+    )
+    env = {**os.environ, "SQLQUEUE_URL": database.url}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
+    result = subprocess.run(
+        [sys.executable, "-m", "sqlqueue_orm.cli", "run", "async_app:endpoint", "--once"],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120, check=False,
+    )
+    assert result.returncode == 2, result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert "on_message is asynchronous" in line and "Traceback" not in result.stderr
