@@ -270,6 +270,11 @@ class QueueAddress:
                     f"the {what} name is {size} {support.identifier_unit}; "
                     f"{dialect_name} allows {limit}",
                 )
+        reserved = support.reserved_name(self.table, self.schema)
+        if reserved is not None:
+            raise exceptions.InvalidQueueName(
+                str(self), f"the name is reserved for the database's own tables ({reserved})"
+            )
         if self.catalog is not None and not support.cross_catalog:
             raise exceptions.ConfigurationError(
                 f"queue {str(self)!r} names catalog {self.catalog!r}; only SQL Server queues "

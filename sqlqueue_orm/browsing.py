@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import uuid
 from collections.abc import Iterable
 from typing import Any
 
@@ -21,6 +20,7 @@ from sqlqueue_orm import addressing, db, dialects, exceptions, headers
 from sqlqueue_orm.messages import IncomingMessage
 from sqlqueue_orm.models import delayed_table as delayed_model
 from sqlqueue_orm.models.queue_table import queue_table
+from sqlqueue_orm.queuing import rows as row_reading
 from sqlqueue_orm.queuing import sql
 from sqlqueue_orm.queuing.delayed_table import FORWARD_DESTINATION
 
@@ -34,7 +34,9 @@ def read_queue(
     """Up to *max_messages* messages of the queue at *address*, oldest first.
 
     Every row, expired ones (flagged ``expired=True``) and rows another receiver holds included.
-    *after*: only rows whose RowVersion is above it.
+    *after*: only rows whose RowVersion is above it. The columns are read as the driver returns
+    them, not through their SQLAlchemy types, so a row whose values are not of their declared
+    types comes out as a poison message (see :mod:`sqlqueue_orm.queuing.rows`).
     """
     dialect = connection.dialect
     table = queue_table(address.table, db.schema_argument(address), dialect)
@@ -44,25 +46,22 @@ def read_queue(
     raw_headers: sa.ColumnElement[Any] = sa.literal_column(
         text.headers_read.format(headers=quoted)
     )
+    quote = dialect.identifier_preparer.quote
     statement = sa.select(
-        table.c.Id, table.c.RowVersion, table.c.Expires, raw_headers, table.c.Body
+        sa.literal_column(text.id_read.format(id=quote(table.c.Id.name))),
+        table.c.RowVersion,
+        sa.literal_column(text.expired_read.format(expires=quote(table.c.Expires.name))),
+        raw_headers,
+        sa.literal_column(text.body_read.format(body=quote(table.c.Body.name))),
     )
     if after is not None:
         statement = statement.where(table.c.RowVersion > after)
     statement = statement.order_by(table.c.RowVersion).limit(max_messages)
     with db.wrap_db_errors(str(address)):
         rows = connection.execute(statement).all()
-    now = dt.datetime.now(dt.UTC).replace(tzinfo=None)  # Expires is naive UTC
+    # The rows as the receive returns them: Id, RowVersion, expired, Headers, Body.
     return [
-        IncomingMessage.from_row(
-            row.Id if isinstance(row.Id, uuid.UUID) else uuid.UUID(str(row.Id)),
-            int(row.RowVersion),
-            row[3],
-            None if row.Body is None else bytes(row.Body),
-            row.Expires is not None and row.Expires <= now,
-            str(address),
-            text.headers_encoding,
-        )
+        row_reading.read_received(row, str(address), text.headers_encoding, text.stored_value)
         for row in rows
     ]
 

@@ -34,10 +34,13 @@ def _message_type_name(model: type[Any]) -> str:
 class PreparedMessage:
     """A message as one row of a queue table (internal to the send path)."""
 
+    #: The native Id; for a poison row moved on as it was stored, its stored Id when that is not
+    #: a UUID (SQLite holds any value).
     id: uuid.UUID
     message_id: str
     #: Serialized headers; bytes only for a poison row moved on as it was stored (not text).
     headers: str | bytes
+    #: The body; for a poison row moved on as it was stored, its stored Body whatever its type.
     body: bytes | None
     ttbr_ms: int | None
 
@@ -174,6 +177,12 @@ class IncomingMessage:
     nested too deeply, not valid text: UTF-8 on SQLite, UTF-16 on SQL Server); ``raw_headers``
     always holds them as stored (text, or bytes when they are not valid text), so a poison
     message can be moved on unchanged.
+
+    A row whose ``Id``, ``Body`` or ``Expires`` is not of the column's declared type (SQLite
+    stores any value in any column) is a poison message too: ``headers_error`` names each such
+    column and why, ``stored_values`` holds their values as stored (column name to value), and
+    ``id`` (the nil UUID when the Id cannot be read), ``body`` (None) and ``expired`` (False: an
+    expiry that cannot be read never discards a message) stand in for them.
     """
 
     id: uuid.UUID
@@ -184,6 +193,8 @@ class IncomingMessage:
     raw_headers: str | bytes
     headers_error: str | None = None
     queue: str = ""
+    #: The stored values of the columns that cannot be read, by column name; None when all can.
+    stored_values: dict[str, object] | None = None
 
     @property
     def message_id(self) -> str:
@@ -230,5 +241,6 @@ class IncomingMessage:
         object.__setattr__(message, "__dict__", {
             "id": native_id, "row_version": row_version, "headers": parsed, "body": body,
             "expired": expired, "raw_headers": kept, "headers_error": error, "queue": queue,
+            "stored_values": None,
         })
         return message

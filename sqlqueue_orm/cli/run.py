@@ -55,6 +55,8 @@ def endpoint_reference(text: str) -> Reference:
         raise argparse.ArgumentTypeError(
             f"cannot import module {module_name!r} of {text!r}: {error}"
         ) from None
+    except exceptions.ConfigurationError as error:  # an endpoint it sets up refused a setting
+        raise argparse.ArgumentTypeError(f"module {module_name!r} of {text!r}: {error}") from None
     target: Any = module
     for part in attribute.split("."):
         try:

@@ -109,11 +109,26 @@ class SqlText:
     send_skips_duplicates: bool = False
     #: How native ids go to and come back from the driver.
     id_to_driver: Callable[[uuid.UUID], Any] = str
+    #: The stored value of a column (``"Id"``, ``"Body"``, ``"Expires"``) from what a receive or
+    #: a browse returned for it where it could not be read the fast way (for the receive's
+    #: expired column, a value neither 0 nor 1): :mod:`sqlqueue_orm.queuing.rows`.
+    stored_value: Callable[[str, Any], object] = lambda column, value: value
     #: How the receive's Headers column is encoded when it comes back as bytes.
     headers_encoding: str = "utf-8"
     #: How a plain SELECT reads the Headers column (``{headers}``: its quoted name) so that
     #: the driver cannot fail decoding it, as the receive reads it.
     headers_read: str = "{headers}"
+    #: How a plain SELECT reads Id, Body and Expires (``{id}``, ``{body}``, ``{expires}``) so
+    #: that the driver cannot fail on a value not of the column's type, as the receive reads
+    #: them (see :attr:`stored_value`).
+    id_read: str = "{id}"
+    body_read: str = "{body}"
+    #: The receive's expired column as a plain SELECT reads it (``{expires}``: the quoted
+    #: Expires): whether the message expired, computed by the database as the receive does
+    #: (the driver never converts a date it may not hold, PostgreSQL's ``infinity``).
+    expired_read: str = (
+        "CASE WHEN {expires} IS NULL THEN 0 WHEN {expires} > CURRENT_TIMESTAMP THEN 0 ELSE 1 END"
+    )
     #: How one statement of the transport's own runs without BEGIN/COMMIT around it (see
     #: :class:`sqlqueue_orm.connections.OwnStatement`): ``"driver"`` sets the DBAPI
     #: connection's ``autocommit`` flag (psycopg, pyodbc); ``"implicit"``: the driver already
@@ -492,6 +507,14 @@ class DialectSupport:
         ``mssql_where`` on SQL Server.
         """
         return element.dialect_options[self.name]
+
+    def reserved_name(self, table: str, schema: str | None) -> str | None:
+        """Why the database keeps table *table* of *schema* for itself, or None if it does not.
+
+        A queue so named would be the database's own catalog: never created, sent to or
+        received from. A database this package does not know reserves nothing.
+        """
+        return None
 
     def identifier_size(self, value: str) -> int:
         """The size of identifier *value* in :attr:`identifier_unit`."""

@@ -26,6 +26,9 @@ _EXPIRES = (
 
 #: The hot path (NServiceBus's SqlServerConstants: send, receive, peek, purge).
 HOT_PATH = base.SqlText(
+    expired_read=(
+        "CASE WHEN {expires} IS NULL THEN 0 WHEN {expires} > GETUTCDATE() THEN 0 ELSE 1 END"
+    ),
     # TTBR is split into days and milliseconds: DATEADD(ms, ...) alone overflows past 24.8 days.
     send=(
         "INSERT INTO {table} ([Id], [Recoverable], [Expires], [Headers], [Body]) "
@@ -164,6 +167,12 @@ class MssqlSupport(base.DialectSupport):
             kwargs.setdefault("fast_executemany", True)
             kwargs["connect_args"] = self.connect_args(url, kwargs.get("connect_args") or {})
         return sa.create_engine(url, **kwargs)
+
+    def reserved_name(self, table: str, schema: str | None) -> str | None:
+        """SQL Server's catalog: the ``sys`` and ``INFORMATION_SCHEMA`` schemas (any case)."""
+        if schema is not None and schema.lower() in ("sys", "information_schema"):
+            return f"schema {schema!r} is SQL Server's own"
+        return None
 
     def take_install_lock(self, connection: Connection, address: base.QualifiedName) -> None:
         """``sp_getapplock`` on NServiceBus's resource (catalog, schema as the server has them)."""

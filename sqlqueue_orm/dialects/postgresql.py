@@ -56,6 +56,7 @@ _PG_FLOOR = "seq >= CAST(:floor AS bigint)"
 
 #: The hot path (NServiceBus's PostgreSqlConstants: send, receive, peek, purge).
 HOT_PATH = base.SqlText(
+    expired_read=f"({{expires}} IS NOT NULL AND {{expires}} <= {_PG_NOW})",
     send=_PG_SEND,
     send_without_recoverable=_PG_SEND,
     send_skips_duplicates=True,
@@ -258,6 +259,18 @@ _ACTIVE = 1
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PostgresqlSupport(base.DialectSupport):
     """PostgreSQL: everything in the fields, and its own catalog query."""
+
+    def reserved_name(self, table: str, schema: str | None) -> str | None:
+        """PostgreSQL's catalog: schemas ``pg_*`` and ``information_schema``, and ``pg_*`` tables.
+
+        A table named without a schema is looked up in ``pg_catalog`` before the search path,
+        so an unqualified ``pg_*`` name may be (or become) a system catalog.
+        """
+        if schema is not None and (schema.startswith("pg_") or schema == "information_schema"):
+            return f"schema {schema!r} is PostgreSQL's own"
+        if schema is None and table.startswith("pg_"):
+            return "PostgreSQL reserves table names beginning with pg_ outside a named schema"
+        return None
 
     def ddl_dialect(self, target_version: int | None = None) -> Dialect:
         """PostgreSQL's dialect (*target_version* is for SQL Server only)."""

@@ -145,14 +145,79 @@ _EXECUTE = sqlite3.Cursor.execute
 
 # SQLite writes Expires as UTC text 'YYYY-MM-DD HH:MM:SS.SSS', which sorts as it compares.
 _NOW = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
+# A value the sqlite3 driver could fail to fetch (text that is not UTF-8 fails the whole
+# fetch, and the batch with it) or that is not of its column's type comes back so that it
+# cannot fail: the Id's text as a blob (its bytes), and any other value as
+# '<typeof>:<hex of its bytes>' (see stored_value): an Id that is not text, a Body that is
+# text, an Expires that is not a date. A good row's Body and Expires come back as stored.
+_MARKED = "typeof({column}) || ':' || hex({column})"
+#: How a receive or a browse reads Id and Body ({id}, {body}: their quoted names).
+ID_READ = (
+    "CASE typeof({id}) WHEN 'text' THEN CAST({id} AS BLOB) ELSE "
+    + _MARKED.format(column="{id}") + " END"
+)
+BODY_READ = (
+    "CASE WHEN typeof({body}) = 'text' THEN " + _MARKED.format(column="{body}")
+    + " ELSE {body} END"
+)
+# An Expires SQLite can read as a date: text julianday() reads. Any other stored value (a number,
+# a blob, '' or other text) never counts as expired: the receive returns it marked, and the row
+# comes out as a poison message. typeof(), not IS NULL: in a DELETE's RETURNING, SQLite answers
+# "Expires" IS NULL with false for a NULL that the partial index on Expires (WHERE "Expires" IS
+# NOT NULL) leaves out.
+_DATE = "(typeof(\"Expires\") = 'text' AND julianday(\"Expires\") IS NOT NULL)"
+#: The receive's expired column: 0 or 1, or the marked Expires when it is not a date.
+EXPIRED_READ = (
+    "CASE WHEN typeof({expires}) = 'null' THEN 0 "
+    "WHEN typeof({expires}) = 'text' AND julianday({expires}) IS NOT NULL "
+    f"THEN {{expires}} <= {_NOW} "
+    "ELSE " + _MARKED.format(column="{expires}") + " END"
+)
+_RETURNED = (
+    ID_READ.format(id='"Id"') + ', "RowVersion", ' + EXPIRED_READ.format(expires='"Expires"')
+    + ', CAST("Headers" AS BLOB), ' + BODY_READ.format(body='"Body"')
+)
 _EXPIRES = (
     "CASE WHEN :ttbr IS NULL THEN NULL "
     "ELSE strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || (:ttbr / 1000.0) || ' seconds') END"
 )
 
+
+def stored_value(column: str, returned: object) -> object:
+    """What is stored in *column*, from what a receive or a browse *returned* for it.
+
+    ``'<typeof>:<hex>'`` is made back into the value; the Id's bytes into its text; any other
+    value is as it is. Text that is not UTF-8 comes back as its bytes.
+    """
+    if type(returned) is bytes and column == "Id":
+        try:
+            return returned.decode("utf-8")
+        except UnicodeDecodeError:
+            return returned
+    if type(returned) is not str:
+        return returned
+    kind, colon, digits = returned.partition(":")
+    if not colon or kind not in ("text", "blob", "integer", "real", "null"):
+        return returned
+    if kind == "null":
+        return None
+    data = bytes.fromhex(digits)
+    if kind == "blob":
+        return data
+    if kind == "text":
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            return data
+    return int(data) if kind == "integer" else float(data)
+
+
 #: The hot path: send, receive, peek, purge.
 HOT_PATH = base.SqlText(
     headers_read="CAST({headers} AS BLOB)",
+    id_read=ID_READ,
+    body_read=BODY_READ,
+    expired_read=EXPIRED_READ,
     send=(
         'INSERT INTO {table} ("Id", "Recoverable", "Expires", "Headers", "Body") '
         f"VALUES (:id, 1, {_EXPIRES}, :headers, :body)"
@@ -168,9 +233,7 @@ HOT_PATH = base.SqlText(
     receive=(
         'DELETE FROM {table} WHERE "RowVersion" IN ('
         'SELECT "RowVersion" FROM {table} ORDER BY "RowVersion" LIMIT :n) '
-        'RETURNING "Id", "RowVersion", '
-        f'("Expires" IS NOT NULL AND "Expires" <= {_NOW}), '
-        'CAST("Headers" AS BLOB), "Body"'
+        f"RETURNING {_RETURNED}"
     ),
     # Two sub-selects: SQLite answers a lone MIN or MAX of the rowid from the b-tree's ends, but
     # scans the whole table for MAX(x) - MIN(x) in one select (a cost that grows with the queue).
@@ -180,18 +243,17 @@ HOT_PATH = base.SqlText(
     ),
     purge_expired=(
         'DELETE FROM {table} WHERE "RowVersion" IN ('
-        f'SELECT "RowVersion" FROM {{table}} WHERE "Expires" < {_NOW} '
+        f'SELECT "RowVersion" FROM {{table}} WHERE "Expires" < {_NOW} AND {_DATE} '
         'ORDER BY "RowVersion" LIMIT :n)'
     ),
     purge_all="DELETE FROM {table}",
     # One writer at a time: nobody else holds the row.
     receive_by_id=(
         'DELETE FROM {table} WHERE "Id" = :id '
-        'RETURNING "Id", "RowVersion", '
-        f'("Expires" IS NOT NULL AND "Expires" <= {_NOW}), '
-        'CAST("Headers" AS BLOB), "Body"'
+        f"RETURNING {_RETURNED}"
     ),
     id_to_driver=lambda value: value.hex,
+    stored_value=stored_value,
     # One write statement takes the write lock as it starts, as BEGIN IMMEDIATE would.
     autocommit="implicit",
 )
@@ -284,6 +346,12 @@ class SqliteSupport(base.DialectSupport):
         dialect: Any = engine.sync_engine.dialect
         dialect.do_begin = _do_begin_on_cursor
         return engine
+
+    def reserved_name(self, table: str, schema: str | None) -> str | None:
+        """SQLite keeps every table whose name begins with ``sqlite_`` (any case) for itself."""
+        if table.lower().startswith("sqlite_"):
+            return "SQLite reserves table names beginning with sqlite_"
+        return None
 
     def ddl_dialect(self, target_version: int | None = None) -> Dialect:
         """SQLite's dialect (*target_version* is for SQL Server only)."""

@@ -24,6 +24,7 @@ from sqlalchemy.engine import Connection, Dialect
 from sqlqueue_orm import addressing, connections, db, dialects, exceptions
 from sqlqueue_orm.messages import IncomingMessage, PreparedMessage
 from sqlqueue_orm.queuing import floor as floor_module
+from sqlqueue_orm.queuing import rows as row_reading
 from sqlqueue_orm.queuing import sql
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,11 @@ _CACHED_LIMITS = 64
 _NO_PARAMETERS: dict[str, Any] = {}
 _FROM_ZERO: dict[str, Any] = {"floor": 0}
 _UUID = uuid.UUID
+#: The receive's expired column, read the fast way: any other value (an Expires that is not a
+#: date) is a KeyError, and the batch is read the careful way.
+_EXPIRED = {0: False, 1: True}
+#: What the fast reading of a row raises when a column is not what the table declares.
+_UNREADABLE = (ValueError, TypeError, KeyError, AttributeError)
 
 
 class TableQueue:
@@ -338,7 +344,8 @@ class TableQueue:
         rows = [
             statement.params(
                 {
-                    "id": to_driver(message.id),
+                    # a poison row moved on as stored keeps an Id that is not a UUID
+                    "id": to_driver(message.id) if type(message.id) is _UUID else message.id,
                     "ttbr": message.ttbr_ms,
                     "headers": message.headers,
                     "body": message.body,
@@ -449,14 +456,21 @@ class TableQueue:
             rows = list(rows)
             rows.sort(key=_SEQUENCE)  # OUTPUT/RETURNING order is not guaranteed
         encoding, queue, build = self._text.headers_encoding, self.name, IncomingMessage.from_row
-        messages = [
-            build(
-                _UUID(row[0]) if type(row[0]) is str else _to_uuid(row[0]), int(row[1]), row[3],
-                row[4] if type(row[4]) is bytes else _to_bytes(row[4]), bool(row[2]), queue,
-                encoding,
-            )
-            for row in rows
-        ]
+        flags = _EXPIRED
+        try:
+            messages = [
+                build(
+                    _UUID(row[0]) if type(row[0]) is str else _to_uuid(row[0]), int(row[1]),
+                    row[3], row[4] if type(row[4]) is bytes else _to_bytes(row[4]),
+                    flags[row[2]], queue, encoding,
+                )
+                for row in rows
+            ]
+        except _UNREADABLE:  # a column not what the table declares: each row on its own
+            stored_value = self._text.stored_value
+            messages = [
+                row_reading.read_received(row, queue, encoding, stored_value) for row in rows
+            ]
         if messages and log.isEnabledFor(logging.DEBUG):
             expired = sum(1 for message in messages if message.expired)
             log.debug("queue %s: received %d message(s), %d expired", self.name, len(messages),
@@ -493,13 +507,14 @@ class TableQueue:
 
 
 def _to_uuid(value: Any) -> uuid.UUID:
+    if type(value) is bytes:  # SQLite: the Id's text as its bytes (see dialects.sqlite)
+        return _UUID(value.decode("ascii"))
     if isinstance(value, uuid.UUID):
         return value
-    return uuid.UUID(value if type(value) is str else str(value))
+    if type(value) is str:
+        return _UUID(value)
+    raise TypeError(f"an Id of {type(value).__name__} is not a UUID")
 
 
-def _to_bytes(value: Any) -> bytes | None:
-    if value is None or isinstance(value, bytes):
-        return value
-    return bytes(value)
+_to_bytes = row_reading.body_bytes
 

@@ -16,6 +16,7 @@ the message then commit together, so no listing ever sees one without the other.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
@@ -61,10 +62,11 @@ def writer(
     """What writes the entry of *row*, moved to *error_queue*, in the move's connection.
 
     :param found: the row's headers (None: a poison row, its headers unreadable).
-    :returns: None when no entry is to be written (the table not known to exist, or an address
-        too long for the table).
+    :returns: None when no entry is to be written (the table not known to exist, an address
+        too long for the table, or a poison row whose stored Id is not a UUID, which no entry
+        can name).
     """
-    if not failure_keys.table_known(transport.engine):
+    if not isinstance(row.id, uuid.UUID) or not failure_keys.table_known(transport.engine):
         return None
     queue = str(transport._address(error_queue))
     if len(queue) > failure_group.QUEUE_LENGTH:

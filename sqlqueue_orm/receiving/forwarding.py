@@ -13,9 +13,10 @@ Each function builds the row exactly as NServiceBus's endpoints write it, so a .
   whole traceback, type and message included, as .NET writes ``Exception.ToString()``), plus
   ``NServiceBus.ProcessingEndpoint`` and ``NServiceBus.ProcessingMachine``
   (``ExceptionHeaderHelper`` and ``MoveToErrorsExecutor`` of NServiceBus core);
-* a **poison** row (headers nobody can read) is copied as it is stored: same native Id, headers
-  exactly as stored (text, or the very bytes when they are not valid text), same body, no
-  headers added (the .NET transport's ``DeadLetter``);
+* a **poison** row (headers nobody can read, or an Id, Body or Expires not of its declared
+  type) is copied as it is stored: same native Id, headers exactly as stored (text, or the
+  very bytes when they are not valid text), same body, no headers added (the .NET transport's
+  ``DeadLetter``);
 * an **audit** copy (:func:`audit_row`) is the processed message with
   ``NServiceBus.ProcessingStarted``, ``ProcessingEnded`` (wire time format),
   ``ProcessingEndpoint`` and ``ProcessingMachine`` added, as NServiceBus's audit does.
@@ -30,7 +31,7 @@ import datetime as dt
 import traceback
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlqueue_orm import headers
 from sqlqueue_orm.messages import IncomingMessage, PreparedMessage
@@ -117,10 +118,15 @@ def failed_row(message: IncomingMessage, failure: dict[str, str | None]) -> Prep
 
 
 def poison_row(message: IncomingMessage) -> PreparedMessage:
-    """The error-queue row of a row whose headers cannot be read: the row as it is stored."""
-    return PreparedMessage(
-        message.id, str(message.id), message.raw_headers, message.body, None
-    )
+    """The error-queue row of a row that cannot be read: the row as it is stored.
+
+    Its headers as stored, and its Id and Body as stored when they are not of their declared
+    types (``stored_values``); it never expires.
+    """
+    stored = message.stored_values or {}
+    native_id: Any = stored.get("Id", message.id)
+    body: Any = stored.get("Body", message.body)
+    return PreparedMessage(native_id, str(message.id), message.raw_headers, body, None)
 
 
 def audit_row(

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
+import inspect
 import socket
 import threading
 import uuid
@@ -46,6 +48,43 @@ TypedHandler = Callable[[Any, "HandlerContext"], object]
 RawHandler = Callable[[bytes, "HandlerContext"], object]
 Sender = Callable[[str | addressing.QueueAddress, OutgoingMessage], str]
 Outgoing = OutgoingMessage | bytes | str | Any
+
+
+def refuse_async(handler: Callable[..., object]) -> None:
+    """Refuse *handler* if calling it only makes a coroutine or an async generator.
+
+    Handlers run synchronously: such a handler's body would never run, and its message would
+    count as handled. Looks through ``functools.partial`` and at an object's ``__call__``.
+
+    :raises ConfigurationError: *handler* is asynchronous.
+    """
+    target: object = handler
+    while isinstance(target, functools.partial):
+        target = target.func
+    call = target if inspect.isroutine(target) else getattr(target, "__call__", None)  # noqa: B004
+    if inspect.iscoroutinefunction(call) or inspect.isasyncgenfunction(call):
+        name = getattr(target, "__qualname__", None) or repr(target)
+        raise exceptions.ConfigurationError(
+            f"handler {name} is asynchronous; handlers must be plain functions "
+            "(run a coroutine with asyncio.run inside one)"
+        )
+
+
+def awaitable_returned(handler: Callable[..., object], result: object) -> None:
+    """Fail a message whose *handler* returned an awaitable (its work never ran).
+
+    The coroutine is closed, so it does not warn that it was never awaited.
+
+    :raises TypeError: *result* is awaitable.
+    """
+    close = getattr(result, "close", None)
+    if inspect.iscoroutine(result) and callable(close):
+        close()
+    name = getattr(handler, "__qualname__", None) or repr(handler)
+    raise TypeError(
+        f"handler {name} returned an awaitable ({type(result).__name__}), which was not run; "
+        "handlers must finish their work before they return"
+    )
 
 
 def full_type_name(entry: str) -> str:
@@ -96,7 +135,11 @@ class Handling:
     def register(
         self, model: type[Any], name: str, default: str, function: TypedHandler, event: bool
     ) -> None:
-        """Register *function* for *model* under *name* (and its Python name *default*)."""
+        """Register *function* for *model* under *name* (and its Python name *default*).
+
+        :raises ConfigurationError: *function* is asynchronous, or *name* belongs to another model.
+        """
+        refuse_async(function)
         with self._lock:
             # the explicit name, and the Python one too (what sends from Python write)
             names = [name] if name == default else [name, default]
@@ -115,7 +158,11 @@ class Handling:
                 self.events.append(model)
 
     def register_raw(self, handler: RawHandler) -> None:
-        """Register *handler* for every message."""
+        """Register *handler* for every message.
+
+        :raises ConfigurationError: *handler* is asynchronous.
+        """
+        refuse_async(handler)
         with self._lock:
             self._raw = (*self._raw, handler)
 
@@ -228,7 +275,9 @@ class Handling:
         raw = raws[0]
 
         def invoke_raw(context: HandlerContext) -> None:
-            raw(context.message.body or b"", context)
+            result = raw(context.message.body or b"", context)
+            if result is not None and inspect.isawaitable(result):
+                awaitable_returned(raw, result)
 
         return invoke_raw
 
@@ -248,12 +297,16 @@ class Handling:
             model, handlers = matched
             body = message.model(model)
             for handler in list(handlers):
-                handler(body, context)
+                result = handler(body, context)
+                if result is not None and inspect.isawaitable(result):
+                    awaitable_returned(handler, result)
         raws = self._raw
         if raws:
             raw_body = message.body or b""
             for raw in raws:
-                raw(raw_body, context)
+                result = raw(raw_body, context)
+                if result is not None and inspect.isawaitable(result):
+                    awaitable_returned(raw, result)
 
 
 class HandlerContext:

@@ -33,7 +33,7 @@ import sqlalchemy as sa
 from sqlqueue_orm import db, exceptions, headers
 from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage
 from sqlqueue_orm.models.queue_table import queue_table
-from sqlqueue_orm.queuing import sql
+from sqlqueue_orm.queuing import rows, sql
 
 if TYPE_CHECKING:
     from sqlqueue_orm.transport import Transport
@@ -236,26 +236,25 @@ class ErrorQueue:
         engine = self.transport.engine
         table = self.table()
         text = sql.for_dialect(engine.dialect)
-        quoted = engine.dialect.identifier_preparer.quote(table.c.Headers.name)
-        raw: sa.ColumnElement[Any] = sa.literal_column(text.headers_read.format(headers=quoted))
-        columns: list[sa.ColumnElement[Any]] = [table.c.Id, table.c.RowVersion, raw]
+        quote = engine.dialect.identifier_preparer.quote
+        # Read as the receive reads them, so a poison row moved as stored comes back raw.
+        columns: list[sa.ColumnElement[Any]] = [
+            sa.literal_column(text.id_read.format(id=quote(table.c.Id.name))),
+            table.c.RowVersion,
+            sa.literal_column(text.headers_read.format(headers=quote(table.c.Headers.name))),
+        ]
         if body:
-            columns.append(table.c.Body)
+            columns.append(sa.literal_column(text.body_read.format(body=quote(table.c.Body.name))))
         return sa.select(*columns).select_from(table)
 
     def message_of(self, row: sa.Row[Any]) -> IncomingMessage:
-        """The message of a row of :meth:`select_messages` (never raises for its headers)."""
+        """The message of a row of :meth:`select_messages` (never raises for its columns)."""
         values = tuple(row)
-        native_id = values[0] if isinstance(values[0], uuid.UUID) else uuid.UUID(str(values[0]))
-        body = values[3] if len(values) > 3 else None
-        return IncomingMessage.from_row(
-            native_id,
-            int(values[1]),
-            values[2],
-            None if body is None else bytes(body),
-            False,
-            str(self.address),
-            sql.for_dialect(self.transport.engine.dialect).headers_encoding,
+        text = sql.for_dialect(self.transport.engine.dialect)
+        return rows.read(
+            values[0], int(values[1]), False, None, values[2],
+            values[3] if len(values) > 3 else None, str(self.address), text.headers_encoding,
+            text.stored_value,
         )
 
     def get(self, id: str) -> FailedMessage | None:

@@ -413,8 +413,21 @@ class FailureGroups:
 
 
 def _hex(result: sa.Result[Any]) -> set[str]:
-    """The ids of a one-column result of text ids, as 32 lower-case hex digits."""
-    return {str(value).replace("-", "").lower() for value in result.scalars()}
+    """The ids of a one-column result of text ids, as 32 lower-case hex digits.
+
+    An id that is not a UUID (a poison row moved as it was stored) is left out: no entry can
+    name it.
+    """
+    found = set()
+    for value in result.scalars():
+        digits = str(value).replace("-", "").lower()
+        if len(digits) == 32 and digits.isascii() and digits.isalnum():
+            try:
+                int(digits, 16)
+            except ValueError:
+                continue
+            found.add(digits)
+    return found
 
 
 def _uuid(value: Any) -> uuid.UUID:

@@ -7,8 +7,8 @@ together as its mode says. :meth:`ReceiveMode._process` is the receive of the mo
 transaction spans the handling (NONE has its own). What they share:
 
 * an expired message is discarded (the receive commits) without running a handler;
-* a poison row (headers that cannot be read) is moved to the error queue as it is stored, in
-  the receive's transaction, as NServiceBus's ``DeadLetter`` does;
+* a poison row (headers, or an Id, Body or Expires, that cannot be read) is moved to the error
+  queue as it is stored, in the receive's transaction, as NServiceBus's ``DeadLetter`` does;
 * a handler failure rolls back the handlers' work (a SAVEPOINT around it, opened when the
   handlers first reach the database: handlers that write nothing need none); the message is
   retried at once up to ``immediate_retries`` times (the receive rolls back, so it returns to
@@ -336,9 +336,9 @@ class ReceiveMode:
                 context.session_used.close()
 
     def _dead_letter(self, connection: Connection, message: IncomingMessage) -> None:
-        """Move a poison row, headers as stored, to the error queue (in *connection*'s tx)."""
+        """Move a poison row, as stored, to the error queue (in *connection*'s tx)."""
         log.error(
-            "queue %s: message %s has headers that cannot be read (%s); probable message "
+            "queue %s: message %s cannot be read (%s); probable message "
             "metadata corruption, moving it to %s",
             self.queue,
             message.id,
