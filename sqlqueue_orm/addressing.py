@@ -81,15 +81,24 @@ def _next_part(text: str) -> tuple[str, str, bool]:
     return _unbracket(text), "", False
 
 
+def _unquote(name: str, opening: str, closing: str) -> str:
+    """Strip one pair of quote characters and undo the doubled closing one; else as written."""
+    if len(name) >= 2 and name.startswith(opening) and name.endswith(closing):
+        return name[1:-1].replace(closing * 2, closing)
+    return name
+
+
+def _quote(name: str, opening: str, closing: str) -> str:
+    return opening + name.replace(closing, closing * 2) + closing
+
+
 def _unbracket(part: str) -> str:
     """SqlServerNameHelper.Unquote."""
-    if len(part) >= 2 and part.startswith("[") and part.endswith("]"):
-        return part[1:-1].replace("]]", "]")
-    return part
+    return _unquote(part, "[", "]")
 
 
 def _bracket(name: str) -> str:
-    return "[" + name.replace("]", "]]") + "]"
+    return _quote(name, "[", "]")
 
 
 def _blank_to_none(name: str | None) -> str | None:
@@ -110,13 +119,11 @@ def _outside_quotes(text: str, char: str) -> int:
 
 def _pg_unquote(name: str) -> str:
     """PostgreSqlNameHelper.Unquote: strip one pair of ``"`` and undo ``""``; else as written."""
-    if len(name) >= 2 and name.startswith('"') and name.endswith('"'):
-        return name[1:-1].replace('""', '"')
-    return name
+    return _unquote(name, '"', '"')
 
 
 def _pg_quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
+    return _quote(name, '"', '"')
 
 
 @dataclasses.dataclass(frozen=True)
