@@ -142,12 +142,12 @@ class QueueAddress:
     schema: str | None = None
     catalog: str | None = None
 
+    def _parts(self) -> tuple[tuple[str, str | None], ...]:
+        """Each part of the address with its name, innermost first."""
+        return (("table", self.table), ("schema", self.schema), ("catalog", self.catalog))
+
     def __post_init__(self) -> None:
-        for what, value in (
-            ("table", self.table),
-            ("schema", self.schema),
-            ("catalog", self.catalog),
-        ):
+        for what, value in self._parts():
             if value is None:
                 continue
             if not isinstance(value, str):
@@ -263,11 +263,7 @@ class QueueAddress:
         """Raise :class:`InvalidQueueName` if the dialect cannot hold these names."""
         support = dialects.for_dialect(dialect_name)
         limit = support.identifier_limit
-        for what, value in (
-            ("table", self.table),
-            ("schema", self.schema),
-            ("catalog", self.catalog),
-        ):
+        for what, value in self._parts():
             if value is None:
                 continue
             size = support.identifier_size(value)
