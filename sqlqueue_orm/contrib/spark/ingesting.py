@@ -183,6 +183,7 @@ def _kill_point(point: str, batch: int) -> None:
         os.kill(os.getpid(), getattr(signal, "SIGKILL", signal.SIGTERM))
 
 
+@dataclasses.dataclass(eq=False)
 class _BatchCommitter:
     """``foreachBatch`` of the ingest stream: each micro-batch into the dataset exactly once.
 
@@ -191,15 +192,13 @@ class _BatchCommitter:
     is the commit point: a replay of a batch with a manifest only finishes its moves.
     """
 
-    def __init__(
-        self, spark: SparkSession, files: _Files, address: addressing.QueueAddress,
-        checkpoint: Any,
-    ) -> None:
-        self.spark = spark
-        self.files = files
-        self.address = address
-        self.checkpoint = checkpoint
-        self.slug = _slug(address)
+    spark: SparkSession
+    files: _Files
+    address: addressing.QueueAddress
+    checkpoint: Any
+
+    def __post_init__(self) -> None:
+        self.slug = _slug(self.address)
         self.query_id: str | None = None
         self.messages = self.batches = self.recovered = self.recovered_messages = 0
         self.started = time.monotonic()
