@@ -77,6 +77,9 @@ class ImplMeta(type):
 class QueueTableImpl(metaclass=ImplMeta):
     """How one dialect applies the queue table steps; this base refuses every one of them."""
 
+    # The implementations override these methods with the same signatures on purpose: the
+    # lines they share with this class are the interface.
+
     __dialect__ = "default"
     #: Whether offline scripts (``--sql``) can be written: server-side loops, conditional DDL.
     offline = False

@@ -99,6 +99,8 @@ class _QueueTablesOp(MigrateOperation):
         self.revision = revision
 
 
+# The two operations mirror each other on purpose: Alembic registers an operation by a
+# classmethod of its own name on its own class, and each names the other as its reverse.
 @Operations.register_operation("upgrade_queue_tables")
 class UpgradeQueueTablesOp(_QueueTablesOp):
     """Apply a queue table step to every queue table the run targets."""
