@@ -51,7 +51,7 @@ def postgres_url() -> str:
     url = os.environ.get("SQLQUEUE_BENCH_POSTGRES_URL")
     if url:
         return url
-    from tests import pg_cluster
+    from testsupport import pg_cluster
 
     return pg_cluster.start().url()
 

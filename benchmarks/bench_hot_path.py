@@ -266,7 +266,7 @@ def main() -> None:
         return
     url = os.environ.get("SQLQUEUE_BENCH_POSTGRES_URL")
     if not url:
-        from tests import pg_cluster
+        from testsupport import pg_cluster
 
         url = pg_cluster.start().url()
     transport = Transport(url)

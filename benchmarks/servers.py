@@ -57,7 +57,7 @@ def postgresql() -> Database:
     url = os.environ.get("SQLQUEUE_BENCH_POSTGRES_URL")
     label = "PostgreSQL (psycopg 3, loopback TCP)"
     if not url:
-        from tests import pg_cluster
+        from testsupport import pg_cluster
 
         url = pg_cluster.start().url()
         label = "PostgreSQL (throwaway cluster, fsync off, psycopg 3, loopback TCP)"

@@ -28,7 +28,7 @@ import pydantic  # noqa: E402
 
 from sqlqueue_orm import Endpoint, OutgoingMessage, Transport, control, demo  # noqa: E402
 from sqlqueue_orm.contrib.dashboard import create_app  # noqa: E402
-from tests import browser  # noqa: E402
+from testsupport import browser  # noqa: E402
 
 #: The pages photographed as they load: (file name under --out, path of the page).
 PAGES = [

@@ -323,7 +323,7 @@ def main() -> None:
     args = parser.parse_args()
     server = os.environ.get("SQLQUEUE_BENCH_POSTGRES_URL")
     if not server:
-        from tests import pg_cluster
+        from testsupport import pg_cluster
 
         server = pg_cluster.start(durable=args.durable).url()
     admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")

@@ -24,7 +24,7 @@ from sqlqueue_orm.sending.outbox import Outbox
 from tests import batch_app
 from tests.conftest import only
 from tests.endpoint_app import Handled, Job, UserBase, handled_ids
-from tests.outbox_app import REPO, count
+from testsupport.outbox_app import REPO, count
 
 BATCH = 10
 RETRIES = 1

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from tests import docs_blocks
-from tests.conftest import drop_postgres_database, new_postgres_database
+from testsupport.databases import drop_postgres_database, new_postgres_database
 
 
 def _ids(pages):  # type: ignore[no-untyped-def]

@@ -32,8 +32,9 @@ from sqlqueue_orm.sending import outbox_statements
 from sqlqueue_orm.sending.outbox import Outbox
 from sqlqueue_orm.sending.outbox_records import OutboxOperation, utc_now
 from sqlqueue_orm.sending.routing import Routing
-from tests.conftest import drop_postgres_database, new_postgres_database, only
-from tests.outbox_app import REPO, install, outbox_rows, queue_message_ids, sqlqueue_command
+from tests.conftest import only
+from testsupport.databases import drop_postgres_database, new_postgres_database
+from testsupport.outbox_app import REPO, install, outbox_rows, queue_message_ids, sqlqueue_command
 
 DELIVERY_COLUMNS = ["Destination", "MessageId", "OutboxRecordId", "DeliveredAt"]
 
@@ -405,7 +406,9 @@ def _kill_repeatedly(database, remote_url, kills, plans, legacy=False):
             f"{kind}:{rng.randint(1, 4)}"
         )
         batch = rng.choice([1, 5, 20])
-        args = [sys.executable, "-m", "tests.outbox_app", "dispatch", database.url, remote_url]
+        args = [
+            sys.executable, "-m", "testsupport.outbox_app", "dispatch", database.url, remote_url
+        ]
         child = subprocess.run(
             [*args, plan, str(batch), *(["legacy"] if legacy else [])],
             capture_output=True,
