@@ -225,9 +225,13 @@ def test_a_failed_move_to_the_error_queue_keeps_the_attempts_counted(database, b
     assert endpoint._pumps()[0].mode.failures.size == 0
 
 
-def _start(url: str, mode: TransactionMode, kill_at: int) -> subprocess.Popen[str]:
+def _start(
+    url: str, mode: TransactionMode | None, kill_at: int, batch: int = BATCH
+) -> subprocess.Popen[str]:
+    """``tests.batch_app`` in a process of its own; *mode* ``None``: the default mode."""
+    chosen = "default" if mode is None else mode.value
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.batch_app", url, mode.value, str(BATCH), str(kill_at)],
+        [sys.executable, "-m", "tests.batch_app", url, chosen, str(batch), str(kill_at)],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -240,7 +244,18 @@ def test_sigkill_mid_batch_loses_nothing_and_repeats_nothing(database):
         _killed_mid_batch(database, mode)
 
 
-def _killed_mid_batch(database, mode: TransactionMode) -> None:  # type: ignore[no-untyped-def]
+def test_sigkill_mid_handler_unbatched_in_the_default_mode_handles_each_message_once(database):
+    """One message a transaction, the mode left unset: TRANSACTION_SCOPE, where the handler's
+    session writes commit with the receive. Killed three times in the middle of a handler (its
+    row flushed, not committed; two workers, so another may be in flight), then run to the end:
+    each message's row is committed exactly once, and none is lost."""
+    assert EndpointSettings().transaction_mode is TransactionMode.TRANSACTION_SCOPE
+    _killed_mid_batch(database, None, batch=1)
+
+
+def _killed_mid_batch(database, mode: TransactionMode | None, batch: int = BATCH) -> None:  # type: ignore[no-untyped-def]
+    """Kill ``tests.batch_app`` at its 25th, 37th and 16th handler runs, then drain the queue
+    in this process: each message handled once, none lost."""
     transport = database.transport()
     engine = transport.engine
     UserBase.metadata.drop_all(engine)
@@ -256,11 +271,11 @@ def _killed_mid_batch(database, mode: TransactionMode) -> None:  # type: ignore[
     # Each run dies at its K-th handler run: in the middle of a batch (K is not a multiple of
     # the batch size), after the batch's earlier messages ran their handlers.
     for kill_at in (25, 37, 16):
-        process = _start(database.url, mode, kill_at)
+        process = _start(database.url, mode, kill_at, batch)
         _, stderr = process.communicate(timeout=60)
         assert process.returncode == -9, stderr  # killed, not finished
     assert count(engine, batch_app.QUEUE) < total  # the runs committed batches before dying
-    endpoint = batch_app.build(transport, mode, BATCH)
+    endpoint = batch_app.build(transport, mode, batch)
     _run_until(endpoint, lambda: count(engine, batch_app.QUEUE) == 0)
     handled = handled_ids(engine)
     assert sorted(set(handled)) == sorted(sent)  # nothing lost
