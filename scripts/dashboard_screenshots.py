@@ -2,7 +2,7 @@
 
 Runs the demo (``python -m sqlqueue_orm.demo``) into a temporary directory, serves the dashboard
 on it with uvicorn on a free port of 127.0.0.1 and photographs the pages with Debian's headless
-Chromium through Selenium (the same setup as the browser tests: ``tests/browser.py``)::
+Chromium through Selenium (the same setup as the browser tests: ``testsupport/browser.py``)::
 
     .venv/bin/python scripts/dashboard_screenshots.py [--out docs] [--only dashboard-control.png]
 
