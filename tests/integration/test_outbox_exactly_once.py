@@ -442,6 +442,7 @@ def _final_run(database, remote_url, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(480)  # dozens of dispatcher processes, each started and killed
 @only("sqlite", "postgresql")
 def test_dispatchers_killed_at_random_deliver_every_message_exactly_once(
     database, app, remote, remote_url, tmp_path

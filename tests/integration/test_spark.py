@@ -34,7 +34,8 @@ pytest.importorskip("pyspark")
 from sqlqueue_orm.contrib.spark import dataset, ingesting, locking, reporting, sample, sending
 from tests.integration.spark_support import REPO
 
-pytestmark = pytest.mark.spark
+# Spark's session starts with the first test; a killed ingest starts a JVM of its own each run.
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
 def queue_rows(engine, name):
     table = queue_table(name, dialect=engine)
