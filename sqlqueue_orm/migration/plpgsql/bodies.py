@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from sqlqueue_orm import dialects
 from sqlqueue_orm.migration import steps
+
+# Much the same names as tsql/bodies.py imports from its text module, on purpose: each
+# dialect's text module offers the steps the same helpers, writing its own SQL.
 from sqlqueue_orm.migration.plpgsql.text import (
     Lines,
     Plan,
