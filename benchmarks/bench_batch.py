@@ -42,7 +42,7 @@ from benchmarks.servers import Database
 from benchmarks.workload import Result
 from sqlqueue_orm import Transport
 from sqlqueue_orm.receiving import Endpoint, TransactionMode
-from tests import pg_cluster
+from testsupport import pg_cluster
 
 if TYPE_CHECKING:
     from benchmarks.harness import Run

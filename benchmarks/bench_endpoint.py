@@ -51,7 +51,7 @@ def postgres_url() -> str:
     url = os.environ.get("SQLQUEUE_BENCH_POSTGRES_URL")
     if url:
         return url
-    from tests import pg_cluster
+    from testsupport import pg_cluster
 
     return pg_cluster.start().url()
 
@@ -311,18 +311,7 @@ def pump_and_raw(
     endpoint = Endpoint(queue, transport, transaction_mode=mode, concurrency=threads,
                         peek_delay=0.1, create_queues=False)
     endpoint.handle_raw(lambda body, context: None)
-    began = time.perf_counter()
-    endpoint.start()
-    try:
-        deadline = began + 600
-        while endpoint.stats.handled < n:
-            if time.perf_counter() > deadline or endpoint.stats.failed:
-                raise AssertionError(f"pump {mode.name}: {endpoint.stats}")
-            time.sleep(0.001)
-        pumped = time.perf_counter() - began
-    finally:
-        endpoint.stop()
-    return pumped, raw
+    return workload.drain_seconds(endpoint, n, f"pump {mode.name}"), raw
 
 
 def prepare_pump(transport: Transport, queue: str) -> None:

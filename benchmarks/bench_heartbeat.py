@@ -87,18 +87,7 @@ def drain(
         metrics_interval=metrics,
     )
     endpoint.handle_raw(lambda body, context: None)
-    began = time.perf_counter()
-    endpoint.start()
-    try:
-        deadline = began + 600
-        while endpoint.stats.handled < n:
-            if time.perf_counter() > deadline or endpoint.stats.failed:
-                raise AssertionError(f"heartbeat bench: {endpoint.stats}")
-            time.sleep(0.001)
-        seconds = time.perf_counter() - began
-    finally:
-        endpoint.stop()
-    return n / seconds
+    return n / workload.drain_seconds(endpoint, n, "heartbeat bench")
 
 
 def compare(transport: Transport, queue: str, n: int, rounds: int) -> dict[str, float]:

@@ -97,6 +97,105 @@ class Raw:
         self.tx.close()
 
 
+def _sends(
+    transport: Transport, raw: Raw, send_sql: Any, messages: list[OutgoingMessage],
+    rows: list[Any], to_driver: Callable[[Any], Any],
+) -> list[tuple[str, Callable[[], None]]]:
+    """Each side's sends of *messages*: ours, and the raw driver's of the same rows."""
+    n = len(messages)
+
+    def send_ours() -> None:
+        for message in messages:
+            transport.send("bench", message)
+
+    def send_raw_auto() -> None:
+        for row in rows:
+            raw.autocommit(send_sql.text, row, False)
+
+    def send_raw_tx() -> None:
+        for row in rows:
+            raw.transaction(send_sql.text, row, False)
+
+    def send_many_ours() -> None:
+        for start in range(0, n, BATCH):
+            transport.send_many("bench", messages[start:start + BATCH])
+
+    def send_many_raw() -> None:
+        for start in range(0, n, BATCH):
+            raw.transaction(send_sql.text, rows[start:start + BATCH], False, many=True)
+
+    def send_many_raw_prepare() -> None:  # the raw side building the same headers
+        for start in range(0, n, BATCH):
+            built = [m.prepare() for m in messages[start:start + BATCH]]
+            raw.transaction(send_sql.text, [
+                send_sql.params({"id": to_driver(p.id), "ttbr": None, "headers": p.headers,
+                                 "body": p.body}) for p in built
+            ], False, many=True)
+
+    return [
+        ("send 1 ours", send_ours), ("send 1 raw auto", send_raw_auto),
+        ("send 1 raw tx", send_raw_tx),
+        ("send_many ours", send_many_ours), ("send_many raw tx", send_many_raw),
+        ("send_many raw+headers", send_many_raw_prepare),
+    ]
+
+
+def _receives(transport: Transport, raw: Raw, receive_1: Any, receive_10: Any, n: int,
+              check: Callable[[list[Any], int], None]) -> list[tuple[str, Callable[[], None]]]:
+    """Each side's receives of *n* messages, one or ten at a time, checked by *check*."""
+
+    def receiver(take: Callable[[], list[Any]], per_call: int) -> Callable[[], None]:
+        def run() -> None:
+            got: list[Any] = []
+            for _ in range(n // per_call):
+                got.extend(take())
+            check(got, n // per_call * per_call)
+        return run
+
+    def ours_1() -> list[Any]:
+        return [m.message_id for m in transport.receive("bench")]
+
+    def ours_1_tx() -> list[Any]:
+        with transport.engine.begin() as connection:
+            return [m.message_id for m in transport.receive("bench", connection=connection)]
+
+    def ours_10() -> list[Any]:
+        return [m.message_id for m in transport.receive("bench", 10)]
+
+    def raw_1_auto() -> list[Any]:
+        return [_parsed(r) for r in raw.autocommit(receive_1.text, receive_1.params({}), True)]
+
+    def raw_1_tx() -> list[Any]:
+        return [_parsed(r) for r in raw.transaction(receive_1.text, receive_1.params({}), True)]
+
+    def raw_10_auto() -> list[Any]:
+        rows = raw.autocommit(receive_10.text, receive_10.params({}), True)
+        return [_parsed(r) for r in rows]
+
+    return [
+        ("recv 1 ours", receiver(ours_1, 1)), ("recv 1 raw auto", receiver(raw_1_auto, 1)),
+        ("recv 1 raw tx", receiver(raw_1_tx, 1)),
+        ("recv 1 in tx ours", receiver(ours_1_tx, 1)),
+        ("recv 10 ours", receiver(ours_10, 10)),
+        ("recv 10 raw auto", receiver(raw_10_auto, 10)),
+    ]
+
+
+def _report(name: str, n: int, rounds: int, results: dict[str, list[float]]) -> None:
+    """Each of our medians beside its raw baseline's, and their ratio."""
+    print(f"\n{name} (n={n}, rounds={rounds}, 1 KB bodies, median msg/s)")
+    for ours, baseline in (
+        ("send 1 ours", "send 1 raw auto"), ("send 1 ours", "send 1 raw tx"),
+        ("send_many ours", "send_many raw tx"), ("send_many ours", "send_many raw+headers"),
+        ("recv 1 ours", "recv 1 raw auto"), ("recv 1 ours", "recv 1 raw tx"),
+        ("recv 1 in tx ours", "recv 1 raw tx"),
+        ("recv 10 ours", "recv 10 raw auto"),
+    ):
+        mine = statistics.median(results[ours])
+        base = statistics.median(results[baseline])
+        print(f"  {ours:>18} {mine:8.0f}  vs {baseline:>21} {base:8.0f}  ratio {mine / base:.2f}")
+
+
 def bench(name: str, transport: Transport, raw: Raw, n: int, rounds: int) -> None:
     transport.create_queue("bench")
     queue = transport._table_queue("bench")
@@ -129,76 +228,8 @@ def bench(name: str, transport: Transport, raw: Raw, n: int, rounds: int) -> Non
     rows = [send_sql.params({"id": to_driver(p.id), "ttbr": None, "headers": p.headers,
                              "body": p.body}) for p in prepared]
     for round_number in range(rounds):
-
-        def send_ours() -> None:
-            for message in messages:
-                transport.send("bench", message)
-
-        def send_raw_auto() -> None:
-            for row in rows:
-                raw.autocommit(send_sql.text, row, False)
-
-        def send_raw_tx() -> None:
-            for row in rows:
-                raw.transaction(send_sql.text, row, False)
-
-        def send_many_ours() -> None:
-            for start in range(0, n, BATCH):
-                transport.send_many("bench", messages[start:start + BATCH])
-
-        def send_many_raw() -> None:
-            for start in range(0, n, BATCH):
-                raw.transaction(send_sql.text, rows[start:start + BATCH], False, many=True)
-
-        def send_many_raw_prepare() -> None:  # the raw side building the same headers
-            for start in range(0, n, BATCH):
-                built = [m.prepare() for m in messages[start:start + BATCH]]
-                raw.transaction(send_sql.text, [
-                    send_sql.params({"id": to_driver(p.id), "ttbr": None, "headers": p.headers,
-                                     "body": p.body}) for p in built
-                ], False, many=True)
-
-        def receiver(take: Callable[[], list[Any]], per_call: int) -> Callable[[], None]:
-            def run() -> None:
-                got: list[Any] = []
-                for _ in range(n // per_call):
-                    got.extend(take())
-                check(got, n // per_call * per_call)
-            return run
-
-        def ours_1() -> list[Any]:
-            return [m.message_id for m in transport.receive("bench")]
-
-        def ours_1_tx() -> list[Any]:
-            with transport.engine.begin() as connection:
-                return [m.message_id for m in transport.receive("bench", connection=connection)]
-
-        def ours_10() -> list[Any]:
-            return [m.message_id for m in transport.receive("bench", 10)]
-
-        def raw_1_auto() -> list[Any]:
-            return [_parsed(r) for r in raw.autocommit(receive_1.text, receive_1.params({}), True)]
-
-        def raw_1_tx() -> list[Any]:
-            return [_parsed(r) for r in raw.transaction(receive_1.text, receive_1.params({}), True)]
-
-        def raw_10_auto() -> list[Any]:
-            rows = raw.autocommit(receive_10.text, receive_10.params({}), True)
-            return [_parsed(r) for r in rows]
-
-        sends: list[tuple[str, Callable[[], None]]] = [
-            ("send 1 ours", send_ours), ("send 1 raw auto", send_raw_auto),
-            ("send 1 raw tx", send_raw_tx),
-            ("send_many ours", send_many_ours), ("send_many raw tx", send_many_raw),
-            ("send_many raw+headers", send_many_raw_prepare),
-        ]
-        receives: list[tuple[str, Callable[[], None]]] = [
-            ("recv 1 ours", receiver(ours_1, 1)), ("recv 1 raw auto", receiver(raw_1_auto, 1)),
-            ("recv 1 raw tx", receiver(raw_1_tx, 1)),
-            ("recv 1 in tx ours", receiver(ours_1_tx, 1)),
-            ("recv 10 ours", receiver(ours_10, 10)),
-            ("recv 10 raw auto", receiver(raw_10_auto, 10)),
-        ]
+        sends = _sends(transport, raw, send_sql, messages, rows, to_driver)
+        receives = _receives(transport, raw, receive_1, receive_10, n, check)
         shift = round_number % len(sends)  # rotate the order: no side always runs first
         for label, function in sends[shift:] + sends[:shift]:
             transport.purge_all("bench")
@@ -208,17 +239,7 @@ def bench(name: str, transport: Transport, raw: Raw, n: int, rounds: int) -> Non
             fill(messages)
             results.setdefault(label, []).append(_rate(n, function))
     raw.close()
-    print(f"\n{name} (n={n}, rounds={rounds}, 1 KB bodies, median msg/s)")
-    for ours, baseline in (
-        ("send 1 ours", "send 1 raw auto"), ("send 1 ours", "send 1 raw tx"),
-        ("send_many ours", "send_many raw tx"), ("send_many ours", "send_many raw+headers"),
-        ("recv 1 ours", "recv 1 raw auto"), ("recv 1 ours", "recv 1 raw tx"),
-        ("recv 1 in tx ours", "recv 1 raw tx"),
-        ("recv 10 ours", "recv 10 raw auto"),
-    ):
-        mine = statistics.median(results[ours])
-        base = statistics.median(results[baseline])
-        print(f"  {ours:>18} {mine:8.0f}  vs {baseline:>21} {base:8.0f}  ratio {mine / base:.2f}")
+    _report(name, n, rounds, results)
 
 
 def main() -> None:
@@ -245,7 +266,7 @@ def main() -> None:
         return
     url = os.environ.get("SQLQUEUE_BENCH_POSTGRES_URL")
     if not url:
-        from tests import pg_cluster
+        from testsupport import pg_cluster
 
         url = pg_cluster.start().url()
     transport = Transport(url)

@@ -32,8 +32,8 @@ from sqlqueue_orm.models.queue_table import queue_table
 from sqlqueue_orm.sending.dispatcher import OutboxDispatcher
 from sqlqueue_orm.sending.outbox import Outbox, OutboxOperation
 from sqlqueue_orm.sending.routing import Routing
-from tests import outbox_app, pg_cluster
-from tests.conftest import _admin_engine, new_postgres_database
+from testsupport import outbox_app, pg_cluster
+from testsupport.databases import admin_engine, new_postgres_database
 
 CHECKED = Outbox._send_remote
 
@@ -88,7 +88,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     args = parser.parse_args()
     directory = tempfile.mkdtemp()
-    admin = _admin_engine(pg_cluster.start().url())
+    admin = admin_engine(pg_cluster.start().url())
     for dialect in ("sqlite", "postgresql"):
         for batch, records in ((1, args.n), (100, 10 * args.n)):
             if dialect == "sqlite":

@@ -374,7 +374,7 @@ def snapshot(run: Run) -> None:
 # -- migrate ------------------------------------------------------------------------------------
 def migrate(run: Run) -> None:
     """``sqlqueue migrate`` on a v1-era queue table holding ``migrate_rows`` messages."""
-    from tests.migration import legacy
+    from testsupport import legacy
 
     rows = run.settings.migrate_rows
     table = f"bench_v1_{uuid.uuid4().hex[:6]}"

@@ -1,9 +1,9 @@
 """The databases a run uses: a SQLite file and a throwaway PostgreSQL cluster (or your own).
 
 PostgreSQL: ``$SQLQUEUE_BENCH_POSTGRES_URL`` (a SQLAlchemy ``postgresql+psycopg://`` URL) or a
-cluster started from the installed binaries by ``tests/pg_cluster.py`` (fsync off: it is thrown
-away, and the peers run on the same server, so the comparison stays fair). Each database gets a
-fresh database (PostgreSQL) or file (SQLite) per run.
+cluster started from the installed binaries by ``testsupport/pg_cluster.py`` (fsync off: it is
+thrown away, and the peers run on the same server, so the comparison stays fair). Each database
+gets a fresh database (PostgreSQL) or file (SQLite) per run.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def postgresql() -> Database:
     url = os.environ.get("SQLQUEUE_BENCH_POSTGRES_URL")
     label = "PostgreSQL (psycopg 3, loopback TCP)"
     if not url:
-        from tests import pg_cluster
+        from testsupport import pg_cluster
 
         url = pg_cluster.start().url()
         label = "PostgreSQL (throwaway cluster, fsync off, psycopg 3, loopback TCP)"

@@ -178,3 +178,21 @@ class Result:
     def aiming(self, target: str, measured: str, met: bool) -> Result:
         """This result with a *target* beside what was *measured*, and whether *met*."""
         return dataclasses.replace(self, target=target, measured=measured, met=met)
+
+
+def drain_seconds(endpoint: Any, n: int, what: str) -> float:
+    """Start *endpoint* and wait until it has handled *n* messages; the seconds from the start.
+
+    Fails naming *what* when a handler failed or ten minutes passed; the endpoint is stopped.
+    """
+    began = time.perf_counter()
+    endpoint.start()
+    try:
+        deadline = began + 600
+        while endpoint.stats.handled < n:
+            if time.perf_counter() > deadline or endpoint.stats.failed:
+                raise AssertionError(f"{what}: {endpoint.stats}")
+            time.sleep(0.001)
+        return time.perf_counter() - began
+    finally:
+        endpoint.stop()

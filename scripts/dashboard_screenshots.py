@@ -2,7 +2,7 @@
 
 Runs the demo (``python -m sqlqueue_orm.demo``) into a temporary directory, serves the dashboard
 on it with uvicorn on a free port of 127.0.0.1 and photographs the pages with Debian's headless
-Chromium through Selenium (the same setup as the browser tests: ``tests/browser.py``)::
+Chromium through Selenium (the same setup as the browser tests: ``testsupport/browser.py``)::
 
     .venv/bin/python scripts/dashboard_screenshots.py [--out docs] [--only dashboard-control.png]
 
@@ -28,7 +28,7 @@ import pydantic  # noqa: E402
 
 from sqlqueue_orm import Endpoint, OutgoingMessage, Transport, control, demo  # noqa: E402
 from sqlqueue_orm.contrib.dashboard import create_app  # noqa: E402
-from tests import browser  # noqa: E402
+from testsupport import browser  # noqa: E402
 
 #: The pages photographed as they load: (file name under --out, path of the page).
 PAGES = [

@@ -38,6 +38,7 @@ import statistics
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -271,6 +272,37 @@ def interleaved(url: str, sends: int) -> None:
     engine.dispose()
 
 
+def _rates(
+    args: argparse.Namespace,
+    url: str,
+    table: str,
+    variants: dict[str, Callable[[], None]],
+    reset: Callable[[], None],
+) -> None:
+    """Print the send rate under each of *variants* (installed in turn), over *args.rounds*.
+
+    The order of the variants alternates from round to round; *reset* empties the table and
+    lets go of the waiter's slot after each.
+    """
+    rates: dict[str, list[float]] = {label: [] for label in variants}
+    for number in range(args.rounds):
+        order = list(variants) if number % 2 == 0 else list(reversed(variants))
+        for label in order:
+            variants[label]()
+            rates[label].append(_round(url, table, args.seconds, args.senders))
+            reset()
+        print(f"round {number + 1}: " + ", ".join(f"{rates[k][-1]:,.0f}" for k in variants))
+    base = statistics.median(rates["no trigger"])
+    print(
+        f"\n{args.senders} senders, one INSERT per transaction, {args.rounds} rounds of "
+        f"{args.seconds:g} s, {'durable' if args.durable else 'fsync off'}; load "
+        f"{os.getloadavg()[0]:.1f}"
+    )
+    for label, values in rates.items():
+        median = statistics.median(values)
+        print(f"{label:<38} {median:9,.0f} sends/s  {median / base:5.3f}x")
+
+
 def main() -> None:
     """Measure and print the medians."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -291,7 +323,7 @@ def main() -> None:
     args = parser.parse_args()
     server = os.environ.get("SQLQUEUE_BENCH_POSTGRES_URL")
     if not server:
-        from tests import pg_cluster
+        from testsupport import pg_cluster
 
         server = pg_cluster.start(durable=args.durable).url()
     admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
@@ -388,25 +420,13 @@ def main() -> None:
             "conditional, one waiter registered": waiting,
             "old unconditional pg_notify": old,
         }
-        rates: dict[str, list[float]] = {label: [] for label in variants}
-        for number in range(args.rounds):
-            order = list(variants) if number % 2 == 0 else list(reversed(variants))
-            for label in order:
-                variants[label]()
-                rates[label].append(_round(url, table, args.seconds, args.senders))
-                waiter_driver.execute("SELECT pg_advisory_unlock_all()")
-                with engine.begin() as connection:
-                    connection.exec_driver_sql(f"TRUNCATE {table}")
-            print(f"round {number + 1}: " + ", ".join(f"{rates[k][-1]:,.0f}" for k in variants))
-        base = statistics.median(rates["no trigger"])
-        print(
-            f"\n{args.senders} senders, one INSERT per transaction, {args.rounds} rounds of "
-            f"{args.seconds:g} s, {'durable' if args.durable else 'fsync off'}; load "
-            f"{os.getloadavg()[0]:.1f}"
-        )
-        for label, values in rates.items():
-            median = statistics.median(values)
-            print(f"{label:<38} {median:9,.0f} sends/s  {median / base:5.3f}x")
+
+        def reset() -> None:
+            waiter_driver.execute("SELECT pg_advisory_unlock_all()")
+            with engine.begin() as connection:
+                connection.exec_driver_sql(f"TRUNCATE {table}")
+
+        _rates(args, url, table, variants, reset)
     waiter.close()
     engine.dispose()
     with admin.connect() as connection:

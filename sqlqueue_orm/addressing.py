@@ -81,15 +81,24 @@ def _next_part(text: str) -> tuple[str, str, bool]:
     return _unbracket(text), "", False
 
 
+def _unquote(name: str, opening: str, closing: str) -> str:
+    """Strip one pair of quote characters and undo the doubled closing one; else as written."""
+    if len(name) >= 2 and name.startswith(opening) and name.endswith(closing):
+        return name[1:-1].replace(closing * 2, closing)
+    return name
+
+
+def _quote(name: str, opening: str, closing: str) -> str:
+    return opening + name.replace(closing, closing * 2) + closing
+
+
 def _unbracket(part: str) -> str:
     """SqlServerNameHelper.Unquote."""
-    if len(part) >= 2 and part.startswith("[") and part.endswith("]"):
-        return part[1:-1].replace("]]", "]")
-    return part
+    return _unquote(part, "[", "]")
 
 
 def _bracket(name: str) -> str:
-    return "[" + name.replace("]", "]]") + "]"
+    return _quote(name, "[", "]")
 
 
 def _blank_to_none(name: str | None) -> str | None:
@@ -110,13 +119,11 @@ def _outside_quotes(text: str, char: str) -> int:
 
 def _pg_unquote(name: str) -> str:
     """PostgreSqlNameHelper.Unquote: strip one pair of ``"`` and undo ``""``; else as written."""
-    if len(name) >= 2 and name.startswith('"') and name.endswith('"'):
-        return name[1:-1].replace('""', '"')
-    return name
+    return _unquote(name, '"', '"')
 
 
 def _pg_quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
+    return _quote(name, '"', '"')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,12 +142,12 @@ class QueueAddress:
     schema: str | None = None
     catalog: str | None = None
 
+    def _parts(self) -> tuple[tuple[str, str | None], ...]:
+        """Each part of the address with its name, innermost first."""
+        return (("table", self.table), ("schema", self.schema), ("catalog", self.catalog))
+
     def __post_init__(self) -> None:
-        for what, value in (
-            ("table", self.table),
-            ("schema", self.schema),
-            ("catalog", self.catalog),
-        ):
+        for what, value in self._parts():
             if value is None:
                 continue
             if not isinstance(value, str):
@@ -256,11 +263,7 @@ class QueueAddress:
         """Raise :class:`InvalidQueueName` if the dialect cannot hold these names."""
         support = dialects.for_dialect(dialect_name)
         limit = support.identifier_limit
-        for what, value in (
-            ("table", self.table),
-            ("schema", self.schema),
-            ("catalog", self.catalog),
-        ):
+        for what, value in self._parts():
             if value is None:
                 continue
             size = support.identifier_size(value)

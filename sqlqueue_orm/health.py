@@ -84,6 +84,9 @@ class Heartbeat:
 class EndpointInstance:
     """One endpoint instance as read back: its last beat and what that makes it now."""
 
+    # The fields of Heartbeat again, on purpose: what is read back is a flat record the
+    # dashboard and the CLI show as it is, with what the reader adds beside them.
+
     endpoint: str
     instance_id: str
     host: str

@@ -86,6 +86,9 @@ class Instrumentation(Protocol):
 class NoInstrumentation:
     """Every hook does nothing but call ``proceed`` (a base for partial implementations)."""
 
+    # Each hook repeats the signature of Instrumentation's on purpose: this class is the
+    # protocol's do-nothing implementation, checked against it by mypy.
+
     def send(
         self,
         queue: str,

@@ -1,10 +1,11 @@
 """A batching endpoint for the batched-processing tests, and the crash it can stage.
 
 ``python -m tests.batch_app URL MODE BATCH KILL_AT`` runs the ``batched`` endpoint (batches of
-BATCH messages in transaction mode MODE); each handler writes a ``Handled`` row in its session
-(no unique key: a message handled twice would show) and, at the KILL_AT-th handler run of the
-process, SIGKILLs the process: in the middle of a batch, after earlier messages of the same
-batch were handled (and, in the outbox mode, their units of work committed).
+BATCH messages, 1: unbatched, in transaction mode MODE, ``default``: left unset); each handler
+writes a ``Handled`` row in its session (no unique key: a message handled twice would show) and,
+at the KILL_AT-th handler run of the process, SIGKILLs the process: in the middle of a handler,
+after its row was flushed, and of a batch, after earlier messages of the same batch were handled
+(and, in the outbox mode, their units of work committed).
 """
 
 from __future__ import annotations
@@ -23,12 +24,18 @@ from tests.endpoint_app import Handled, Job, UserBase
 QUEUE = "batched"
 
 
-def build(transport: Transport, mode: TransactionMode, batch: int, kill_at: int = 0) -> Endpoint:
-    """The batching endpoint; *kill_at* > 0: SIGKILL this process at that handler run."""
+def build(
+    transport: Transport, mode: TransactionMode | None, batch: int, kill_at: int = 0
+) -> Endpoint:
+    """The batching endpoint; *kill_at* > 0: SIGKILL this process at that handler run.
+
+    *mode* ``None``: the default transaction mode, left unset.
+    """
     UserBase.metadata.create_all(transport.engine)
+    chosen = {} if mode is None else {"transaction_mode": mode}
     settings = EndpointSettings(
         concurrency=2,
-        transaction_mode=mode,
+        **chosen,  # type: ignore[arg-type]
         peek_delay=0.1,
         batch_size=batch,
         batch_flush=0.05,
@@ -52,7 +59,8 @@ def main(argv: list[str]) -> None:
     url, mode, batch, kill_at = argv
     engine = sa.create_engine(url) if not url.startswith("sqlite") else None
     transport = Transport(engine or url)
-    endpoint = build(transport, TransactionMode(mode), int(batch), int(kill_at))
+    chosen = None if mode == "default" else TransactionMode(mode)
+    endpoint = build(transport, chosen, int(batch), int(kill_at))
     print("started", flush=True)
     endpoint.run()
 

@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from sqlqueue_orm import Transport, db
+from testsupport.databases import admin_engine, drop_postgres_database, new_postgres_database
 
 DIALECTS = ("sqlite", "postgresql", "mssql")
 
@@ -42,7 +43,7 @@ def postgres_admin_url() -> str:
     external = os.environ.get("SQLQUEUE_TEST_POSTGRES_URL")
     if external:
         return external
-    from tests import pg_cluster
+    from testsupport import pg_cluster
 
     try:
         cluster = pg_cluster.start()
@@ -51,28 +52,11 @@ def postgres_admin_url() -> str:
     return cluster.url()
 
 
-def _admin_engine(url: str) -> Engine:
-    return sa.create_engine(url, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
-
-
 @pytest.fixture(scope="session")
 def postgres_admin(postgres_admin_url: str) -> Iterator[Engine]:
-    engine = _admin_engine(postgres_admin_url)
+    engine = admin_engine(postgres_admin_url)
     yield engine
     engine.dispose()
-
-
-def new_postgres_database(admin: Engine) -> str:
-    name = f"t_{uuid.uuid4().hex[:16]}"
-    with admin.connect() as connection:
-        connection.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    return admin.url.set(database=name).render_as_string(hide_password=False)
-
-
-def drop_postgres_database(admin: Engine, url: str) -> None:
-    name = sa.make_url(url).database
-    with admin.connect() as connection:
-        connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 # -- SQL Server --------------------------------------------------------------------------------
@@ -99,7 +83,7 @@ def mssql_admin_url() -> Iterator[str]:
 
 def new_mssql_database(admin_url: str) -> str:
     name = f"t_{uuid.uuid4().hex[:16]}"
-    engine = _admin_engine(admin_url)
+    engine = admin_engine(admin_url)
     with engine.connect() as connection:
         connection.exec_driver_sql(f"CREATE DATABASE [{name}]")
     engine.dispose()
@@ -108,7 +92,7 @@ def new_mssql_database(admin_url: str) -> str:
 
 def drop_mssql_database(admin_url: str, url: str) -> None:
     name = sa.make_url(url).database
-    engine = _admin_engine(admin_url)
+    engine = admin_engine(admin_url)
     with engine.connect() as connection:
         connection.exec_driver_sql(
             f"ALTER DATABASE [{name}] SET SINGLE_USER WITH ROLLBACK IMMEDIATE; "

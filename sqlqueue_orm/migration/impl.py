@@ -9,10 +9,11 @@ implementation knows, for one step and one queue table, the statements
 it (:meth:`QueueTableImpl.layout`), the row count of the progress lines
 (:meth:`QueueTableImpl.count`) and how a batch runs (:meth:`QueueTableImpl.execute`).
 
-The step bodies are methods named after the step's concern in
-:data:`~sqlqueue_orm.migration.steps.STEPS` (``upgrade_expires_index``,
-``downgrade_rowversion_layout``, ...), found by :meth:`QueueTableImpl.body`: the step table is
-the one place a revision is tied to what it does. The implementations are
+The step bodies are functions of the implementation's :attr:`QueueTableImpl.bodies` module,
+named after the step's concern in :data:`~sqlqueue_orm.migration.steps.STEPS`
+(``upgrade_expires_index``, ``downgrade_rowversion_layout``, ...) and found by
+:meth:`QueueTableImpl.body`: the step table is the one place a revision is tied to what it does,
+and each implementation supplies only its SQL. The implementations are
 :class:`~sqlqueue_orm.migration.tsql.MssqlImpl`,
 :class:`~sqlqueue_orm.migration.plpgsql.PostgresqlImpl` and
 :class:`~sqlqueue_orm.migration.sqlite.SqliteImpl`; any other dialect gets this base class,
@@ -25,6 +26,7 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable, Iterator, Sequence
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, cast
 
 import sqlalchemy as sa
@@ -75,12 +77,18 @@ class ImplMeta(type):
 class QueueTableImpl(metaclass=ImplMeta):
     """How one dialect applies the queue table steps; this base refuses every one of them."""
 
+    # The implementations override these methods with the same signatures on purpose: the
+    # lines they share with this class are the interface.
+
     __dialect__ = "default"
     #: Whether offline scripts (``--sql``) can be written: server-side loops, conditional DDL.
     offline = False
     #: Whether the steps run in the migration's transaction, a revision committing whole
     #: (SQLite), rather than each table in a transaction of its own (autocommit).
     transactional_ddl = False
+    #: The module holding the step bodies, one function per step and direction named as
+    #: :meth:`Step.method <sqlqueue_orm.migration.steps.Step.method>` names it (``None``: none).
+    bodies: ModuleType | None = None
 
     def __init__(self, name: str | None = None, *, cluster_heaps: bool = False) -> None:
         #: The dialect's name (``mssql``, ``postgresql``, ``sqlite``, ...).
@@ -99,7 +107,7 @@ class QueueTableImpl(metaclass=ImplMeta):
         :raises ConfigurationError: an unknown step, or one this dialect does not implement.
         """
         step = steps.step(revision, direction)
-        method = getattr(self, step.method(direction), None)
+        method = getattr(self.bodies, step.method(direction), None)
         if method is None:
             raise exceptions.ConfigurationError(
                 f"queue tables cannot be migrated on {self.name} ({revision} {direction} is not "

@@ -89,15 +89,21 @@ def _compile_raw(element: RawSql, compiler: SQLCompiler, **kw: Any) -> str:
     return element.text
 
 
-@Operations.register_operation("upgrade_queue_tables")
-class UpgradeQueueTablesOp(MigrateOperation):
-    """Apply a queue table step to every queue table the run targets."""
+class _QueueTablesOp(MigrateOperation):
+    """A queue table step in one direction, applied to every queue table the run targets."""
 
     direction = "upgrade"
 
     def __init__(self, revision: str) -> None:
         steps.step(revision, self.direction)
         self.revision = revision
+
+
+# The two operations mirror each other on purpose: Alembic registers an operation by a
+# classmethod of its own name on its own class, and each names the other as its reverse.
+@Operations.register_operation("upgrade_queue_tables")
+class UpgradeQueueTablesOp(_QueueTablesOp):
+    """Apply a queue table step to every queue table the run targets."""
 
     @classmethod
     def upgrade_queue_tables(cls, operations: Operations, revision: str) -> None:
@@ -113,14 +119,10 @@ class UpgradeQueueTablesOp(MigrateOperation):
 
 
 @Operations.register_operation("downgrade_queue_tables")
-class DowngradeQueueTablesOp(MigrateOperation):
+class DowngradeQueueTablesOp(_QueueTablesOp):
     """Undo a queue table step on every queue table the run targets."""
 
     direction = "downgrade"
-
-    def __init__(self, revision: str) -> None:
-        steps.step(revision, self.direction)
-        self.revision = revision
 
     @classmethod
     def downgrade_queue_tables(cls, operations: Operations, revision: str) -> None:

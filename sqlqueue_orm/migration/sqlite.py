@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import logging
 import re
+import sys
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -376,7 +377,8 @@ def _expires_name(table: Table) -> str:
     return index_name(table.name, steps.EXPIRES_INDEX, "sqlite")
 
 
-def _expires_up(table: Table) -> list[str]:
+def upgrade_expires_index(table: Table) -> list[str]:
+    """0001 up: Index_Expires on (Expires), built anew if it differs from the model."""
     name = _expires_name(table)
     index = table.model_index(steps.EXPIRES_INDEX)
     indexes = table.indexes()
@@ -404,7 +406,8 @@ def _expires_up(table: Table) -> list[str]:
     return done
 
 
-def _expires_down(table: Table) -> list[str]:
+def downgrade_expires_index(table: Table) -> list[str]:
+    """0001 down: drop Index_Expires."""
     name = _expires_name(table)
     if name in table.indexes():
         table.drop_index(name)
@@ -434,11 +437,13 @@ def _filter(table: Table, filtered: bool) -> list[str]:
     return done
 
 
-def _filter_up(table: Table) -> list[str]:
+def upgrade_filter_expires_index(table: Table) -> list[str]:
+    """0003 up: Index_Expires filtered to rows with an Expires."""
     return _filter(table, True)
 
 
-def _filter_down(table: Table) -> list[str]:
+def downgrade_filter_expires_index(table: Table) -> list[str]:
+    """0003 down: Index_Expires unfiltered again."""
     return _filter(table, False)
 
 
@@ -449,7 +454,8 @@ def _headers_column(table: Table) -> Column:
     raise exceptions.ConfigurationError(f"queue {table.address}: no Headers column")
 
 
-def _headers_up(table: Table) -> list[str]:
+def upgrade_headers_nvarchar(table: Table) -> list[str]:
+    """0002 up: Headers of the model's text type, NOT NULL (the table rebuilt)."""
     model = steps.model_table(table.address).c.Headers
     wanted = str(model.type.compile(dialect=table.connection.dialect))
     column = _headers_column(table)
@@ -464,7 +470,8 @@ def _headers_up(table: Table) -> list[str]:
     return [f"rebuilt the table: Headers {column.type} -> {wanted} NOT NULL"]
 
 
-def _headers_down(table: Table) -> list[str]:
+def downgrade_headers_nvarchar(table: Table) -> list[str]:
+    """0002 down: Headers back to VARCHAR (the table rebuilt)."""
     column = _headers_column(table)
     if column.type.upper() != "TEXT":
         return []
@@ -480,7 +487,8 @@ def _row_version_index_names(table: Table) -> list[str]:
     ]
 
 
-def _row_version_up(table: Table) -> list[str]:
+def upgrade_rowversion_layout(table: Table) -> list[str]:
+    """0004 up: RowVersion INTEGER PRIMARY KEY AUTOINCREMENT, no index on it."""
     done = []
     row_version = next((c for c in table.columns() if c.name == "RowVersion"), None)
     primary = [column.name for column in table.columns() if column.pk]
@@ -499,7 +507,8 @@ def _row_version_up(table: Table) -> list[str]:
     return done
 
 
-def _row_version_down(table: Table) -> list[str]:
+def downgrade_rowversion_layout(table: Table) -> list[str]:
+    """0004 down: RowVersion INTEGER PRIMARY KEY without AUTOINCREMENT."""
     if not table.autoincrement():
         return []
     table.rebuild(autoincrement=False)
@@ -512,16 +521,9 @@ class SqliteImpl(impl.QueueTableImpl):
     __dialect__ = "sqlite"
     transactional_ddl = True
 
-    # The steps, each named after its concern in steps.STEPS (Step.method); each returns what
-    # it did.
-    upgrade_expires_index = staticmethod(_expires_up)
-    downgrade_expires_index = staticmethod(_expires_down)
-    upgrade_headers_nvarchar = staticmethod(_headers_up)
-    downgrade_headers_nvarchar = staticmethod(_headers_down)
-    upgrade_filter_expires_index = staticmethod(_filter_up)
-    downgrade_filter_expires_index = staticmethod(_filter_down)
-    upgrade_rowversion_layout = staticmethod(_row_version_up)
-    downgrade_rowversion_layout = staticmethod(_row_version_down)
+    # The step bodies are this module's functions (upgrade_expires_index, ...); each returns
+    # what it did.
+    bodies = sys.modules[__name__]
 
     # -- the interface -------------------------------------------------------------------------
     def index_options(self, options: Any, variant: impl.IndexVariant) -> dict[str, Any]:

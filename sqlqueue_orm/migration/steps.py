@@ -8,7 +8,7 @@ runtime installer cannot drift apart: the steps take index definitions from that
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import sqlalchemy as sa
 
@@ -49,8 +49,9 @@ class Step:
     """One revision's concern: its id, what it does each way (for progress lines), where it acts.
 
     Each dialect's :class:`~sqlqueue_orm.migration.impl.QueueTableImpl` implements a step as the
-    methods :meth:`method` names (``upgrade_expires_index``, ``downgrade_expires_index``, ...):
-    this table is the only place a revision is tied to what it does.
+    functions of its ``bodies`` module :meth:`method` names (``upgrade_expires_index``,
+    ``downgrade_expires_index``, ...): this table is the only place a revision is tied to what
+    it does.
     """
 
     revision: str
@@ -66,7 +67,7 @@ class Step:
         return f"{self.revision} {direction}: {getattr(self, direction)}"
 
     def method(self, direction: str) -> str:
-        """The name of the dialect implementation's method doing this step in *direction*."""
+        """The name of the dialect's step body doing this step in *direction*."""
         return f"{direction}_{self.concern}"
 
 
@@ -130,6 +131,38 @@ def applies_to(revision: str, dialect_name: str) -> bool:
 
 
 DIRECTIONS = ("upgrade", "downgrade")
+
+
+@dataclasses.dataclass(frozen=True)
+class SchemaFilter:
+    """How a dialect's server-side loops select the tables of some schemas: its SQL."""
+
+    #: The condition on the named schemas, ``{}`` standing for their list.
+    named: str
+    #: The condition on the default schema of whoever runs the script.
+    default: str
+    #: The default schema, as the script's comment names it.
+    default_name: str
+
+    def select(
+        self,
+        schemas: Sequence[str | None],
+        in_list: Callable[[list[str]], str],
+        quote: Callable[[str], str],
+    ) -> tuple[str, str]:
+        """The condition finding the tables of *schemas*, and the schemas for the comment.
+
+        ``None`` in *schemas* (or no schema named) stands for the default schema;
+        *in_list* renders the named ones' list, *quote* one name.
+        """
+        names = [schema for schema in schemas if schema is not None]
+        conditions = [self.named.format(in_list(names))] if names else []
+        if None in schemas or not names:
+            conditions.append(self.default)
+        described = ", ".join(
+            self.default_name if schema is None else quote(schema) for schema in schemas
+        )
+        return " OR ".join(conditions), described
 
 
 def step(revision: str, direction: str) -> Step:

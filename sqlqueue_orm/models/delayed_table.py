@@ -32,10 +32,10 @@ from sqlqueue_orm import addressing, dialects
 from sqlqueue_orm.models.queue_table import (
     BODY_TYPE,
     HEADERS_TYPE,
-    ROW_VERSION_TYPE,
     DialectLike,
     index_name,
     layout_of,
+    row_version_column,
 )
 
 #: The default suffix of a delayed table's name: ``<endpoint>.Delayed`` (NServiceBus's
@@ -87,13 +87,7 @@ def build_delayed_table(
         sa.Column("Headers", HEADERS_TYPE, nullable=False),
         sa.Column("Body", BODY_TYPE, nullable=True),
         sa.Column("Due", DUE_TYPE, nullable=False),
-        sa.Column(
-            "RowVersion",
-            ROW_VERSION_TYPE,
-            sa.Identity(start=1, increment=1),
-            nullable=False,
-            autoincrement=True,
-        ),
+        row_version_column(),
         schema=quoted_schema,
         sqlite_autoincrement=True,
     )

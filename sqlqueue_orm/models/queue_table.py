@@ -142,6 +142,20 @@ class QueueMessage:
     row_version: int
 
 
+def row_version_column() -> sa.Column[int]:
+    """A new RowVersion column of the SQL Server layout: the identity that orders the rows.
+
+    The queue and delayed tables share it (NServiceBus's Create*Text give both the same one).
+    """
+    return sa.Column(
+        "RowVersion",
+        ROW_VERSION_TYPE,
+        sa.Identity(start=1, increment=1),
+        nullable=False,
+        autoincrement=True,
+    )
+
+
 def _quoted(name: str) -> str:
     # quote=True: always quoted, and SQL Server's dialect then never splits it on dots/brackets.
     return quoted_name(name, quote=True)
@@ -173,13 +187,7 @@ def build_queue_table(
         sa.Column("Expires", sa.DateTime(), nullable=True),
         sa.Column("Headers", HEADERS_TYPE, nullable=False),
         sa.Column("Body", BODY_TYPE, nullable=True),
-        sa.Column(
-            "RowVersion",
-            ROW_VERSION_TYPE,
-            sa.Identity(start=1, increment=1),
-            nullable=False,
-            autoincrement=True,
-        ),
+        row_version_column(),
         schema=None if schema is None else _quoted(schema),
         sqlite_autoincrement=True,
         comment=None,

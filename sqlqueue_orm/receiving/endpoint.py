@@ -320,6 +320,16 @@ class Endpoint:
         )
         return modes.for_endpoint(self._handling, receiver, queue)
 
+    def _create_queues(self, queues: list[str | addressing.QueueAddress]) -> None:
+        """Create the input *queues*, the error queue, and the delayed table and audit queue."""
+        for queue in queues:
+            self.transport.create_queue(queue)
+        self.transport.create_queue(self.settings.error_queue)
+        if self.settings.delayed_delivery:
+            self.transport.create_delayed_table(self.name)
+        if self.settings.audit_queue is not None:
+            self.transport.create_queue(self.settings.audit_queue)
+
     def start(self) -> None:
         """Check the configuration, create the queues if asked, and start the pump threads.
 
@@ -342,13 +352,7 @@ class Endpoint:
             if instance is not None:
                 queues.append(instance)
             if self.settings.create_queues:
-                for queue in queues:
-                    self.transport.create_queue(queue)
-                self.transport.create_queue(self.settings.error_queue)
-                if self.settings.delayed_delivery:
-                    self.transport.create_delayed_table(self.name)
-                if self.settings.audit_queue is not None:
-                    self.transport.create_queue(self.settings.audit_queue)
+                self._create_queues(queues)
             mode.prepare()
             failure_entries.prepare(
                 self.transport, self.settings.error_queue, create=self.settings.create_queues

@@ -178,11 +178,7 @@ class MessagePump:
         try:
             sent = False  # a send woke the pump: receive at once, no peek first
             while not self._stopping.is_set():
-                with self._condition:
-                    while (
-                        self._busy >= self.concurrency or self.paused
-                    ) and not self._stopping.is_set():
-                        self._condition.wait(0.5)
+                self._wait_for_a_free_worker()
                 if self._stopping.is_set():
                     break
                 ended = self._ended  # handlers that held a row and ended, before this peek
@@ -213,22 +209,13 @@ class MessagePump:
                         continue
                     count -= held
                     self._last_found = time.monotonic()
-                # Up to *count* receive tasks, each waiting for a free worker (NServiceBus
-                # starts that many, each behind its concurrency semaphore): a worker that
-                # handled one message takes the next ticket without a peek in between.
-                size = min(count, self.settings.peek_batch_size or count, _MAX_TICKETS)
-                # a batched receive takes up to batch_size messages per ticket
-                size = -(-size // self.settings.batch_size)
-                if self.receive_breaker.armed:
-                    size = 1
+                size = self._tickets_for(count)
                 batch = tasks.Batch(size)
                 for _ in range(size):
                     self._tickets.put(batch)
                 if self._listener is not None:  # after the tickets: adds no latency
                     self._listener.busy()
-                while not batch.done.wait(0.5):
-                    if self._stopping.is_set():
-                        break
+                self._wait_for(batch)
                 if batch.empty and woken:
                     # The message announced was taken already (this pump's last peek found it
                     # before its notification came, or a competitor did): peek, and wait as
@@ -248,6 +235,31 @@ class MessagePump:
             with self._condition:  # a resize in progress (it holds the lock) counted too
                 for _ in self._threads:
                     self._tickets.put(None)
+
+    def _wait_for_a_free_worker(self) -> None:
+        """Wait while every worker is busy or the pump is paused, until it stops."""
+        with self._condition:
+            while (self._busy >= self.concurrency or self.paused) and not self._stopping.is_set():
+                self._condition.wait(0.5)
+
+    def _wait_for(self, batch: tasks.Batch) -> None:
+        """Wait until every ticket of *batch* is done, or the pump stops."""
+        while not batch.done.wait(0.5):
+            if self._stopping.is_set():
+                break
+
+    def _tickets_for(self, count: int) -> int:
+        """How many receive tickets to hand out for *count* messages waiting.
+
+        Up to *count* receive tasks, each waiting for a free worker (NServiceBus starts that
+        many, each behind its concurrency semaphore): a worker that handled one message takes
+        the next ticket without a peek in between. A batched receive takes up to batch_size
+        messages per ticket; an armed receive breaker lets one through at a time.
+        """
+        if self.receive_breaker.armed:
+            return 1
+        size = min(count, self.settings.peek_batch_size or count, _MAX_TICKETS)
+        return -(-size // self.settings.batch_size)
 
     def _held_rows(self) -> int:
         """Rows this pump's handlers hold that the peek counted (0 where it does not count them).
@@ -374,30 +386,7 @@ class MessagePump:
                     worker.release()  # now, not after passing over the tasks still queued
                 batch.mark(True)
                 continue
-            failure: BaseException | None = None
-            raised = False
-            try:
-                self.mode.process(receipt, worker)
-            except DATABASE_ERRORS as error:
-                failure = error
-                raised = True
-            except Exception as error:
-                raised = True
-                if receipt.abandoned:
-                    log.info("queue %s: an abandoned handler ended: %s", self.queue, error)
-                else:
-                    log.error("queue %s: processing failed", self.queue, exc_info=True)
-            finally:
-                receipt.received(False)  # no-op if the receive reported already
-                receipt.settle()
-            if raised:
-                # its transaction rolled back, and which messages it held is not known here:
-                # receives scan the queue from 0 again (docs/scale.md, the receive floor)
-                self._rewind()
-            if failure is not None and not receipt.abandoned:
-                self.receive_breaker.failure(failure)
-            elif failure is None:
-                self.receive_breaker.success()
+            self._process(receipt, worker)
             if self._stopping.is_set():
                 worker.release()  # before the stop can see this worker idle
             with self._condition:
@@ -408,6 +397,33 @@ class MessagePump:
                     self._ended += 1
                     if self._pausing:
                         self._wake.set()
+
+    def _process(self, receipt: tasks.Receipt, worker: tasks.Worker) -> None:
+        """Receive and process under *receipt*, and tell the receive breaker how it went."""
+        failure: BaseException | None = None
+        raised = False
+        try:
+            self.mode.process(receipt, worker)
+        except DATABASE_ERRORS as error:
+            failure = error
+            raised = True
+        except Exception as error:
+            raised = True
+            if receipt.abandoned:
+                log.info("queue %s: an abandoned handler ended: %s", self.queue, error)
+            else:
+                log.error("queue %s: processing failed", self.queue, exc_info=True)
+        finally:
+            receipt.received(False)  # no-op if the receive reported already
+            receipt.settle()
+        if raised:
+            # its transaction rolled back, and which messages it held is not known here:
+            # receives scan the queue from 0 again (docs/scale.md, the receive floor)
+            self._rewind()
+        if failure is not None and not receipt.abandoned:
+            self.receive_breaker.failure(failure)
+        elif failure is None:
+            self.receive_breaker.success()
 
     def _next_ticket(self, worker: tasks.Worker) -> tasks.Batch | tasks.Shrunk | None:
         """The next receive task when none is waiting (None: stop).

@@ -59,6 +59,11 @@ def _whole(name: str, value: object, low: int, high: int) -> int:
     return value
 
 
+def _name(name: str, value: object, must: str) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise exceptions.ConfigurationError(f"{name} {value!r} {must}")
+
+
 @dataclasses.dataclass(frozen=True)
 class EndpointSettings:
     """How an endpoint's pump receives, processes, backs off and stops.
@@ -197,6 +202,16 @@ class EndpointSettings:
 
     def __post_init__(self) -> None:
         _whole("concurrency", self.concurrency, 1, 1_000)
+        self._check_mode_and_peek()
+        if self.peek_batch_size is not None:
+            _whole("peek_batch_size", self.peek_batch_size, 1, 100_000)
+        self._check_recoverability()
+        self._check_flow_control()
+        self._check_wakeup()
+        self._check_timing()
+
+    def _check_mode_and_peek(self) -> None:
+        """The transaction mode (read from its name too) and the peek delay."""
         if not isinstance(self.transaction_mode, TransactionMode):
             try:
                 mode = TransactionMode(str(self.transaction_mode).lower())
@@ -218,8 +233,9 @@ class EndpointSettings:
                 "queue (0.1 to 10 seconds is recommended)",
                 self.peek_delay,
             )
-        if self.peek_batch_size is not None:
-            _whole("peek_batch_size", self.peek_batch_size, 1, 100_000)
+
+    def _check_recoverability(self) -> None:
+        """Retries, delayed delivery, and the error and audit queues."""
         _whole("immediate_retries", self.immediate_retries, 0, 100)
         _whole("delayed_retries", self.delayed_retries, 0, 100)
         _whole("delayed_batch_size", self.delayed_batch_size, 1, 10_000)
@@ -236,22 +252,14 @@ class EndpointSettings:
             raise exceptions.ConfigurationError(
                 f"delayed_delivery {self.delayed_delivery!r} must be True or False"
             )
-        if not isinstance(self.error_queue, str) or not self.error_queue.strip():
-            raise exceptions.ConfigurationError(
-                f"error_queue {self.error_queue!r} must name a queue"
-            )
-        if self.audit_queue is not None and (
-            not isinstance(self.audit_queue, str) or not self.audit_queue.strip()
-        ):
-            raise exceptions.ConfigurationError(
-                f"audit_queue {self.audit_queue!r} must name a queue, or be None for no audit"
-            )
-        if self.instance_name is not None and (
-            not isinstance(self.instance_name, str) or not self.instance_name.strip()
-        ):
-            raise exceptions.ConfigurationError(
-                f"instance_name {self.instance_name!r} must be a non-blank name (or None)"
-            )
+        _name("error_queue", self.error_queue, "must name a queue")
+        if self.audit_queue is not None:
+            _name("audit_queue", self.audit_queue, "must name a queue, or be None for no audit")
+        if self.instance_name is not None:
+            _name("instance_name", self.instance_name, "must be a non-blank name (or None)")
+
+    def _check_flow_control(self) -> None:
+        """Instance concurrency, batches, the global limit, the rate limit and keyed order."""
         _whole("instance_concurrency", self.instance_concurrency, 1, 1_000)
         _whole("batch_size", self.batch_size, 1, 10_000)
         if self.global_concurrency is not None:
@@ -261,12 +269,8 @@ class EndpointSettings:
         config.seconds("rate_interval", self.rate_interval, minimum=0, allow_equal=False)
         if self.rate_burst is not None:
             _whole("rate_burst", self.rate_burst, 1, 1_000_000)
-        if self.key_header is not None and (
-            not isinstance(self.key_header, str) or not self.key_header.strip()
-        ):
-            raise exceptions.ConfigurationError(
-                f"key_header {self.key_header!r} must name a header (or be None)"
-            )
+        if self.key_header is not None:
+            _name("key_header", self.key_header, "must name a header (or be None)")
         _whole("key_concurrency", self.key_concurrency, 1, 10_000)
         _whole("key_window", self.key_window, 1, 100_000)
         if not isinstance(self.key_fifo, bool):
@@ -276,6 +280,9 @@ class EndpointSettings:
                 f"key_fifo needs key_concurrency=1 (not {self.key_concurrency}): two messages "
                 "of one key in flight at once finish in any order"
             )
+
+    def _check_wakeup(self) -> None:
+        """The batch flush, how an idle pump wakes up, and the burst after a wake-up."""
         if config.seconds("batch_flush", self.batch_flush, minimum=0) > MAX_BATCH_FLUSH:
             raise exceptions.ConfigurationError(
                 f"batch_flush {self.batch_flush!r} is above 0.05 seconds: a batch holds its "
@@ -301,6 +308,9 @@ class EndpointSettings:
                 f"peek_delay ({self.peek_delay!r})"
             )
         config.seconds("burst_window", self.burst_window, minimum=0)
+
+    def _check_timing(self) -> None:
+        """Shutdown, back-off after errors, heartbeats and metric samples."""
         config.seconds("shutdown_timeout", self.shutdown_timeout, minimum=0)
         config.seconds("critical_error_after", self.critical_error_after, minimum=0)
         config.seconds("initial_backoff", self.initial_backoff, minimum=0, allow_equal=False)
@@ -312,7 +322,6 @@ class EndpointSettings:
                 f"max_backoff {self.max_backoff!r} is below initial_backoff "
                 f"{self.initial_backoff!r}"
             )
-
         if self.heartbeat_interval is not None:
             config.seconds("heartbeat_interval", self.heartbeat_interval, minimum=0.1)
         if config.seconds("metrics_interval", self.metrics_interval, minimum=0.1) < (

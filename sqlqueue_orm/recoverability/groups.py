@@ -50,6 +50,7 @@ import logging
 import re
 import time
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -385,31 +386,29 @@ class FailureGroups:
     # -- changing ----------------------------------------------------------------------------
     def retry(self, id: str) -> int:
         """:meth:`ErrorQueue.retry` every message of group *id*; return how many were sent."""
-        chosen = self.ids(id)
-        sent = self.errors.retry(chosen)
-        log.info(
-            "queue %s: failure group %s: %d of %d message(s) sent back",
-            self.errors.name,
-            id,
-            sent,
-            len(chosen),
-        )
-        self.refresh()  # the entries of the messages sent back go
-        return sent
+        return self._change(id, self.errors.retry, "sent back")
 
     def delete(self, id: str) -> int:
         """:meth:`ErrorQueue.delete` every message of group *id*; return how many were deleted."""
+        return self._change(id, self.errors.delete, "deleted")
+
+    def _change(self, id: str, change: Callable[[tuple[str, ...]], int], done: str) -> int:
+        """Apply *change* to the messages of group *id*, log it as *done*, refresh the groups.
+
+        The refresh drops the entries of the messages that left the error queue.
+        """
         chosen = self.ids(id)
-        deleted = self.errors.delete(chosen)
+        changed = change(chosen)
         log.info(
-            "queue %s: failure group %s: %d of %d message(s) deleted",
+            "queue %s: failure group %s: %d of %d message(s) %s",
             self.errors.name,
             id,
-            deleted,
+            changed,
             len(chosen),
+            done,
         )
         self.refresh()
-        return deleted
+        return changed
 
 
 def _hex(result: sa.Result[Any]) -> set[str]:

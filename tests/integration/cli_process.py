@@ -7,7 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from tests.outbox_app import REPO, sqlqueue_command
+from testsupport.outbox_app import REPO, sqlqueue_command
 
 
 def sqlqueue(

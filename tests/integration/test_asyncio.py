@@ -23,7 +23,7 @@ from sqlqueue_orm.aio import AsyncTransport, AsyncUnitOfWork, create_async_engin
 from sqlqueue_orm.receiving import Endpoint, HandlerContext
 from sqlqueue_orm.sending.outbox import Outbox
 from tests.endpoint_app import Job
-from tests.outbox_app import Order, UserBase, count, outbox_rows
+from testsupport.outbox_app import Order, UserBase, count, outbox_rows
 
 #: The async drivers of each database (the first: what a URL naming none gets).
 ASYNC_DRIVERS = {"sqlite": ("aiosqlite",), "postgresql": ("asyncpg", "psycopg"),

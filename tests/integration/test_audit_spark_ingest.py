@@ -14,7 +14,8 @@ pytest.importorskip("pyspark")
 
 from sqlqueue_orm.contrib.spark import dataset, ingesting
 
-pytestmark = pytest.mark.spark
+# Spark's session may start with this test.
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
 
 def test_spark_ingest_parses_the_audit_headers_an_endpoint_writes(spark, database, tmp_path):

@@ -13,7 +13,6 @@ import collections
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 import sqlalchemy as sa
@@ -24,7 +23,8 @@ from sqlqueue_orm.sending.outbox import Outbox
 from tests import batch_app
 from tests.conftest import only
 from tests.endpoint_app import Handled, Job, UserBase, handled_ids
-from tests.outbox_app import REPO, count
+from tests.integration.test_endpoint_transaction_modes import run_until
+from testsupport.outbox_app import REPO, count
 
 BATCH = 10
 RETRIES = 1
@@ -55,17 +55,6 @@ def _one_worker_scope(queue: str, transport, batch: int, immediate_retries: int)
         immediate_retries=immediate_retries,
         delayed_retries=0,
     )
-
-
-def _run_until(endpoint: Endpoint, done, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
-    endpoint.start()
-    try:
-        deadline = time.monotonic() + timeout
-        while not done():
-            assert time.monotonic() < deadline, f"timed out: {endpoint.stats}"
-            time.sleep(0.02)
-    finally:
-        assert endpoint.stop(10)
 
 
 def test_settings_bound_the_batch():
@@ -140,7 +129,9 @@ def _every_seventh_fails(database, mode: TransactionMode) -> None:  # type: igno
     total = 40
     sent = transport.send_many(queue, [OutgoingMessage(Job(number=n)) for n in range(1, total + 1)])
     failing = [message_id for number, message_id in enumerate(sent, 1) if number % 7 == 0]
-    _run_until(endpoint, lambda: endpoint.stats.handled + endpoint.stats.failed == total)
+    run_until(
+        endpoint, timeout=60.0, done=lambda: endpoint.stats.handled + endpoint.stats.failed == total
+    )
 
     assert sorted(handled_ids(engine)) == sorted(set(sent) - set(failing))  # each once
     assert count(engine, queue) == 0
@@ -176,7 +167,7 @@ def test_a_retried_messages_failures_are_forgotten_once_its_batch_commits(databa
             raise Boom("once")
 
     transport.send_many("forgotten", [OutgoingMessage(Job(number=n)) for n in range(5)])
-    _run_until(endpoint, lambda: endpoint.stats.handled == 5)
+    run_until(endpoint, timeout=60.0, done=lambda: endpoint.stats.handled == 5)
     assert runs[3] == 2 and endpoint.stats.retried == 1, (runs, endpoint.stats)
     assert endpoint._pumps()[0].mode.failures.size == 0
 
@@ -218,16 +209,20 @@ def test_a_failed_move_to_the_error_queue_keeps_the_attempts_counted(database, b
             raise Boom("always")
 
     transport.send_many("counted", [OutgoingMessage(Job(number=n)) for n in range(4)])
-    _run_until(endpoint, lambda: count(transport.engine, "error") == 1 and count(
+    run_until(endpoint, timeout=60.0, done=lambda: count(transport.engine, "error") == 1 and count(
         transport.engine, "counted") == 0)
     # 1 + 2 immediate retries, the move's commit fails; back, attempt 4 fails: moved
     assert runs[2] == 4, runs
     assert endpoint._pumps()[0].mode.failures.size == 0
 
 
-def _start(url: str, mode: TransactionMode, kill_at: int) -> subprocess.Popen[str]:
+def _start(
+    url: str, mode: TransactionMode | None, kill_at: int, batch: int = BATCH
+) -> subprocess.Popen[str]:
+    """``tests.batch_app`` in a process of its own; *mode* ``None``: the default mode."""
+    chosen = "default" if mode is None else mode.value
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.batch_app", url, mode.value, str(BATCH), str(kill_at)],
+        [sys.executable, "-m", "tests.batch_app", url, chosen, str(batch), str(kill_at)],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -240,7 +235,18 @@ def test_sigkill_mid_batch_loses_nothing_and_repeats_nothing(database):
         _killed_mid_batch(database, mode)
 
 
-def _killed_mid_batch(database, mode: TransactionMode) -> None:  # type: ignore[no-untyped-def]
+def test_sigkill_mid_handler_unbatched_in_the_default_mode_handles_each_message_once(database):
+    """One message a transaction, the mode left unset: TRANSACTION_SCOPE, where the handler's
+    session writes commit with the receive. Killed three times in the middle of a handler (its
+    row flushed, not committed; two workers, so another may be in flight), then run to the end:
+    each message's row is committed exactly once, and none is lost."""
+    assert EndpointSettings().transaction_mode is TransactionMode.TRANSACTION_SCOPE
+    _killed_mid_batch(database, None, batch=1)
+
+
+def _killed_mid_batch(database, mode: TransactionMode | None, batch: int = BATCH) -> None:  # type: ignore[no-untyped-def]
+    """Kill ``tests.batch_app`` at its 25th, 37th and 16th handler runs, then drain the queue
+    in this process: each message handled once, none lost."""
     transport = database.transport()
     engine = transport.engine
     UserBase.metadata.drop_all(engine)
@@ -256,12 +262,12 @@ def _killed_mid_batch(database, mode: TransactionMode) -> None:  # type: ignore[
     # Each run dies at its K-th handler run: in the middle of a batch (K is not a multiple of
     # the batch size), after the batch's earlier messages ran their handlers.
     for kill_at in (25, 37, 16):
-        process = _start(database.url, mode, kill_at)
+        process = _start(database.url, mode, kill_at, batch)
         _, stderr = process.communicate(timeout=60)
         assert process.returncode == -9, stderr  # killed, not finished
     assert count(engine, batch_app.QUEUE) < total  # the runs committed batches before dying
-    endpoint = batch_app.build(transport, mode, BATCH)
-    _run_until(endpoint, lambda: count(engine, batch_app.QUEUE) == 0)
+    endpoint = batch_app.build(transport, mode, batch)
+    run_until(endpoint, timeout=60.0, done=lambda: count(engine, batch_app.QUEUE) == 0)
     handled = handled_ids(engine)
     assert sorted(set(handled)) == sorted(sent)  # nothing lost
     assert len(handled) == len(sent)  # nothing handled twice
@@ -316,7 +322,7 @@ def test_a_savepoint_opens_only_for_handlers_that_reach_the_database(database, b
     sent = transport.send_many(queue, [OutgoingMessage(Job(number=n)) for n in range(total)])
     sa.event.listen(engine, "before_cursor_execute", record)
     try:
-        _run_until(endpoint, lambda: endpoint.stats.handled == total)
+        run_until(endpoint, timeout=60.0, done=lambda: endpoint.stats.handled == total)
     finally:
         sa.event.remove(engine, "before_cursor_execute", record)
 
@@ -363,7 +369,9 @@ def test_a_failed_handlers_sends_are_rolled_back_and_wake_nobody(database, batch
     total = 30
     transport.send_many(queue, [OutgoingMessage(Job(number=n)) for n in range(total)])
     woken.clear()  # the sends above announce the input queue
-    _run_until(endpoint, lambda: endpoint.stats.handled + endpoint.stats.failed == total)
+    run_until(
+        endpoint, timeout=60.0, done=lambda: endpoint.stats.handled + endpoint.stats.failed == total
+    )
 
     failing = len(range(0, total, 3))
     assert (endpoint.stats.handled, endpoint.stats.failed) == (total - failing, failing)

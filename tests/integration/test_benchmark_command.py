@@ -15,6 +15,7 @@ import subprocess
 import sys
 import uuid
 
+import pytest
 import sqlalchemy as sa
 
 from benchmarks import baselines, bench_wakeup, headline, servers, workers, workload
@@ -36,6 +37,7 @@ def _assert_wakeup_cells(table: str, database: str) -> None:
     assert "Wake-up, beside the cells it must not slow" in table
 
 
+@pytest.mark.timeout(360)  # every scenario of the benchmark, small, in one process
 def test_every_scenario_runs_on_sqlite_and_prints_the_table():
     completed = subprocess.run(
         [sys.executable, "-m", "benchmarks", "--databases", "sqlite", "--messages", "20",

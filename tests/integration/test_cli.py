@@ -377,7 +377,7 @@ def test_list_queues_looks_in_every_schema(database):
 def test_outbox_dispatch_once_reports_what_it_deferred(database):
     from sqlqueue_orm import OutgoingMessage
     from sqlqueue_orm.sending.outbox import Outbox, OutboxOperation
-    from tests.outbox_app import install
+    from testsupport.outbox_app import install
 
     transport = database.transport()
     install(transport, "billing")

@@ -18,11 +18,11 @@ import pytest
 
 from sqlqueue_orm import control, health
 from sqlqueue_orm.receiving import control as receiving_control
-from tests import browser
 from tests.endpoint_app import UserBase, send_jobs
 from tests.integration.test_control_cli import EndpointProcess, _handled, _wait_handled
 from tests.integration.test_dashboard_browser import By, click, driver, wait_for  # noqa: F401
 from tests.integration.test_dashboard_figures_browser import beat_for_two_minutes
+from testsupport import browser
 
 pytest.importorskip("starlette", reason="the dashboard extra is not installed")
 from sqlqueue_orm.contrib.dashboard import create_app

@@ -17,8 +17,8 @@ import pytest
 
 from sqlqueue_orm.recoverability.error_queue import ErrorQueue
 from sqlqueue_orm.recoverability.groups import FailureGroups
-from tests import browser
 from tests.integration.test_failure_groups import fail
+from testsupport import browser
 
 pytest.importorskip("starlette", reason="the dashboard extra is not installed")
 from sqlqueue_orm.contrib.dashboard import create_app

@@ -19,8 +19,8 @@ from sqlqueue_orm import OutgoingMessage, Transport
 from sqlqueue_orm.receiving import Endpoint, EndpointSettings, HandlerContext
 from sqlqueue_orm.recoverability.error_queue import ErrorQueue
 from sqlqueue_orm.sending.outbox import Outbox, OutboxOperation
-from tests import browser
 from tests.integration.test_endpoint_transaction_modes import run_until
+from testsupport import browser
 
 pytest.importorskip("starlette", reason="the dashboard extra is not installed")
 from sqlqueue_orm.contrib.dashboard import create_app

@@ -13,9 +13,9 @@ import pytest
 
 from sqlqueue_orm import OutgoingMessage, cli
 from sqlqueue_orm.sending.outbox import Outbox
-from tests import browser
 from tests.conftest import only
 from tests.integration.test_cli import one_line
+from testsupport import browser
 
 pytest.importorskip("starlette", reason="the dashboard extra is not installed")
 

@@ -15,9 +15,9 @@ import pytest
 
 from sqlqueue_orm.recoverability.error_queue import ErrorQueue
 from sqlqueue_orm.recoverability.groups import FailureGroups
-from tests import browser
 from tests.integration.test_dashboard_browser import By, click, driver  # noqa: F401
 from tests.integration.test_failure_groups import fail
+from testsupport import browser
 
 pytest.importorskip("starlette", reason="the dashboard extra is not installed")
 from sqlqueue_orm.contrib.dashboard import create_app

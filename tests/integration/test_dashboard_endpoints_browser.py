@@ -18,13 +18,13 @@ from sqlqueue_orm import OutgoingMessage, health
 from tests.conftest import only
 from tests.endpoint_app import Job
 from tests.integration.test_endpoint_health import eventually
-from tests.outbox_app import REPO
+from testsupport.outbox_app import REPO
 
 pytest.importorskip("starlette", reason="the dashboard extra is not installed")
 from selenium.webdriver.common.by import By
 
 from sqlqueue_orm.contrib.dashboard import create_app
-from tests import browser
+from testsupport import browser
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,8 @@ import uuid
 import pytest
 
 from sqlqueue_orm import control, health
-from tests import browser
 from tests.integration.test_dashboard_browser import By, driver, fail  # noqa: F401
+from testsupport import browser
 
 pytest.importorskip("starlette", reason="the dashboard extra is not installed")
 from sqlqueue_orm.contrib.dashboard import create_app

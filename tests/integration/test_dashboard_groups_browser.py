@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests import browser
 from tests.integration.test_dashboard_browser import By, click, driver, error_ids  # noqa: F401
 from tests.integration.test_failure_groups import fail
+from testsupport import browser
 
 pytest.importorskip("starlette", reason="the dashboard extra is not installed")
 from sqlqueue_orm.contrib.dashboard import create_app

@@ -22,7 +22,7 @@ from sqlqueue_orm.sending.outbox import Outbox
 from sqlqueue_orm.sending.outbox_records import OutboxOperation, utc_now
 from sqlqueue_orm.session import UnitOfWork
 from tests.conftest import only
-from tests.outbox_app import (
+from testsupport.outbox_app import (
     REPO,
     Order,
     count,
@@ -177,7 +177,7 @@ def test_bad_dispatch_options_exit_2_naming_the_value(database, app, tmp_path):
 @pytest.mark.slow
 def test_sigkill_after_commit_before_inline_dispatch_the_dispatcher_delivers(database, app):
     crashed = subprocess.run(
-        [sys.executable, "-m", "tests.outbox_app", database.url, "25"],
+        [sys.executable, "-m", "testsupport.outbox_app", database.url, "25"],
         capture_output=True,
         text=True,
         timeout=120,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from tests import docs_blocks
-from tests.conftest import drop_postgres_database, new_postgres_database
+from testsupport.databases import drop_postgres_database, new_postgres_database
 
 
 def _ids(pages):  # type: ignore[no-untyped-def]
@@ -22,12 +22,14 @@ POSTGRES_PAGES = docs_blocks.pages_with_runs("postgresql")
 
 
 @pytest.mark.parametrize("page", SQLITE_PAGES, ids=_ids(SQLITE_PAGES))
+@pytest.mark.timeout(480)  # every block of a page: the long pages take a minute
 def test_the_blocks_of_a_page_run_on_sqlite(page, tmp_path):
     for reason in docs_blocks.run_page(page, "sqlite", tmp_path, None):
         print("not run:", reason)
 
 
 @pytest.mark.parametrize("page", POSTGRES_PAGES, ids=_ids(POSTGRES_PAGES))
+@pytest.mark.timeout(480)
 def test_the_blocks_of_a_page_run_on_postgresql(page, tmp_path, postgres_admin):
     url = new_postgres_database(postgres_admin)
     try:

@@ -10,7 +10,7 @@ from sqlqueue_orm import Transport
 from sqlqueue_orm.receiving import Endpoint
 from tests.conftest import only
 from tests.endpoint_app import Job, send_jobs
-from tests.outbox_app import REPO, sqlqueue_command
+from testsupport.outbox_app import REPO, sqlqueue_command
 
 
 def sqlqueue(*args: str) -> subprocess.CompletedProcess[str]:

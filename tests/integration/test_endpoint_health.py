@@ -24,7 +24,7 @@ from sqlqueue_orm.receiving import Endpoint, HandlerContext
 from tests.conftest import only
 from tests.endpoint_app import Job
 from tests.health_app import BEAT
-from tests.outbox_app import REPO
+from testsupport.outbox_app import REPO
 
 T = TypeVar("T")
 

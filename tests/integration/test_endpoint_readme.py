@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 from tests.conftest import only
-from tests.outbox_app import REPO
+from testsupport.outbox_app import REPO
 
 
 def _first_block(language: str) -> str:

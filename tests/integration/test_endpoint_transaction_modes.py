@@ -27,7 +27,7 @@ from sqlqueue_orm.receiving import Endpoint, EndpointSettings, HandlerContext, T
 from sqlqueue_orm.sending.outbox import Outbox
 from tests.conftest import only
 from tests.endpoint_app import Handled, Job, Note, UserBase, handled_ids
-from tests.outbox_app import count, outbox_rows
+from testsupport.outbox_app import count, outbox_rows
 
 RETRIES = 2
 #: Handler runs of a failing message: the first try and the immediate retries (NONE: one).

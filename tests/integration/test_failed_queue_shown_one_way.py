@@ -11,7 +11,7 @@ import pytest
 
 from sqlqueue_orm import OutgoingMessage, headers
 from sqlqueue_orm.recoverability import ErrorQueue
-from tests import browser
+from testsupport import browser
 
 pytest.importorskip("starlette", reason="the dashboard extra is not installed")
 

@@ -26,7 +26,7 @@ from sqlqueue_orm.receiving.worker import WorkerState
 from tests.conftest import only
 from tests.endpoint_app import Job
 from tests.flow_app import FlowBase, most_at_once, spans
-from tests.outbox_app import REPO
+from testsupport.outbox_app import REPO
 
 
 def _processes(url: str, queue: str, count: int, concurrency: int, settings: dict[str, object],

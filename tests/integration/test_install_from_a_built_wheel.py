@@ -19,7 +19,8 @@ from tests.conftest import Database, only
 
 ROOT = Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.slow
+# Builds the wheel and sdist and installs into a new virtualenv.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def _run(*command: str | Path, cwd: Path, env: dict[str, str] | None = None) -> str:

@@ -12,7 +12,7 @@ import pytest
 from sqlqueue_orm import exceptions
 from tests.conftest import only
 from tests.integration.test_cli import one_line, sqlqueue
-from tests.migration import legacy
+from testsupport import legacy
 
 TABLE = "old orders"
 

@@ -32,8 +32,8 @@ from sqlqueue_orm.messages import IncomingMessage
 from sqlqueue_orm.recoverability.error_queue import ErrorQueue, FailedMessage
 from sqlqueue_orm.sending.dispatcher import OutboxDispatcher
 from sqlqueue_orm.sending.outbox import Outbox
-from tests import pg_cluster
 from tests.conftest import Database, only
+from testsupport import pg_cluster
 
 Call = Callable[[], object]
 

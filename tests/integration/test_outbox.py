@@ -32,7 +32,7 @@ from sqlqueue_orm.sending.outbox_records import (
 from sqlqueue_orm.sending.routing import Routing
 from sqlqueue_orm.session import Outcome, UnitOfWork
 from tests.conftest import only
-from tests.outbox_app import (
+from testsupport.outbox_app import (
     REPO,
     Order,
     count,

@@ -10,7 +10,7 @@ from sqlqueue_orm import OutgoingMessage, Transport
 from sqlqueue_orm.sending.outbox import OutboxOperation
 from tests.conftest import only
 from tests.integration.cli_process import one_line, sqlqueue
-from tests.outbox_app import install
+from testsupport.outbox_app import install
 
 
 @only("sqlite", "postgresql")

@@ -32,8 +32,9 @@ from sqlqueue_orm.sending import outbox_statements
 from sqlqueue_orm.sending.outbox import Outbox
 from sqlqueue_orm.sending.outbox_records import OutboxOperation, utc_now
 from sqlqueue_orm.sending.routing import Routing
-from tests.conftest import drop_postgres_database, new_postgres_database, only
-from tests.outbox_app import REPO, install, outbox_rows, queue_message_ids, sqlqueue_command
+from tests.conftest import only
+from testsupport.databases import drop_postgres_database, new_postgres_database
+from testsupport.outbox_app import REPO, install, outbox_rows, queue_message_ids, sqlqueue_command
 
 DELIVERY_COLUMNS = ["Destination", "MessageId", "OutboxRecordId", "DeliveredAt"]
 
@@ -405,7 +406,9 @@ def _kill_repeatedly(database, remote_url, kills, plans, legacy=False):
             f"{kind}:{rng.randint(1, 4)}"
         )
         batch = rng.choice([1, 5, 20])
-        args = [sys.executable, "-m", "tests.outbox_app", "dispatch", database.url, remote_url]
+        args = [
+            sys.executable, "-m", "testsupport.outbox_app", "dispatch", database.url, remote_url
+        ]
         child = subprocess.run(
             [*args, plan, str(batch), *(["legacy"] if legacy else [])],
             capture_output=True,
@@ -439,6 +442,7 @@ def _final_run(database, remote_url, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(480)  # dozens of dispatcher processes, each started and killed
 @only("sqlite", "postgresql")
 def test_dispatchers_killed_at_random_deliver_every_message_exactly_once(
     database, app, remote, remote_url, tmp_path

@@ -126,6 +126,36 @@ def test_a_message_rolled_back_below_the_floor_is_retried_at_once(database):
     assert attempts[1] < 250, attempts
 
 
+def _send_late(database: Any, transport: Any, total: int) -> None:
+    """*total* messages to "shared" in twenties, the first of each committed after the other
+    19 (SQLite, one writer: each twenty in one send)."""
+    for start in range(0, total, 20):
+        bodies = [OutgoingMessage(f"s{n}".encode()) for n in range(start, start + 20)]
+        if database.dialect == "sqlite":  # a send cannot wait open beside the receives
+            transport.send_many("shared", bodies)
+            continue
+        # the first of each 20 takes its seq, then commits after the other 19
+        with database.engine.connect() as late:
+            transaction = late.begin()
+            transport.send("shared", bodies[0], connection=late)
+            transport.send_many("shared", bodies[1:])
+            time.sleep(0.01)
+            transaction.commit()
+
+
+def _receive_or_roll_back(transport: Any, roll_back: bool) -> list[Any] | None:
+    """Up to 3 messages of "shared"; with *roll_back*, any received are returned to the queue
+    by a rollback nobody tells the floor about (then None)."""
+    with transport.engine.connect() as connection:
+        transaction = connection.begin()
+        messages = transport.receive("shared", 3, connection=connection)
+        if messages and roll_back:
+            transaction.rollback()
+            return None
+        transaction.commit()
+    return messages
+
+
 def test_competing_consumers_with_late_sends_and_rollbacks_receive_each_message_once(database):
     """Threads of two transports (two floors) receive while sends commit out of order and some
     receives roll back without telling anyone (a user's own transaction)."""
@@ -136,7 +166,6 @@ def test_competing_consumers_with_late_sends_and_rollbacks_receive_each_message_
         if queue.floor is not None:
             queue.floor = ReceiveFloor(queue.name, margin=3, rescan=0.2)
     total = 400
-    sqlite = database.dialect == "sqlite"
     received: list[bytes] = []
     lock = threading.Lock()
     sending_done = threading.Event()
@@ -144,18 +173,7 @@ def test_competing_consumers_with_late_sends_and_rollbacks_receive_each_message_
 
     def send() -> None:
         try:
-            for start in range(0, total, 20):
-                bodies = [OutgoingMessage(f"s{n}".encode()) for n in range(start, start + 20)]
-                if sqlite:  # one writer: a send cannot wait open beside the receives
-                    first.send_many("shared", bodies)
-                    continue
-                # the first of each 20 takes its seq, then commits after the other 19
-                with database.engine.connect() as late:
-                    transaction = late.begin()
-                    first.send("shared", bodies[0], connection=late)
-                    first.send_many("shared", bodies[1:])
-                    time.sleep(0.01)
-                    transaction.commit()
+            _send_late(database, first, total)
         except BaseException as error:
             errors.append(error)
         finally:
@@ -167,13 +185,9 @@ def test_competing_consumers_with_late_sends_and_rollbacks_receive_each_message_
             idle_since = None
             while True:
                 count += 1
-                with transport.engine.connect() as connection:
-                    transaction = connection.begin()
-                    messages = transport.receive("shared", 3, connection=connection)
-                    if messages and count % 7 == worker:
-                        transaction.rollback()  # returned, and nobody told the floor
-                        continue
-                    transaction.commit()
+                messages = _receive_or_roll_back(transport, count % 7 == worker)
+                if messages is None:
+                    continue
                 if messages:
                     idle_since = None
                     with lock:

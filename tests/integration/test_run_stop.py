@@ -18,7 +18,7 @@ import pytest
 from sqlqueue_orm import OutgoingMessage, health
 from tests.endpoint_app import Job, UserBase, handled_ids
 from tests.integration.test_endpoint_health import eventually
-from tests.outbox_app import REPO, sqlqueue_command
+from testsupport.outbox_app import REPO, sqlqueue_command
 
 
 def run_beating(database) -> subprocess.Popen[str]:  # type: ignore[no-untyped-def]

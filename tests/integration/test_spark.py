@@ -34,7 +34,8 @@ pytest.importorskip("pyspark")
 from sqlqueue_orm.contrib.spark import dataset, ingesting, locking, reporting, sample, sending
 from tests.integration.spark_support import REPO
 
-pytestmark = pytest.mark.spark
+# Spark's session starts with the first test; a killed ingest starts a JVM of its own each run.
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
 def queue_rows(engine, name):
     table = queue_table(name, dialect=engine)
@@ -132,10 +133,19 @@ def test_send_dataframe_bodies_without_key_and_bad_input(spark, database):
 
 
 # -- ingest ------------------------------------------------------------------------------------
+#: An ingest that SIGKILLs itself, as a crash would, when a batch reaches the step named in its
+#: last argument (``written:2``: batch 2 written to staging), through ingesting.on_step.
 KILLED_INGEST = textwrap.dedent(
     """
-    import sys
+    import logging, os, signal, sys
     from sqlqueue_orm.contrib.spark import ingesting, session
+
+    def die_at(step, batch):
+        if f"{step}:{batch}" == sys.argv[4]:
+            logging.shutdown()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    ingesting.on_step = die_at
     spark = session.spark_session("local[2]")
     spark.sparkContext.setLogLevel("ERROR")
     ingesting.ingest(spark, sys.argv[1], "audit", sys.argv[2], batch_size=int(sys.argv[3]))
@@ -145,10 +155,10 @@ KILLED_INGEST = textwrap.dedent(
 
 
 def ingest_killed_at(url, path, point, batch_size):
-    environment = dict(os.environ, **{ingesting.KILL_AT_ENV: point})
+    environment = dict(os.environ)
     environment["PYTHONPATH"] = REPO + os.pathsep + environment.get("PYTHONPATH", "")
     done = subprocess.run(
-        [sys.executable, "-c", KILLED_INGEST, url, path, str(batch_size)],
+        [sys.executable, "-c", KILLED_INGEST, url, path, str(batch_size), point],
         env=environment,
         capture_output=True,
         text=True,

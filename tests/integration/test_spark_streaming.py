@@ -37,7 +37,8 @@ pytest.importorskip("pyspark")
 from sqlqueue_orm.contrib.spark import dataset, sample
 from tests.integration.spark_support import REPO
 
-pytestmark = pytest.mark.spark
+# Spark's session starts with the first test; the killed streams restart their queries.
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
 def queue_count(engine, name):
     table = queue_table(name, dialect=engine)

@@ -12,7 +12,7 @@ from sqlqueue_orm.sending.outbox import Outbox
 from sqlqueue_orm.sending.outbox_records import deserialize_operations
 from sqlqueue_orm.sending.routing import Routing
 from sqlqueue_orm.session import Outcome, UnitOfWork, unit_of_work
-from tests.outbox_app import Order, count, install, outbox_rows, queue_message_ids
+from testsupport.outbox_app import Order, count, install, outbox_rows, queue_message_ids
 
 
 class Boom(Exception):

@@ -407,7 +407,7 @@ def test_an_idle_sqlite_endpoint_holds_no_read_transaction(database):
 def test_sqlqueue_run_takes_a_wakeup_mode_and_names_a_bad_one(database):
     from tests.endpoint_app import send_jobs
     from tests.integration.cli_process import sqlqueue
-    from tests.outbox_app import REPO
+    from testsupport.outbox_app import REPO
 
     endpoint = ["--url", database.url, "run", "tests.endpoint_app:endpoint"]
     bad = sqlqueue(*endpoint, "--wakeup", "sometimes", cwd=REPO)

@@ -13,7 +13,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from tests.migration.legacy import Names
+from testsupport.legacy import Names
 
 
 def _normalized(predicate: str | None) -> str | None:

@@ -10,35 +10,22 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import command
-from alembic.autogenerate import compare_metadata
-from alembic.migration import MigrationContext
 
-from sqlqueue_orm import cli, control, verify
+from sqlqueue_orm import cli, control
 from sqlqueue_orm.migration import environment
-from sqlqueue_orm.models.base import Base
 from sqlqueue_orm.models.endpoint_control import LOG_TABLE_NAME, TABLE_NAME
 from tests.conftest import Database
+from tests.migration import declared
 
 NAMES = (TABLE_NAME, LOG_TABLE_NAME)
-
-
-def _diffs(database: Database) -> list[object]:
-    with database.engine.connect() as connection:
-        diffs = compare_metadata(MigrationContext.configure(connection), Base.metadata)
-    return [diff for diff in diffs if any(name in repr(diff) for name in NAMES)]
-
-
-def _drifts(database: Database) -> list[verify.Drift]:
-    with database.engine.connect() as connection:
-        return [d for d in verify.verify(connection) if any(n in d.table for n in NAMES)]
 
 
 def test_migrate_creates_the_declared_tables_and_downgrade_drops_them(database: Database) -> None:
     assert cli.main(["--url", database.url, "migrate"]) == 0
     inspector = sa.inspect(database.engine)
     assert all(inspector.has_table(name) for name in NAMES)
-    assert _diffs(database) == []
-    assert _drifts(database) == []
+    assert declared.diffs(database, NAMES) == []
+    assert declared.drifts(database, NAMES) == []
     command.downgrade(environment.alembic_config(database.url), "0012_rate_limits")
     inspector = sa.inspect(database.engine)
     assert not any(inspector.has_table(name) for name in NAMES)
@@ -53,6 +40,6 @@ def test_tables_made_on_first_use_are_kept(database: Database) -> None:
     state = control.state(transport, "sales")
     assert state is not None and state.paused
     assert [action.action for action in control.log(transport)] == ["pause"]
-    assert _diffs(database) == []
+    assert declared.diffs(database, NAMES) == []
     control.resume(transport, "sales")  # the log's identity goes on after the migration
     assert [action.action for action in control.log(transport)] == ["resume", "pause"]

@@ -10,27 +10,14 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import command
-from alembic.autogenerate import compare_metadata
-from alembic.migration import MigrationContext
 
-from sqlqueue_orm import cli, health, verify
+from sqlqueue_orm import cli, health
 from sqlqueue_orm.migration import environment
-from sqlqueue_orm.models.base import Base
 from sqlqueue_orm.models.endpoint_health import ENDPOINTS_TABLE, METRICS_TABLE
 from tests.conftest import Database, only
+from tests.migration import declared
 
 TABLES = (ENDPOINTS_TABLE, METRICS_TABLE)
-
-
-def _diffs(database: Database) -> list[object]:
-    with database.engine.connect() as connection:
-        diffs = compare_metadata(MigrationContext.configure(connection), Base.metadata)
-    return [diff for diff in diffs if any(table in repr(diff) for table in TABLES)]
-
-
-def _drifts(database: Database) -> list[verify.Drift]:
-    with database.engine.connect() as connection:
-        return [d for d in verify.verify(connection) if any(t in d.table for t in TABLES)]
 
 
 @only("sqlite", "postgresql")
@@ -38,8 +25,8 @@ def test_migrate_creates_the_declared_tables_and_downgrade_drops_them(database: 
     assert cli.main(["--url", database.url, "migrate"]) == 0
     for table in TABLES:
         assert sa.inspect(database.engine).has_table(table)
-    assert _diffs(database) == []
-    assert _drifts(database) == []
+    assert declared.diffs(database, TABLES) == []
+    assert declared.drifts(database, TABLES) == []
     assert cli.main(["--url", database.url, "migrate"]) == 0  # again: nothing to do
     command.downgrade(environment.alembic_config(database.url), "0012_rate_limits")
     for table in TABLES:
@@ -55,4 +42,4 @@ def test_tables_an_endpoint_made_are_kept_with_their_rows(database: Database):
     assert cli.main(["--url", database.url, "migrate"]) == 0
     [metrics] = health.read_queue_metrics(database.engine, ["orders"], now=1.0e9 + 1).values()
     assert list(metrics.samples) == [sample]
-    assert _diffs(database) == []
+    assert declared.diffs(database, TABLES) == []

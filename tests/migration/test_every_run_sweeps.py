@@ -23,7 +23,8 @@ from sqlqueue_orm.messages import OutgoingMessage
 from sqlqueue_orm.migration import environment, steps
 from sqlqueue_orm.models.queue_table import build_queue_table
 from tests.conftest import only
-from tests.migration import legacy, shapes
+from tests.migration import shapes
+from testsupport import legacy
 
 CURRENT = "current orders"
 LATE_V1 = "late v1-endpoint q.x"

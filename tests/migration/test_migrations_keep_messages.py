@@ -33,7 +33,8 @@ from sqlqueue_orm.messages import OutgoingMessage
 from sqlqueue_orm.migration import environment, steps
 from sqlqueue_orm.models.queue_table import build_queue_table
 from tests.conftest import only
-from tests.migration import legacy, shapes
+from tests.migration import shapes
+from testsupport import legacy
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = "Legacy Queues"

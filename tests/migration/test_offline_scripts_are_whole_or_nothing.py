@@ -26,7 +26,8 @@ from sqlqueue_orm import cli, exceptions
 from sqlqueue_orm.migration import environment
 from sqlqueue_orm.models.queue_table import build_queue_table
 from tests.conftest import only
-from tests.migration import legacy, shapes
+from tests.migration import shapes
+from testsupport import legacy
 
 REPO = Path(__file__).resolve().parents[2]
 UNREACHABLE = "postgresql+psycopg://nobody@127.0.0.1:1/none"

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import command
-from alembic.autogenerate import compare_metadata
-from alembic.migration import MigrationContext
 
 from sqlqueue_orm import cli, verify
 from sqlqueue_orm.migration import environment
@@ -20,23 +18,13 @@ from sqlqueue_orm.models.base import Base
 from sqlqueue_orm.models.rate_limit import TABLE_NAME, RateLimitSchedule
 from sqlqueue_orm.receiving.flow import rate_limit
 from tests.conftest import Database, only
-
-
-def _diffs(database: Database) -> list[object]:
-    with database.engine.connect() as connection:
-        diffs = compare_metadata(MigrationContext.configure(connection), Base.metadata)
-    return [diff for diff in diffs if TABLE_NAME in repr(diff)]
+from tests.migration import declared
 
 
 def _schedules(database: Database) -> list[tuple[str, float]]:
     with database.engine.connect() as connection:
         return [(row.name, row.next_at) for row in connection.execute(
             sa.select(rate_limit.RATE_TABLE.c.name, rate_limit.RATE_TABLE.c.next_at))]
-
-
-def _drifts(database: Database) -> list[verify.Drift]:
-    with database.engine.connect() as connection:
-        return [drift for drift in verify.verify(connection) if TABLE_NAME in drift.table]
 
 
 def test_the_table_is_declared_once():
@@ -47,8 +35,8 @@ def test_the_table_is_declared_once():
 def test_migrate_creates_the_declared_table_and_downgrade_drops_it(database: Database) -> None:
     assert cli.main(["--url", database.url, "migrate"]) == 0
     assert sa.inspect(database.engine).has_table(TABLE_NAME)
-    assert _diffs(database) == []
-    assert _drifts(database) == []
+    assert declared.diffs(database, (TABLE_NAME,)) == []
+    assert declared.drifts(database, (TABLE_NAME,)) == []
     assert cli.main(["--url", database.url, "migrate"]) == 0  # again: nothing to do
     command.downgrade(environment.alembic_config(database.url), "0011_queue_storage")
     assert not sa.inspect(database.engine).has_table(TABLE_NAME)
@@ -67,7 +55,7 @@ def test_a_table_made_at_start_up_is_kept(database: Database) -> None:
         connection.execute(rate_limit.RATE_TABLE.insert().values(name="orders", next_at=12.5))
     command.upgrade(config, "head")
     assert _schedules(database) == [("orders", 12.5)]
-    assert _drifts(database) == []
+    assert declared.drifts(database, (TABLE_NAME,)) == []
 
 
 @only("postgresql")
@@ -78,7 +66,7 @@ def test_start_up_then_migrate(database: Database) -> None:
     assert _schedules(database) == [("orders", 0.0)]
     assert cli.main(["--url", database.url, "migrate"]) == 0
     assert _schedules(database) == [("orders", 0.0)]
-    assert _diffs(database) == []
+    assert declared.diffs(database, (TABLE_NAME,)) == []
 
 
 @only("postgresql")
@@ -86,9 +74,9 @@ def test_verify_finds_a_drifted_schedule_table_and_repairs_it(database: Database
     assert cli.main(["--url", database.url, "migrate"]) == 0
     with database.engine.begin() as connection:
         connection.exec_driver_sql(f"ALTER TABLE {TABLE_NAME} ALTER COLUMN next_at TYPE integer")
-    drifts = _drifts(database)
+    drifts = declared.drifts(database, (TABLE_NAME,))
     assert [(drift.kind, drift.subject) for drift in drifts] == [("type", "next_at")]
     with database.engine.begin() as connection:
         for statement in verify.repair_script(drifts):
             connection.exec_driver_sql(statement)
-    assert _drifts(database) == []
+    assert declared.drifts(database, (TABLE_NAME,)) == []

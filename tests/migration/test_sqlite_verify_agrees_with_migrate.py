@@ -14,7 +14,7 @@ import pytest
 
 from sqlqueue_orm import OutgoingMessage, cli
 from tests.conftest import Database, only
-from tests.migration import legacy
+from testsupport import legacy
 
 QUEUE = "orders v1"
 

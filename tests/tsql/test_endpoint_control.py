@@ -6,14 +6,11 @@ the caller's transaction: the key-range lock the UPDATE takes on a missing row m
 upsert of the same endpoint wait, so two operators never both insert.
 """
 
-import importlib
-import io
 
 import sqlalchemy as sa
-from alembic.migration import MigrationContext
-from alembic.operations import Operations
 
 from sqlqueue_orm import control, dialects
+from tests.tsql.offline import revision_statements
 
 #: SQL Server's control statements, as its dialect module holds them.
 STATEMENTS = dialects.for_dialect("mssql").control
@@ -81,15 +78,7 @@ def test_the_other_databases_upsert_with_on_conflict():
 
 
 def test_revision_0015_offline_tsql():
-    module = importlib.import_module("sqlqueue_orm.migrations_versions.0015_endpoint_control")
-    output = io.StringIO()
-    context = MigrationContext.configure(
-        dialect_name="mssql", opts={"as_sql": True, "output_buffer": output}
-    )
-    with Operations.context(context):
-        module.upgrade()
-        module.downgrade()
-    statements = [part.strip() for part in output.getvalue().split("GO") if part.strip()]
+    statements = revision_statements("0015_endpoint_control")
     assert statements == [
         "IF OBJECT_ID(N'sqlqueue_endpoint_control', N'U') IS NULL\nBEGIN\n"
         "CREATE TABLE sqlqueue_endpoint_control (\n"

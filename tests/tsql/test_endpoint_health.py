@@ -5,14 +5,11 @@ instance writes only rows keyed by its own instance id, so a plain UPDATE by key
 the first time) needs no MERGE or lock hints.
 """
 
-import importlib
-import io
 
 import sqlalchemy as sa
-from alembic.migration import MigrationContext
-from alembic.operations import Operations
 
 from sqlqueue_orm import addressing, health
+from tests.tsql.offline import revision_statements
 
 DIALECT = sa.create_engine("mssql+pyodbc://user:pw@host/db?driver=FreeTDS").dialect
 
@@ -74,15 +71,7 @@ def test_the_heartbeat_is_an_update_by_key_and_pruning_a_range_delete():
 
 
 def test_revision_0014_offline_tsql():
-    module = importlib.import_module("sqlqueue_orm.migrations_versions.0014_endpoint_health")
-    output = io.StringIO()
-    context = MigrationContext.configure(
-        dialect_name="mssql", opts={"as_sql": True, "output_buffer": output}
-    )
-    with Operations.context(context):
-        module.upgrade()
-        module.downgrade()
-    statements = [part.strip() for part in output.getvalue().split("GO") if part.strip()]
+    statements = revision_statements("0014_endpoint_health")
     assert statements == [
         "IF OBJECT_ID(N'sqlqueue_endpoints', N'U') IS NULL\nBEGIN\n"
         "CREATE TABLE sqlqueue_endpoints (\n"

@@ -3,16 +3,13 @@
 No SQL Server runs here, so the text compiled by the mssql+pyodbc dialect is the contract.
 """
 
-import importlib
-import io
 
 import sqlalchemy as sa
-from alembic.migration import MigrationContext
-from alembic.operations import Operations
 
 from sqlqueue_orm import dialects
 from sqlqueue_orm.queuing import sql
 from sqlqueue_orm.receiving.flow import rate_limit
+from tests.tsql.offline import revision_statements
 
 #: SQL Server's flow statements, as its dialect module holds them.
 FLOW = dialects.for_dialect("mssql").flow
@@ -104,15 +101,7 @@ def test_the_rate_limit_reservation():
 
 
 def test_revision_0012_offline_tsql():
-    module = importlib.import_module("sqlqueue_orm.migrations_versions.0012_rate_limits")
-    output = io.StringIO()
-    context = MigrationContext.configure(
-        dialect_name="mssql", opts={"as_sql": True, "output_buffer": output}
-    )
-    with Operations.context(context):
-        module.upgrade()
-        module.downgrade()
-    statements = [part.strip() for part in output.getvalue().split("GO") if part.strip()]
+    statements = revision_statements("0012_rate_limits")
     assert statements == [
         "IF OBJECT_ID(N'sqlqueue_rate_limits', N'U') IS NULL\nBEGIN\n"
         "CREATE TABLE sqlqueue_rate_limits (\n"

@@ -23,7 +23,8 @@ from sqlqueue_orm import cli, exceptions
 from sqlqueue_orm.migration import environment
 from sqlqueue_orm.models.queue_table import build_queue_table
 from tests.conftest import only
-from tests.migration import legacy, shapes
+from tests.migration import shapes
+from testsupport import legacy
 
 GOLDEN = Path(__file__).with_name("golden")
 MSSQL_URL = "mssql+pyodbc://user:pw@host/db?driver=FreeTDS"  # nothing connects

@@ -2,27 +2,14 @@
 
 from __future__ import annotations
 
-import importlib
-
 from sqlalchemy.dialects import mssql, postgresql
 
 from sqlqueue_orm.sending import outbox_statements
+from tests.tsql.offline import revision_statements
 
 
 def test_the_revision_tsql():
-    import io
-
-    from alembic.migration import MigrationContext
-    from alembic.operations import Operations
-
-    output = io.StringIO()
-    context = MigrationContext.configure(
-        dialect_name="mssql", opts={"as_sql": True, "output_buffer": output}
-    )
-    with Operations.context(context):
-        importlib.import_module("sqlqueue_orm.migrations_versions.0005_outbox_data").upgrade()
-        importlib.import_module("sqlqueue_orm.migrations_versions.0005_outbox_data").downgrade()
-    statements = [part.strip() for part in output.getvalue().split("GO") if part.strip()]
+    statements = revision_statements("0005_outbox_data")
     assert statements == [
         "IF OBJECT_ID(N'[OutboxData]', N'U') IS NULL\nBEGIN\n"
         "CREATE TABLE [OutboxData] (\n"

@@ -8,8 +8,6 @@ ours must be the same statements, parameter for parameter, once whitespace is no
 
 from __future__ import annotations
 
-import importlib
-import io
 import re
 
 from sqlalchemy.dialects import mssql
@@ -20,6 +18,7 @@ from sqlqueue_orm import dialects
 from sqlqueue_orm.addressing import QueueAddress
 from sqlqueue_orm.models.subscription import subscription_table
 from sqlqueue_orm.queuing import sql
+from tests.tsql.offline import revision_statements
 
 DOTNET_SUBSCRIBE = """
 MERGE {0} WITH (HOLDLOCK, TABLOCK) AS target
@@ -102,18 +101,7 @@ def test_the_table_is_the_dotnet_installers_table():
 
 
 def test_revision_0010_offline_tsql():
-    from alembic.migration import MigrationContext
-    from alembic.operations import Operations
-
-    module = importlib.import_module("sqlqueue_orm.migrations_versions.0010_subscription_routing")
-    output = io.StringIO()
-    context = MigrationContext.configure(
-        dialect_name="mssql", opts={"as_sql": True, "output_buffer": output}
-    )
-    with Operations.context(context):
-        module.upgrade()
-        module.downgrade()
-    statements = [part.strip() for part in output.getvalue().split("GO") if part.strip()]
+    statements = revision_statements("0010_subscription_routing")
     assert statements == [
         "IF OBJECT_ID(N'[SubscriptionRouting]', N'U') IS NULL\nBEGIN\n"
         "CREATE TABLE [SubscriptionRouting] (\n"

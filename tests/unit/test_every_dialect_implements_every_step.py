@@ -1,6 +1,6 @@
 """Each dialect's migration class registers itself and implements every step that applies to it.
 
-The step table (``steps.STEPS``) names the method of each step (``Step.method``); a dialect
+The step table (``steps.STEPS``) names the body of each step (``Step.method``); a dialect
 missing one would otherwise fail only in a customer's migration. A dialect without a class is
 refused, naming it. No database needed: this is the dispatch, the steps themselves are proven on
 real databases in ``tests/migration/``.

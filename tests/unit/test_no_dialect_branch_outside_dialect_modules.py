@@ -114,6 +114,42 @@ def _dicts_by_dialect_name(tree: ast.AST) -> set[str]:
     return bound
 
 
+def _keyed_lookup(keyed: set[str], container: ast.AST, key: ast.AST | None) -> str | None:
+    """Why looking *key* up in *container* picks by a dialect's name (None: it does not).
+
+    :param keyed: the names bound to dicts keyed by dialect names.
+    """
+    if key is not None and _is_dialect_name(key):
+        return f"key {key.value!r}"  # type: ignore[attr-defined]
+    if key is not None and _is_name_of_a_dialect(key):
+        return "key dialect.name"
+    if isinstance(container, ast.Name) and container.id in keyed:
+        return f"{container.id}, keyed by dialect names"
+    return None
+
+
+def _comparisons(node: ast.Compare) -> list[str]:
+    """What each equality in *node* compares that is a dialect's name, or ``dialect.name``."""
+    operands = [node.left, *node.comparators]
+    found = []
+    for index, operator in enumerate(node.ops):
+        if not isinstance(operator, _EQUALITIES):
+            continue
+        pair = operands[index], operands[index + 1]
+        if any(_holds(side, _is_dialect_name) for side in pair):
+            found.append("comparison with a dialect name")
+        elif any(_holds(side, _is_name_of_a_dialect) for side in pair):
+            found.append("comparison of dialect.name")
+    return found
+
+
+def _matches_a_dialect_name(node: ast.match_case) -> bool:
+    return any(
+        isinstance(pattern, ast.MatchValue) and _is_dialect_name(pattern.value)
+        for pattern in _patterns(node.pattern)
+    )
+
+
 def branches_in(source: str, module: str = "<planted>") -> list[Branch]:
     """Every branch on a dialect's name in *source* (see the module docstring)."""
     tree = ast.parse(source)
@@ -123,31 +159,12 @@ def branches_in(source: str, module: str = "<planted>") -> list[Branch]:
     def report(node: ast.AST, what: str) -> None:
         found.append(Branch(module, getattr(node, "lineno", 0), what))
 
-    def keyed_lookup(container: ast.AST, key: ast.AST | None) -> str | None:
-        if key is not None and _is_dialect_name(key):
-            return f"key {key.value!r}"  # type: ignore[attr-defined]
-        if key is not None and _is_name_of_a_dialect(key):
-            return "key dialect.name"
-        if isinstance(container, ast.Name) and container.id in keyed:
-            return f"{container.id}, keyed by dialect names"
-        return None
-
     for node in ast.walk(tree):
         if isinstance(node, ast.Compare):
-            operands = [node.left, *node.comparators]
-            for index, operator in enumerate(node.ops):
-                if not isinstance(operator, _EQUALITIES):
-                    continue
-                pair = operands[index], operands[index + 1]
-                if any(_holds(side, _is_dialect_name) for side in pair):
-                    report(node, "comparison with a dialect name")
-                elif any(_holds(side, _is_name_of_a_dialect) for side in pair):
-                    report(node, "comparison of dialect.name")
+            for what in _comparisons(node):
+                report(node, what)
         elif isinstance(node, ast.match_case):
-            if any(
-                isinstance(pattern, ast.MatchValue) and _is_dialect_name(pattern.value)
-                for pattern in _patterns(node.pattern)
-            ):
+            if _matches_a_dialect_name(node):
                 report(node.pattern, "match case on a dialect name")
         elif isinstance(node, ast.Dict | ast.Call) and _keyed_by_dialect_names(node):
             report(node, "dict keyed by dialect names")
@@ -159,7 +176,7 @@ def branches_in(source: str, module: str = "<planted>") -> list[Branch]:
         ):
             report(node, "registered by dialect name")
         if isinstance(node, ast.Subscript):
-            why = keyed_lookup(node.value, node.slice)
+            why = _keyed_lookup(keyed, node.value, node.slice)
             if why is not None:
                 report(node, f"subscript: {why}")
         elif (
@@ -167,7 +184,7 @@ def branches_in(source: str, module: str = "<planted>") -> list[Branch]:
             and isinstance(node.func, ast.Attribute)
             and node.func.attr == "get"
         ):
-            why = keyed_lookup(node.func.value, node.args[0] if node.args else None)
+            why = _keyed_lookup(keyed, node.func.value, node.args[0] if node.args else None)
             if why is not None:
                 report(node, f".get(): {why}")
     return sorted(found, key=lambda branch: branch.line)

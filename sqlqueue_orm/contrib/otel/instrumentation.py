@@ -48,6 +48,16 @@ MESSAGE_TYPE_TAG = "nservicebus.message_type"
 ERROR_TYPE_TAG = "error.type"
 
 
+def _operation(queue: str, operation: str) -> dict[str, AttributeValue]:
+    """The attributes of a span of *operation* (``send``, ``receive``, ``process``) on *queue*."""
+    return {
+        "messaging.system": SYSTEM,
+        "messaging.destination.name": queue,
+        "messaging.operation.type": operation,
+        "messaging.operation.name": operation,
+    }
+
+
 def _message_type(message: IncomingMessage) -> str | None:
     """The full type name of the first ``EnclosedMessageTypes`` entry (no assembly)."""
     enclosed = message.headers.get(headers.ENCLOSED_MESSAGE_TYPES)
@@ -177,12 +187,7 @@ class OpenTelemetryInstrumentation(core.NoInstrumentation):
         proceed: Callable[[Sequence[OutgoingMessage]], list[str]],
     ) -> list[str]:
         """A ``send {queue}`` span; each message carries its context in its headers."""
-        attributes: dict[str, AttributeValue] = {
-            "messaging.system": SYSTEM,
-            "messaging.destination.name": queue,
-            "messaging.operation.type": "send",
-            "messaging.operation.name": "send",
-        }
+        attributes = _operation(queue, "send")
         with self.tracer.start_as_current_span(
             f"send {queue}", kind=SpanKind.PRODUCER, attributes=attributes
         ) as span:
@@ -210,12 +215,7 @@ class OpenTelemetryInstrumentation(core.NoInstrumentation):
         self, queue: str, proceed: Callable[[], list[IncomingMessage]]
     ) -> list[IncomingMessage]:
         """A ``receive {queue}`` span linked to each message's context; counts the fetches."""
-        attributes: dict[str, AttributeValue] = {
-            "messaging.system": SYSTEM,
-            "messaging.destination.name": queue,
-            "messaging.operation.type": "receive",
-            "messaging.operation.name": "receive",
-        }
+        attributes = _operation(queue, "receive")
         with self.tracer.start_as_current_span(
             f"receive {queue}", kind=SpanKind.CONSUMER, attributes=attributes
         ) as span:
@@ -245,13 +245,8 @@ class OpenTelemetryInstrumentation(core.NoInstrumentation):
             if sender.is_valid:
                 links.append(Link(sender))
             parent = Context()
-        attributes: dict[str, AttributeValue] = {
-            "messaging.system": SYSTEM,
-            "messaging.destination.name": queue,
-            "messaging.operation.type": "process",
-            "messaging.operation.name": "process",
-            "messaging.message.id": message.message_id,
-        }
+        attributes = _operation(queue, "process")
+        attributes["messaging.message.id"] = message.message_id
         conversation = message.headers.get(headers.CONVERSATION_ID)
         if conversation:
             attributes["messaging.message.conversation_id"] = conversation

@@ -27,12 +27,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import re
-import signal
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from sqlqueue_orm import addressing, db, exceptions
@@ -51,9 +49,18 @@ INGEST_BATCH_SIZE = 10_000
 #: Largest batch :func:`ingest` takes (the driver holds one batch's keys, ~60 bytes a row).
 MAX_INGEST_BATCH_SIZE = checks.MAX_INGEST_BATCH_SIZE
 
-#: Test seam: ``SQLQUEUE_SPARK_TEST_KILL_AT=<point>:<n>`` SIGKILLs the ingesting process when
-#: batch *n* of the run reaches *point* (``written``, ``committed``, ``moved``, ``deleted``).
-KILL_AT_ENV = "SQLQUEUE_SPARK_TEST_KILL_AT"
+
+
+def _no_step(step: str, batch: int) -> None:
+    """Nothing: the default :data:`on_step`."""
+
+
+#: Called as a batch of this process's ingest reaches each step of its way into the dataset,
+#: with the step and the batch's number in the run: ``written`` (to staging), ``committed``
+#: (its manifest written), ``moved`` (its files in the dataset), and ``deleted`` (its rows about
+#: to leave the queue, with the number of batches committed). Does nothing unless replaced: the
+#: crash tests replace it, in the process running the ingest, to die at one of those steps.
+on_step: Callable[[str, int], None] = _no_step
 
 _STATE_DIR = "_sqlqueue"
 
@@ -175,14 +182,7 @@ class IngestResult:
     recovered_messages: int
 
 
-def _kill_point(point: str, batch: int) -> None:
-    """Test seam: die here, as a crash would (see :data:`KILL_AT_ENV`)."""
-    if os.environ.get(KILL_AT_ENV) == f"{point}:{batch}":
-        log.warning("killing the ingest at %s of batch %d (%s)", point, batch, KILL_AT_ENV)
-        logging.shutdown()
-        os.kill(os.getpid(), getattr(signal, "SIGKILL", signal.SIGTERM))
-
-
+@dataclasses.dataclass(eq=False)
 class _BatchCommitter:
     """``foreachBatch`` of the ingest stream: each micro-batch into the dataset exactly once.
 
@@ -191,15 +191,13 @@ class _BatchCommitter:
     is the commit point: a replay of a batch with a manifest only finishes its moves.
     """
 
-    def __init__(
-        self, spark: SparkSession, files: _Files, address: addressing.QueueAddress,
-        checkpoint: Any,
-    ) -> None:
-        self.spark = spark
-        self.files = files
-        self.address = address
-        self.checkpoint = checkpoint
-        self.slug = _slug(address)
+    spark: SparkSession
+    files: _Files
+    address: addressing.QueueAddress
+    checkpoint: Any
+
+    def __post_init__(self) -> None:
+        self.slug = _slug(self.address)
         self.query_id: str | None = None
         self.messages = self.batches = self.recovered = self.recovered_messages = 0
         self.started = time.monotonic()
@@ -253,7 +251,7 @@ class _BatchCommitter:
             return
         self.files.delete(staging)
         frame.write.mode("overwrite").partitionBy("date").parquet(self.files.uri(staging))
-        _kill_point("written", number)
+        on_step("written", number)
         count = (
             self.spark.read.schema(dataset.DATASET_SCHEMA).parquet(self.files.uri(staging)).count()
             if self.files.fs.exists(staging) else 0
@@ -266,9 +264,9 @@ class _BatchCommitter:
             "count": count,
         }
         self.files.write_text(manifest_path, json.dumps(manifest))
-        _kill_point("committed", number)
+        on_step("committed", number)
         self._move(staging, manifest)
-        _kill_point("moved", number)
+        on_step("moved", number)
         self.batches += 1
         self.messages += count
         elapsed = max(time.monotonic() - self.started, 1e-6)
@@ -365,7 +363,7 @@ def ingest(
             locking.remove_lock_file(engine, parsed_url, address)
         last = _last_committed(query)
         if last is not None:
-            _kill_point("deleted", committer.batches)
+            on_step("deleted", committer.batches)
             streaming.delete_through(engine, table, str(address), last[1])
             committer.forget_through(last[0])
         error = query.exception()

@@ -37,6 +37,10 @@ MAX_DESTINATION_LENGTH = 200
 class SparkSendLedger(Base):
     """One message ``send_dataframe`` sent from a keyed row."""
 
+    # The same (Destination, key) layout as OutboxDelivery on purpose: both record one delivery
+    # per key and destination, within SQL Server's 900-byte key; they are separate tables with
+    # separate lifetimes.
+
     __tablename__ = TABLE_NAME
 
     destination: Mapped[str] = mapped_column(

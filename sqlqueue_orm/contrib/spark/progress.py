@@ -9,6 +9,7 @@ ends, the last line says every partition is done.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -25,6 +26,7 @@ PROGRESS_INTERVAL_S = 5.0
 _POLL_S = 0.25
 
 
+@dataclasses.dataclass(eq=False)
 class TaskProgress:
     """Log the finished tasks of the Spark actions run inside this context.
 
@@ -37,24 +39,16 @@ class TaskProgress:
     :param interval: least seconds between two lines.
     """
 
-    def __init__(
-        self,
-        context: SparkContext,
-        queue: str,
-        action: str,
-        partitions: int,
-        *,
-        counter: Any = None,
-        unit: str = "message(s)",
-        interval: float = PROGRESS_INTERVAL_S,
-    ) -> None:
-        self.context = context
-        self.queue = queue
-        self.action = action
-        self.partitions = partitions
-        self.counter = counter
-        self.unit = unit
-        self.interval = interval
+    context: SparkContext
+    queue: str
+    action: str
+    partitions: int
+    _: dataclasses.KW_ONLY
+    counter: Any = None
+    unit: str = "message(s)"
+    interval: float = PROGRESS_INTERVAL_S
+
+    def __post_init__(self) -> None:
         self.group = f"sqlqueue-{uuid.uuid4()}"
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=self.group, daemon=True)

@@ -43,6 +43,7 @@ import datetime as dt
 import json
 import logging
 import time
+import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, cast
 
@@ -370,12 +371,33 @@ def write_rows(options: SinkOptions, rows: Iterator[Row], row_key: Any) -> SentM
 
 
 def _key_of(options: SinkOptions) -> Any:
+    """The key of a row by its ``keyColumn``; ``None`` when the sink has no key column."""
     column = options.key_column
+    if column is None:
+        return None
 
     def key(position: int, row: Row) -> str | None:
         return None if row[column] is None else str(row[column])
 
     return key
+
+
+def _fresh_id(position: int, row: Row) -> str:
+    """A new id for each row (a batch write without a key column)."""
+    return str(uuid.uuid4())
+
+
+def _task_key() -> Any:
+    """The key of a row by (query, batch, partition, position) of the running Spark task."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context is None:  # pragma: no cover - Spark always runs writers in a task
+        raise exceptions.ConfigurationError("the sqlqueue sink runs only in a Spark task")
+    query = context.getLocalProperty("sql.streaming.queryId")
+    batch = context.getLocalProperty("streaming.sql.batchId")
+    prefix = f"{query}/{batch}/{context.partitionId()}/"
+    return lambda position, row: f"{prefix}{position}"
 
 
 class QueueBatchWriter(DataSourceWriter):
@@ -386,11 +408,7 @@ class QueueBatchWriter(DataSourceWriter):
 
     def write(self, iterator: Iterator[Row]) -> SentMessage:
         """Send this task's rows; without a key column each row gets a fresh id."""
-        if self.options.key_column is not None:
-            return write_rows(self.options, iterator, _key_of(self.options))
-        import uuid
-
-        return write_rows(self.options, iterator, lambda position, row: str(uuid.uuid4()))
+        return write_rows(self.options, iterator, _key_of(self.options) or _fresh_id)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Log what was sent."""
@@ -405,17 +423,7 @@ class QueueStreamWriter(DataSourceStreamWriter):
 
     def write(self, iterator: Iterator[Row]) -> SentMessage:
         """Send this task's rows, keyed by ``keyColumn`` or by (query, batch, partition, row)."""
-        if self.options.key_column is not None:
-            return write_rows(self.options, iterator, _key_of(self.options))
-        from pyspark import TaskContext
-
-        context = TaskContext.get()
-        if context is None:  # pragma: no cover - Spark always runs writers in a task
-            raise exceptions.ConfigurationError("the sqlqueue sink runs only in a Spark task")
-        query = context.getLocalProperty("sql.streaming.queryId")
-        batch = context.getLocalProperty("streaming.sql.batchId")
-        prefix = f"{query}/{batch}/{context.partitionId()}/"
-        return write_rows(self.options, iterator, lambda position, row: f"{prefix}{position}")
+        return write_rows(self.options, iterator, _key_of(self.options) or _task_key())
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Log what the batch sent."""

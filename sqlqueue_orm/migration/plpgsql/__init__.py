@@ -40,6 +40,17 @@ from sqlqueue_orm.queuing import sql as queue_sql
 
 _TAG = "$sqlqueue$"
 
+#: Reads the schema and name of the table at hand (``tbl``) into ``nsp`` and ``rel``.
+_READ_NAMES = (
+    "SELECT n.nspname, c.relname INTO nsp, rel",
+    "  FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace",
+    " WHERE c.oid = tbl;",
+)
+
+_SCHEMAS = steps.SchemaFilter(
+    "n.nspname = ANY ({})", "n.nspname = current_schema()", "current_schema()"
+)
+
 _VARIABLES = (
     "nsp text;",
     "rel text;",
@@ -73,6 +84,17 @@ def _is_queue(target: Target, relation: str, revision: str) -> str:
     if revision != steps.NSB_LAYOUT:
         return old
     return f"({old} OR {new} = {len(steps.NSB_SIGNATURE)})"
+
+
+def _for_tables(where: str) -> Lines:
+    """The head of a loop over the tables (not partitions) that *where* selects."""
+    return [
+        "FOR tbl IN",
+        "    SELECT c.oid::regclass",
+        "      FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace",
+        "     WHERE c.relkind = 'r' AND NOT c.relispartition",
+        f"       AND ({where})",
+    ]
 
 
 def _plan(revision: str, direction: str, target: Target) -> Plan:
@@ -119,9 +141,7 @@ def table_statements(revision: str, direction: str, address: addressing.QueueAdd
                     "RETURN;",
                 ],
             ),
-            "SELECT n.nspname, c.relname INTO nsp, rel",
-            "  FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace",
-            " WHERE c.oid = tbl;",
+            *_READ_NAMES,
             *_names(target, plan),
             *plan.body,
         ]
@@ -147,12 +167,7 @@ def loop_statement(revision: str, direction: str, schemas: Sequence[str | None])
     step = steps.step(revision, direction)
     target = Target(_IMPL, dialect(), None)
     plan = _plan(revision, direction, target)
-    named = [schema for schema in schemas if schema is not None]
-    conditions = []
-    if named:
-        conditions.append(f"n.nspname = ANY ({target.array(named)})")
-    if None in schemas or not named:
-        conditions.append("n.nspname = current_schema()")
+    selected, described = _SCHEMAS.select(schemas, target.array, target.quote)
     tail: Lines = []
     exists = (
         "EXISTS (SELECT 1 FROM pg_index AS i JOIN pg_class AS ic ON ic.oid = i.indexrelid "
@@ -165,19 +180,13 @@ def loop_statement(revision: str, direction: str, schemas: Sequence[str | None])
     if plan.drop is not None:
         tail = if_block(exists, ["EXECUTE format('DROP INDEX %I.%I', nsp, ix);"])
     loop = [
-        "FOR tbl IN",
-        "    SELECT c.oid::regclass",
-        "      FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace",
-        "     WHERE c.relkind = 'r' AND NOT c.relispartition",
-        f"       AND ({' OR '.join(conditions)})",
+        *_for_tables(selected),
         f"       AND {_is_queue(target, 'c.oid', revision)}",
         "     ORDER BY n.nspname, c.relname",
         "LOOP",
         *indented(
             [
-                "SELECT n.nspname, c.relname INTO nsp, rel",
-                "  FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace",
-                " WHERE c.oid = tbl;",
+                *_READ_NAMES,
                 f"RAISE NOTICE 'queue %: {step.revision} {direction}', tbl;",
                 *_names(target, plan),
                 *plan.body,
@@ -186,9 +195,6 @@ def loop_statement(revision: str, direction: str, schemas: Sequence[str | None])
         ),
         "END LOOP;",
     ]
-    described = ", ".join(
-        "current_schema()" if schema is None else target.quote(schema) for schema in schemas
-    )
     header = f"-- every queue table in {comment(described)}: {step.describe(direction)}"
     return header + "\n" + _do(["tbl regclass;", *_VARIABLES], loop)
 
@@ -202,19 +208,10 @@ def delayed_index_statement(schemas: Sequence[str | None]) -> str:
     A delayed table: ``id, headers, body, due`` and no ``expires``. Safe to run twice.
     """
     target = Target(_IMPL, dialect(), None)
-    named = [schema for schema in schemas if schema is not None]
-    conditions = []
-    if named:
-        conditions.append(f"n.nspname = ANY ({target.array(named)})")
-    if None in schemas or not named:
-        conditions.append("n.nspname = current_schema()")
+    selected, described = _SCHEMAS.select(schemas, target.array, target.quote)
     signature = dialects.postgresql.DELAYED_SIGNATURE
     loop = [
-        "FOR tbl IN",
-        "    SELECT c.oid::regclass",
-        "      FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace",
-        "     WHERE c.relkind = 'r' AND NOT c.relispartition",
-        f"       AND ({' OR '.join(conditions)})",
+        *_for_tables(selected),
         f"       AND {signature_count(target, 'c.oid', signature)} = {len(signature)}",
         f"       AND {signature_count(target, 'c.oid', ('expires',))} = 0",
         "       AND NOT EXISTS (SELECT 1 FROM pg_index AS i JOIN pg_attribute AS a",
@@ -224,9 +221,7 @@ def delayed_index_statement(schemas: Sequence[str | None]) -> str:
         "LOOP",
         *indented(
             [
-                "SELECT n.nspname, c.relname INTO nsp, rel",
-                "  FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace",
-                " WHERE c.oid = tbl;",
+                *_READ_NAMES,
                 "RAISE NOTICE 'delayed table %: 0009_delayed_delivery upgrade', tbl;",
                 *compute_index_name(target, "ix", "Due"),
                 "EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON %s (due)', ix, tbl);",
@@ -234,9 +229,6 @@ def delayed_index_statement(schemas: Sequence[str | None]) -> str:
         ),
         "END LOOP;",
     ]
-    described = ", ".join(
-        "current_schema()" if schema is None else target.quote(schema) for schema in schemas
-    )
     header = f"-- every delayed table in {comment(described)}: create its index on due"
     return header + "\n" + _do(["tbl regclass;", "nsp text;", "rel text;", "head text;",
                                  "ix text;"], loop)
@@ -247,19 +239,8 @@ class PostgresqlImpl(impl.QueueTableImpl):
     __dialect__ = "postgresql"
     offline = True
 
-    # The steps, each named after its concern in steps.STEPS (Step.method).
-    upgrade_expires_index = staticmethod(bodies.expires_up)
-    downgrade_expires_index = staticmethod(bodies.expires_down)
-    upgrade_headers_nvarchar = staticmethod(bodies.headers_up)
-    downgrade_headers_nvarchar = staticmethod(bodies.headers_down)
-    upgrade_filter_expires_index = staticmethod(bodies.filter_up)
-    downgrade_filter_expires_index = staticmethod(bodies.filter_down)
-    upgrade_rowversion_layout = staticmethod(bodies.row_version_up)
-    downgrade_rowversion_layout = staticmethod(bodies.row_version_down)
-    upgrade_postgresql_nsb_layout = staticmethod(bodies.nsb_up)
-    downgrade_postgresql_nsb_layout = staticmethod(bodies.nsb_down)
-    upgrade_queue_storage = staticmethod(bodies.storage_up)
-    downgrade_queue_storage = staticmethod(bodies.storage_down)
+    # The step bodies, one function per step of steps.STEPS and direction.
+    bodies = bodies
 
     def delayed_index_loop(self, schemas: Sequence[str | None]) -> str | None:
         """One ``DO`` block: :func:`delayed_index_statement`."""

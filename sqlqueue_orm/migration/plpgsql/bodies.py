@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from sqlqueue_orm import dialects
 from sqlqueue_orm.migration import steps
+
+# Much the same names as tsql/bodies.py imports from its text module, on purpose: each
+# dialect's text module offers the steps the same helpers, writing its own SQL.
 from sqlqueue_orm.migration.plpgsql.text import (
     Lines,
     Plan,
@@ -41,7 +44,7 @@ def _expires_shape(target: Target) -> str:
     )
 
 
-def expires_up(target: Target) -> Plan:
+def upgrade_expires_index(target: Target) -> Plan:
     """0001 up: Index_Expires on (Expires) INCLUDE (Id, RowVersion), built anew if broken."""
     body = [
         *index_state(),
@@ -54,12 +57,12 @@ def expires_up(target: Target) -> Plan:
     return Plan(body, {"ix": steps.EXPIRES_INDEX}, create=(index, True))
 
 
-def expires_down(target: Target) -> Plan:
+def downgrade_expires_index(target: Target) -> Plan:
     """0001 down: drop Index_Expires."""
     return Plan([], {"ix": steps.EXPIRES_INDEX}, drop=target.index(steps.EXPIRES_INDEX))
 
 
-def filter_up(target: Target) -> Plan:
+def upgrade_filter_expires_index(target: Target) -> Plan:
     """0003 up: Index_Expires filtered to rows with an Expires."""
     body = [
         *index_state(),
@@ -69,14 +72,14 @@ def filter_up(target: Target) -> Plan:
     return Plan(body, {"ix": steps.EXPIRES_INDEX}, create=(index, True))
 
 
-def filter_down(target: Target) -> Plan:
+def downgrade_filter_expires_index(target: Target) -> Plan:
     """0003 down: Index_Expires unfiltered again."""
     body = [*index_state(), *drop_unless("valid AND predicate IS NULL")]
     index = target.index(steps.EXPIRES_INDEX)
     return Plan(body, {"ix": steps.EXPIRES_INDEX}, create=(index, False))
 
 
-def headers_up(target: Target) -> Plan:
+def upgrade_headers_nvarchar(target: Target) -> Plan:
     """0002 up: Headers becomes text NOT NULL (a varchar one is converted)."""
     headers = target.quote("Headers")
     text = str(target.table.c.Headers.type.compile(dialect=target.dialect))
@@ -101,7 +104,7 @@ def headers_up(target: Target) -> Plan:
     return Plan(body, {})
 
 
-def headers_down(target: Target) -> Plan:
+def downgrade_headers_nvarchar(target: Target) -> Plan:
     """0002 down: Headers back to varchar."""
     headers = target.quote("Headers")
     body = [
@@ -134,7 +137,7 @@ def _next_value(target: Target, row_version: str) -> Lines:
     ]
 
 
-def row_version_up(target: Target) -> Plan:
+def upgrade_rowversion_layout(target: Target) -> Plan:
     """0004 up: RowVersion a bigint identity, Index_RowVersion on it alone."""
     row_version = target.quote("RowVersion")
     index = target.index(steps.ROW_VERSION_INDEX)
@@ -190,7 +193,7 @@ def row_version_up(target: Target) -> Plan:
     return Plan(body, {"ix": steps.ROW_VERSION_INDEX}, create=(index, True))
 
 
-def row_version_down(target: Target) -> Plan:
+def downgrade_rowversion_layout(target: Target) -> Plan:
     """0004 down: RowVersion a serial column again."""
     row_version = target.quote("RowVersion")
     serial = [
@@ -262,7 +265,7 @@ def _keep_if_used(target: Target, legacy: str) -> Lines:
     )
 
 
-def nsb_up(target: Target) -> Plan:
+def upgrade_postgresql_nsb_layout(target: Target) -> Plan:
     """0008 up: to NServiceBus's PostgreSQL layout (id ... seq)."""
     # Facts from NServiceBus.Transport.PostgreSql PostgreSqlConstants.CreateQueueText
     # (Particular/NServiceBus.SqlServer 214c4e8f06175186e356677546ea2d8e0f2b0c55).
@@ -306,7 +309,7 @@ def nsb_up(target: Target) -> Plan:
     return Plan(body, names)
 
 
-def nsb_down(target: Target) -> Plan:
+def downgrade_postgresql_nsb_layout(target: Target) -> Plan:
     """0008 down: back to the SQL Server column layout (``"Id"`` ... ``"RowVersion"``)."""
     convert: Lines = [
         execute(target, "LOCK TABLE %s IN ACCESS EXCLUSIVE MODE", "tbl"),
@@ -346,7 +349,7 @@ def nsb_down(target: Target) -> Plan:
     return Plan(body, names, create=(target.index(steps.ROW_VERSION_INDEX), True))
 
 
-def storage_up(target: Target) -> Plan:
+def upgrade_queue_storage(target: Target) -> Plan:
     """0011 up: the storage settings of a churning table."""
     # Catalog only (ALTER TABLE ... SET takes a SHARE UPDATE EXCLUSIVE lock, rewrites nothing).
     settings = ", ".join(f"{name}={value}" for name, value in dialects.postgresql.QUEUE_STORAGE)
@@ -359,7 +362,7 @@ def storage_up(target: Target) -> Plan:
     )
 
 
-def storage_down(target: Target) -> Plan:
+def downgrade_queue_storage(target: Target) -> Plan:
     """0011 down: the server's storage defaults again."""
     names = ", ".join(name for name, _ in dialects.postgresql.QUEUE_STORAGE)
     return Plan([execute(target, f"ALTER TABLE %s RESET ({names})", "tbl")], {})

@@ -18,6 +18,7 @@ dialect (identifiers) or as ``N'...'`` literals it renders.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import sqlalchemy as sa
@@ -52,6 +53,7 @@ _VARIABLES = (
     "DECLARE @online bit = CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) "
     f"IN ({ONLINE_EDITIONS}) THEN 1 ELSE 0 END;"
 )
+_SCHEMAS = steps.SchemaFilter("s.name IN {}", "s.name = SCHEMA_NAME()", "the default schema")
 _WORK_VARIABLES = "DECLARE @index sysname, @sql nvarchar(max), @message nvarchar(2048), @flag bit;"
 
 
@@ -104,16 +106,7 @@ def loop_batch(
     step = steps.step(revision, direction)
     target = Target(_IMPL, dialect(), None, cluster_heaps)
     body: Lines = _IMPL.body(revision, direction)(target)
-    named = [schema for schema in schemas if schema is not None]
-    conditions = []
-    if named:
-        conditions.append(f"s.name IN {in_list(target, named)}")
-    if None in schemas or not named:
-        conditions.append("s.name = SCHEMA_NAME()")
-    where = " OR ".join(conditions)
-    described = ", ".join(
-        "the default schema" if schema is None else target.quote(schema) for schema in schemas
-    )
+    where, described = _SCHEMAS.select(schemas, partial(in_list, target), target.quote)
     fetch = "FETCH NEXT FROM queue_tables INTO @object_id, @table;"
     lines = [
         f"-- every queue table in {comment(described)}: {step.describe(direction)}",
@@ -157,16 +150,8 @@ def delayed_index_batch(schemas: Sequence[str | None]) -> str:
     A delayed table: ``Headers, Body, Due, RowVersion`` and no ``Expires``. Safe to run twice.
     """
     target = Target(_IMPL, dialect(), None)
-    named = [schema for schema in schemas if schema is not None]
-    conditions = []
-    if named:
-        conditions.append(f"s.name IN {in_list(target, named)}")
-    if None in schemas or not named:
-        conditions.append("s.name = SCHEMA_NAME()")
+    where, described = _SCHEMAS.select(schemas, partial(in_list, target), target.quote)
     signature = ("Headers", "Body", "Due", "RowVersion")
-    described = ", ".join(
-        "the default schema" if schema is None else target.quote(schema) for schema in schemas
-    )
     fetch = "FETCH NEXT FROM delayed_tables INTO @table;"
     lines = [
         f"-- every delayed table in {comment(described)}: create its index on Due",
@@ -174,7 +159,7 @@ def delayed_index_batch(schemas: Sequence[str | None]) -> str:
         "DECLARE delayed_tables CURSOR LOCAL STATIC READ_ONLY FOR",
         "    SELECT QUOTENAME(s.name) + N'.' + QUOTENAME(t.name)",
         "    FROM sys.tables AS t JOIN sys.schemas AS s ON s.schema_id = t.schema_id",
-        f"    WHERE t.is_ms_shipped = 0 AND ({' OR '.join(conditions)})",
+        f"    WHERE t.is_ms_shipped = 0 AND ({where})",
         "        AND (SELECT COUNT(*) FROM sys.columns AS c WHERE c.object_id = t.object_id "
         f"AND c.name IN {in_list(target, signature)}) = {len(signature)}",
         "        AND NOT EXISTS (SELECT 1 FROM sys.columns AS c WHERE c.object_id = t.object_id "
@@ -208,15 +193,8 @@ class MssqlImpl(impl.QueueTableImpl):
     __dialect__ = "mssql"
     offline = True
 
-    # The steps, each named after its concern in steps.STEPS (Step.method).
-    upgrade_expires_index = staticmethod(bodies.expires_up)
-    downgrade_expires_index = staticmethod(bodies.expires_down)
-    upgrade_headers_nvarchar = staticmethod(bodies.headers_up)
-    downgrade_headers_nvarchar = staticmethod(bodies.headers_down)
-    upgrade_filter_expires_index = staticmethod(bodies.filter_up)
-    downgrade_filter_expires_index = staticmethod(bodies.filter_down)
-    upgrade_rowversion_layout = staticmethod(bodies.row_version_up)
-    downgrade_rowversion_layout = staticmethod(bodies.row_version_down)
+    # The step bodies, one function per step of steps.STEPS and direction.
+    bodies = bodies
 
     # -- the interface -------------------------------------------------------------------------
     def index_options(self, options: Any, variant: impl.IndexVariant) -> dict[str, Any]:

@@ -32,7 +32,7 @@ def _expires_filter(target: Target) -> str:
     return f"({text})"
 
 
-def expires_up(target: Target) -> Lines:
+def upgrade_expires_index(target: Target) -> Lines:
     """0001 up: Index_Expires on (Expires) INCLUDE (Id, RowVersion), nonclustered."""
     index = target.index(steps.EXPIRES_INDEX)
     name = str(index.name)
@@ -58,7 +58,7 @@ def expires_up(target: Target) -> Lines:
     ]
 
 
-def expires_down(target: Target) -> Lines:
+def downgrade_expires_index(target: Target) -> Lines:
     """0001 down: drop Index_Expires."""
     index = target.index(steps.EXPIRES_INDEX)
     return if_block(index_exists(target, str(index.name)), target.statement(target.drop(index)))
@@ -79,7 +79,7 @@ def _headers_column(target: Target, condition: str) -> str:
     )
 
 
-def headers_up(target: Target) -> Lines:
+def upgrade_headers_nvarchar(target: Target) -> Lines:
     """0002 up: Headers becomes nvarchar(max) NOT NULL (a varchar one is converted)."""
     not_text = _headers_column(
         target, "TYPE_NAME(c.system_type_id) NOT IN (N'varchar', N'nvarchar', N'text', N'ntext')"
@@ -105,7 +105,7 @@ def headers_up(target: Target) -> Lines:
     ]
 
 
-def headers_down(target: Target) -> Lines:
+def downgrade_headers_nvarchar(target: Target) -> Lines:
     """0002 down: Headers back to varchar(max), refused if a row holds what varchar cannot."""
     varchar = str(mssql.VARCHAR().compile(dialect=target.dialect))  # no length: VARCHAR(max)
     headers = target.quote("Headers")
@@ -150,12 +150,12 @@ def _filter_expires(target: Target, filtered: bool) -> Lines:
     return if_block(index_exists(target, name, wrong), rebuild)
 
 
-def filter_up(target: Target) -> Lines:
+def upgrade_filter_expires_index(target: Target) -> Lines:
     """0003 up: Index_Expires filtered to rows with an Expires."""
     return _filter_expires(target, True)
 
 
-def filter_down(target: Target) -> Lines:
+def downgrade_filter_expires_index(target: Target) -> Lines:
     """0003 down: Index_Expires unfiltered again."""
     return _filter_expires(target, False)
 
@@ -231,7 +231,7 @@ def _heap_actions(
     )
 
 
-def row_version_up(target: Target) -> Lines:
+def upgrade_rowversion_layout(target: Target) -> Lines:
     """Index_RowVersion on (RowVersion): clustered on our tables, never forced on a heap."""
     index = target.index(steps.ROW_VERSION_INDEX)
     name = str(index.name)
@@ -273,7 +273,7 @@ def row_version_up(target: Target) -> Lines:
     return lines
 
 
-def row_version_down(target: Target) -> Lines:
+def downgrade_rowversion_layout(target: Target) -> Lines:
     """0004 down: OPTIMIZE_FOR_SEQUENTIAL_KEY off again; the index itself stays."""
     # v1 had the clustered index too (what the heap era dropped); only the 2019 option goes.
     return _sequential_key(target, target.index(steps.ROW_VERSION_INDEX), "OFF")

@@ -1,11 +1,11 @@
 """A user's own application for the unit-of-work and outbox tests, and the crash helper.
 
-``python -m tests.outbox_app URL COUNT`` commits one unit of work that saves an order and sends
-COUNT messages to ``billing`` through the outbox, then kills itself with SIGKILL from the
+``python -m testsupport.outbox_app URL COUNT`` commits one unit of work that saves an order and
+sends COUNT messages to ``billing`` through the outbox, then kills itself with SIGKILL from the
 ``after_commit`` hook: after the commit, before the inline dispatch.
 
-``python -m tests.outbox_app dispatch LOCAL_URL REMOTE_URL PLAN BATCH [legacy]`` dispatches the
-outbox of LOCAL_URL (queue ``ledger`` routed to REMOTE_URL) and SIGKILLs itself as PLAN says:
+``python -m testsupport.outbox_app dispatch LOCAL_URL REMOTE_URL PLAN BATCH [legacy]`` dispatches
+the outbox of LOCAL_URL (queue ``ledger`` routed to REMOTE_URL) and SIGKILLs itself as PLAN says:
 ``between:K`` when the K-th mark of a record runs (the destination committed, the mark not),
 ``inside:K`` at the K-th insert into ``ledger`` or ``OutboxDelivery`` (inside the destination's
 transaction),
