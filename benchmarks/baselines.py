@@ -108,7 +108,10 @@ class RawQueue:
         rows = cursor.fetchall()
         if self._body_index is None and cursor.description:
             names = [column[0].lower() for column in cursor.description]
-            self._body_index = names.index("body")
+            # a column named Body, or SQLite's expression reading it raw whatever it holds
+            self._body_index = next(
+                i for i, name in enumerate(names) if name == "body" or '"body"' in name
+            )
             # SQLite reads it as CAST("Headers" AS BLOB), so the name holds it, quoted
             self._headers_index = next(i for i, name in enumerate(names) if "headers" in name)
         cursor.close()
