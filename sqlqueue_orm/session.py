@@ -206,7 +206,7 @@ class UnitOfWork:
             chosen = "outbox"
             address = addressing.QueueAddress.coerce(destination)
         else:
-            address = self.transport._address(destination)
+            address = self.transport.queues.address(destination)
         name = str(address)
         if chosen == "direct":
             ids = self.transport.send_many(address, messages, connection=connection)

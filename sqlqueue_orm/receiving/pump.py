@@ -150,7 +150,7 @@ class MessagePump:
         self._peek_counts_held_rows = dialects.for_dialect(
             transport.engine
         ).peek_counts_held_rows
-        self._address = transport._address(self.queue)
+        self._address = transport.queues.address(self.queue)
         self._local_wakeups = wakeup.local_wakeups(transport)
         self._local_wakeups.register(self._address.table, self.wake)
         self._listener = waiter
@@ -432,7 +432,7 @@ class MessagePump:
                 self._condition.notify_all()
 
     def _rewind(self) -> None:
-        floor = self.handling.transport._table_queue(self.queue).floor
+        floor = self.handling.transport.queues.table_queue(self.queue).floor
         if floor is not None:
             floor.reset()
 
@@ -451,7 +451,7 @@ class MessagePump:
                 stats.max_in_flight = max(stats.max_in_flight, stats.in_flight)
         instrumentation = self.handling.instrumentation
         if outcome is not None and instrumentation is not None:
-            queue = self.handling.transport._table_queue(self.queue).name
+            queue = self.handling.transport.queues.table_queue(self.queue).name
             for _ in range(count):
                 instrumentation.outcome(queue, outcome)
 

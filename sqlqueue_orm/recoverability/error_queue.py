@@ -154,7 +154,7 @@ class ErrorQueue:
     def __init__(self, transport: Transport, name: str = "error") -> None:
         self.transport = transport
         self.name = name
-        self.address = transport._address(name)
+        self.address = transport.queues.address(name)
 
     def __repr__(self) -> str:
         return f"ErrorQueue({self.name!r})"
@@ -220,7 +220,7 @@ class ErrorQueue:
         """
         if not failed.failed_queue:
             return None
-        return self.transport._shown_name(failed.failed_queue)
+        return self.transport.queues.shown_name(failed.failed_queue)
 
     def table(self) -> sa.Table:
         """The error queue's table."""
@@ -289,7 +289,7 @@ class ErrorQueue:
         :raises ConfigurationError: an id is not a GUID (checked before anything is sent).
         """
         native_ids = [parse_id(each) for each in ids]
-        table_queue = self.transport._table_queue(self.name)
+        table_queue = self.transport.queues.table_queue(self.name)
         sent = 0
         for native_id in native_ids:
             with db.wrap_db_errors(str(self.address)), self.transport.engine.connect() as conn:
@@ -356,7 +356,7 @@ class ErrorQueue:
         Every message that names the queue it failed in (*failed_queue*, if given).
         """
         # Compared as written (with the schema on PostgreSQL): "sales" and "public"."sales" match.
-        wanted = None if failed_queue is None else self.transport._qualified(failed_queue)
+        wanted = None if failed_queue is None else self.transport.queues.qualified(failed_queue)
         ids = []
         for row in self._rows():
             found = row.headers.get(headers.FAILED_QUEUE)
@@ -364,7 +364,7 @@ class ErrorQueue:
                 continue
             if wanted is not None:
                 try:
-                    if self.transport._qualified(found) != wanted:
+                    if self.transport.queues.qualified(found) != wanted:
                         continue
                 except exceptions.ConfigurationError:
                     continue
@@ -377,7 +377,7 @@ class ErrorQueue:
         :raises ConfigurationError: an id is not a GUID (checked before anything is deleted).
         """
         native_ids = [parse_id(each) for each in ids]
-        table_queue = self.transport._table_queue(self.name)
+        table_queue = self.transport.queues.table_queue(self.name)
         deleted = 0
         for native_id in native_ids:
             with db.wrap_db_errors(str(self.address)), self.transport.engine.begin() as conn:

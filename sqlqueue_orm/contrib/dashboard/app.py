@@ -232,7 +232,7 @@ class _Pages:
             undefined=jinja2.StrictUndefined,
         )
         # A queue as a person reads it: NServiceBus.FailedQ's "public"."billing" is "billing".
-        self.env.filters["queue"] = dashboard.transport._shown_name
+        self.env.filters["queue"] = dashboard.transport.queues.shown_name
 
     # -- helpers ---------------------------------------------------------------------------
     def render(

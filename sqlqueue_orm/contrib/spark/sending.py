@@ -159,7 +159,7 @@ def send_dataframe(
         constant.setdefault(nsb_headers.CONTENT_TYPE, content_type)
 
     with transport_module.Transport(url, default_schema=default_schema) as transport:
-        address = transport._address(destination)
+        address = transport.queues.address(destination)
         checks.require_queue(transport.engine, address)
         if key_column is not None:
             if len(str(address)) > models.MAX_DESTINATION_LENGTH:

@@ -327,7 +327,7 @@ class KeyConcurrency(Receiver):
     ) -> list[IncomingMessage]:
         """The scan: browse the oldest rows, take each by id with its key's slot."""
         transport, queue = self.transport, self.queue
-        table_queue = transport._table_queue(queue)
+        table_queue = transport.queues.table_queue(queue)
         taken: list[IncomingMessage] = []
         blocked: set[str] = set()
         seen = 0

@@ -142,8 +142,8 @@ def claiming_receive(
     messages and each claim column as a list, one value per message
     (:meth:`~sqlqueue_orm.queuing.table_queue.TableQueue.receive_claiming`).
     """
-    table_queue = transport._table_queue(queue)
-    transport._first_use(connection, table_queue)
+    table_queue = transport.queues.table_queue(queue)
+    transport.queues.first_use(connection, table_queue)
     instrumentation = transport.instrumentation
     if instrumentation is None:
         return table_queue.receive_claiming(connection, count, keys, values)
@@ -179,6 +179,6 @@ def put_back(
             f"queue {queue}: rolling back a receive whose slot was refused failed: {error}",
             transient=True,
         ) from error
-    floor = transport._table_queue(queue).floor
+    floor = transport.queues.table_queue(queue).floor
     if floor is not None and messages:
         floor.returned(min(message.row_version for message in messages))

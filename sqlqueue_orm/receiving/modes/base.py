@@ -107,7 +107,7 @@ class Receiver:
     def __init__(self, transport: Transport, queue: str | addressing.QueueAddress) -> None:
         self.transport = transport
         self.queue = queue
-        self._table_queue = transport._table_queue(queue)
+        self._table_queue = transport.queues.table_queue(queue)
 
     def prepare(self) -> None:
         """Create what the receiver needs at start-up (nothing here)."""
@@ -125,7 +125,7 @@ class Receiver:
         and through the transport's instrumentation when there is one.
         """
         transport, table_queue = self.transport, self._table_queue
-        transport._first_use(connection, table_queue)
+        transport.queues.first_use(connection, table_queue)
         instrumentation = transport.instrumentation
         if instrumentation is not None:
             return instrumentation.receive(
@@ -290,7 +290,7 @@ class ReceiveMode:
 
     def _returned(self, message: IncomingMessage) -> None:
         """*message*'s receive rolled back: the queue's receive floor must not pass it."""
-        floor = self.transport._table_queue(self.queue).floor
+        floor = self.transport.queues.table_queue(self.queue).floor
         if floor is not None:
             floor.returned(message.row_version)
 
@@ -308,7 +308,7 @@ class ReceiveMode:
         hooks = self.transport.sent_hooks
         if hooks:
             for destination in set(sent):
-                address = self.transport._address(destination)
+                address = self.transport.queues.address(destination)
                 for hook in hooks:
                     hook(address)
 
