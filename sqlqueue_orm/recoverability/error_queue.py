@@ -130,13 +130,14 @@ def retry_headers(found: dict[str, str | None]) -> dict[str, str | None]:
     }
 
 
-def _aware(moment: dt.datetime | None) -> dt.datetime | None:
+def aware(moment: dt.datetime | None) -> dt.datetime | None:
+    """*moment* with a time zone: a naive one is UTC."""
     if moment is None or moment.tzinfo is not None:
         return moment
     return moment.replace(tzinfo=dt.UTC)  # naive means UTC, as headers.format_time reads it
 
 
-def _type_matches(wanted: str, found: str | None) -> bool:
+def type_matches(wanted: str, found: str | None) -> bool:
     """``ValueError`` matches ``builtins.ValueError`` and ``System.ArgumentException`` its own."""
     if found is None:
         return False
@@ -189,11 +190,11 @@ class ErrorQueue:
         """
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise exceptions.ConfigurationError(f"limit {limit!r} must be a whole number >= 1")
-        start, end = _aware(since), _aware(until)
+        start, end = aware(since), aware(until)
         found: list[FailedMessage] = []
         for row in self._rows():
             failed = FailedMessage.from_message(row)
-            if exception_type is not None and not _type_matches(
+            if exception_type is not None and not type_matches(
                 exception_type, failed.exception_type
             ):
                 continue
