@@ -92,6 +92,7 @@ class MessagePump:
         self.mode = mode
         #: The queue pumped: the mode's (the input queue, or the instance-specific one).
         self.queue = mode.queue
+        self._table_queue = mode.receiver.table_queue
         self.settings = handling.settings
         #: Worker threads, so messages handled at once at most.
         self.concurrency = self.settings.concurrency if concurrency is None else concurrency
@@ -470,7 +471,7 @@ class MessagePump:
                 self._condition.notify_all()
 
     def _rewind(self) -> None:
-        floor = self.handling.transport.queues.table_queue(self.queue).floor
+        floor = self._table_queue.floor
         if floor is not None:
             floor.reset()
 
@@ -489,7 +490,7 @@ class MessagePump:
                 stats.max_in_flight = max(stats.max_in_flight, stats.in_flight)
         instrumentation = self.handling.instrumentation
         if outcome is not None and instrumentation is not None:
-            queue = self.handling.transport.queues.table_queue(self.queue).name
+            queue = self._table_queue.name
             for _ in range(count):
                 instrumentation.outcome(queue, outcome)
 
