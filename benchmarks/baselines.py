@@ -1,8 +1,9 @@
 """The raw driver (psycopg, sqlite3) running the very statements ``TableQueue`` renders.
 
 Nothing here spells a column name: the INSERT and the DELETE ... RETURNING come from
-``transport._table_queue(name)._send`` / ``._receive_args(n)`` (what the hot path executes), and the
-body is found in the result by the cursor's description. Two ways to commit, reported apart:
+``transport.queues.table_queue(name)._send`` / ``._receive_args(n)`` (what the hot path
+executes), and the body is found in the result by the cursor's description. Two ways to
+commit, reported apart:
 
 * ``raw autocommit``: the statement alone, atomic by itself (what a user would hand-write for a
   single-statement operation; SQLite: no BEGIN);
@@ -43,7 +44,7 @@ class RawQueue:
 
     def __init__(self, database: Database, queue: str, autocommit: bool) -> None:
         with Transport(database.url) as transport:
-            table_queue = transport._table_queue(queue)
+            table_queue = transport.queues.table_queue(queue)
             with transport.engine.connect() as connection:
                 table_queue.probe(connection)  # the receive statement depends on the probe
             self.table_queue = table_queue

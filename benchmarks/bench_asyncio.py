@@ -159,8 +159,8 @@ async def _cell(run: Run, transport: AsyncTransport, raw: _RawAsync, driver: str
             queue = run.new_queue("aio")
             if not sending:
                 run.fill(queue, share)
-            await transport.run(None, lambda c, q=queue: transport.transport._first_use(
-                c, transport.transport._table_queue(q)))  # the look-up, before the clock
+            await transport.run(None, lambda c, q=queue: transport.transport.queues.first_use(
+                c, transport.transport.queues.table_queue(q)))  # the look-up, before the clock
             timings[side].append(await function(queue))
             left = run.drain_bodies(queue)
             if sending:
@@ -200,7 +200,7 @@ async def _send_ours(transport: AsyncTransport, queue: str, batch: int, count: i
 
 def _rows_of(transport: AsyncTransport, queue: str) -> tuple[str, Callable[[Any], list[Any]]]:
     """The send statement's text and the raw rows' builder for this driver."""
-    table_queue = transport.transport._table_queue(queue)
+    table_queue = transport.transport.queues.table_queue(queue)
     # RawQueue.rows builds the rows (headers by the json module) for this driver's statement.
     shim = types.SimpleNamespace(send_statement=table_queue._send,
                                  to_driver=table_queue._text.id_to_driver)
@@ -252,7 +252,7 @@ async def _receive_ours(transport: AsyncTransport, queue: str, per: int, count: 
 
 async def _receive_raw(transport: AsyncTransport, raw: _RawAsync, queue: str, per: int,
                        count: int) -> workload.Timing:
-    statement, params, _many = transport.transport._table_queue(queue)._receive_args(per)
+    statement, params, _many = transport.transport.queues.table_queue(queue)._receive_args(per)
     got: list[int] = []
 
     async def one() -> None:

@@ -95,7 +95,7 @@ def _fill(
     side is draining then. After it, every drain writes the same WAL for the same work.
     """
     run.fill_backlog(queue, n, headers)
-    table = run.transport._table_queue(queue).quoted_table.replace("%%", "%")
+    table = run.transport.queues.table_queue(queue).quoted_table.replace("%%", "%")
     with run.transport.engine.connect().execution_options(
         isolation_level="AUTOCOMMIT"
     ) as connection:

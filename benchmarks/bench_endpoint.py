@@ -81,7 +81,7 @@ def concurrent_sends(transport: Transport, queue: str, threads: int, n: int) -> 
 
 def trigger_cost(url: str, threads: int, n: int, rounds: int) -> None:
     transport = Transport(url)
-    address = transport._address("cost")
+    address = transport.queues.address("cost")
     transport.create_queue("cost")
     rates: dict[str, list[float]] = {"without": [], "with": []}
     for _ in range(rounds):

@@ -130,7 +130,7 @@ def _dotnet_row(number: int) -> PreparedMessage:
 
 
 def _fill_dotnet(run: Run, queue: str, count: int) -> None:
-    table_queue = run.transport._table_queue(queue)
+    table_queue = run.transport.queues.table_queue(queue)
     for start in range(0, count, _CHUNK):
         size = min(_CHUNK, count - start)
         with run.transport.engine.begin() as connection:
@@ -199,7 +199,7 @@ def _groups_ids_read(errors: ErrorQueue) -> int:
 
 def _sql_groups(errors: ErrorQueue) -> int:
     """The way not taken on PostgreSQL: GROUP BY in SQL on the JSON text, no fingerprint."""
-    table = errors.transport._table_queue(errors.name).quoted_table.replace("%%", "%")
+    table = errors.transport.queues.table_queue(errors.name).quoted_table.replace("%%", "%")
     statement = (
         "SELECT headers::jsonb ->> 'NServiceBus.ExceptionInfo.ExceptionType', "
         "md5(headers::jsonb ->> 'NServiceBus.ExceptionInfo.StackTrace'), count(*), "

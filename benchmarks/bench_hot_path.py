@@ -198,7 +198,7 @@ def _report(name: str, n: int, rounds: int, results: dict[str, list[float]]) -> 
 
 def bench(name: str, transport: Transport, raw: Raw, n: int, rounds: int) -> None:
     transport.create_queue("bench")
-    queue = transport._table_queue("bench")
+    queue = transport.queues.table_queue("bench")
     dialect = transport.engine.dialect
     send_sql = sql.render(queue._text.send, dialect, queue.quoted_table)
     receive_1 = sql.render(_with_limit(queue._text.receive, 1), dialect, queue.quoted_table)

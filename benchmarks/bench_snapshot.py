@@ -99,7 +99,7 @@ def snapshot_scenario(run: Run) -> None:
     n = run.settings.deep
     tail = max(n // 10, 20_000)
     queue = run.new_queue("snapshot")
-    table = run.transport._table_queue(queue).quoted_table.replace("%%", "%")
+    table = run.transport.queues.table_queue(queue).quoted_table.replace("%%", "%")
 
     run.fill_backlog(queue, n)
     endpoint = _endpoint(run, queue)

@@ -399,7 +399,7 @@ def _settle(run: Run, queue: str) -> None:
         if busy:
             run.log("    (the WAL checkpoint before the next round found the database busy)")
         return
-    table = run.transport._table_queue(queue).quoted_table.replace("%%", "%")
+    table = run.transport.queues.table_queue(queue).quoted_table.replace("%%", "%")
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
         for statement in (f"VACUUM {table}", "CHECKPOINT"):
             try:

@@ -90,7 +90,7 @@ class Run:
         return name
 
     def count(self, queue: str) -> int:
-        table = self.transport._table_queue(queue).quoted_table.replace("%%", "%")
+        table = self.transport.queues.table_queue(queue).quoted_table.replace("%%", "%")
         with self.transport.engine.connect() as connection:
             return int(connection.exec_driver_sql(f"SELECT count(*) FROM {table}").scalar_one())
 
@@ -154,7 +154,7 @@ class Run:
             [OutgoingMessage(b"x", headers=headers(i) if headers else {}) for i in range(first)],
         )
         if n > first:
-            self.replicate(self.transport._address(queue).table, n)
+            self.replicate(self.transport.queues.address(queue).table, n)
 
     def drain_bodies(self, queue: str) -> list[int]:
         """Take every message off *queue* (raw, 500 at a time); return their sequence numbers."""

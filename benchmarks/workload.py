@@ -125,7 +125,7 @@ def warm_up(transport: Transport, queue: str) -> None:
     leaves that to the first send or receive, inside the clock.
     """
     transport.peek(queue)
-    transport._ready(transport._table_queue(queue))
+    transport.queues.ready(transport.queues.table_queue(queue))
 
 
 def median_round(rounds: list[Timing]) -> Timing:

@@ -150,7 +150,7 @@ def concurrent(url: str, sends: int, senders: int) -> None:
         transport.create_queue(name)
         quoted = str(engine.dialect.identifier_preparer.quote(name))
         if when == "":
-            wakeup.ensure_trigger(engine, transport._address(name), required=True)
+            wakeup.ensure_trigger(engine, transport.queues.address(name), required=True)
         elif when is not None:
             with engine.begin() as connection:
                 connection.exec_driver_sql(statements.create_function)
@@ -236,7 +236,7 @@ def interleaved(url: str, sends: int) -> None:
     waiter_driver.autocommit = True
     for label, name in names.items():
         transport.create_queue(name)
-        address = transport._address(name)
+        address = transport.queues.address(name)
         if label.startswith("conditional"):
             wakeup.ensure_trigger(engine, address, required=True)
         if label.endswith("registered"):
@@ -334,7 +334,7 @@ def main() -> None:
     engine = db.create_engine(url)
     transport = Transport(engine)
     transport.create_queue(QUEUE)
-    address = transport._address(QUEUE)
+    address = transport.queues.address(QUEUE)
     statements = dialects.for_dialect(engine).notify_wakeup
     assert statements is not None
     table = str(engine.dialect.identifier_preparer.quote(QUEUE))

@@ -327,8 +327,8 @@ def read_head(
         or before the queue's layout was checked: on one connection of the pool that only
         reads (never one the pump's threads keep).
     """
-    address = transport._address(queue)
-    table_queue = transport._table_queue(queue)
+    address = transport.queues.address(queue)
+    table_queue = transport.queues.table_queue(queue)
     if alone is not None and not alone.observed() and table_queue.layout_known:
         dialect = transport.engine.dialect
         with db.wrap_db_errors(str(address)):
@@ -354,7 +354,7 @@ def oldest_age(transport: Transport, queue: str) -> float | None:
     queue's clustered key (:func:`head_statement`). ``None``: the queue is empty, or its head
     carries no readable TimeSent.
     """
-    address = transport._address(queue)
+    address = transport.queues.address(queue)
     with db.wrap_db_errors(str(address)), db.reading(transport.engine) as connection:
         return _oldest(connection, address)
 

@@ -6,10 +6,10 @@ transport (the default schema where it names none), find the queue's
 :class:`~sqlqueue_orm.queuing.table_queue.TableQueue` (made once per address, and kept by the
 text it was named with too) or an endpoint's
 :class:`~sqlqueue_orm.queuing.delayed_table.DelayedTable`, and, on the first use of a queue,
-look its table up once for the schema warnings and the probe. It is ``Transport``'s base
-class: the transport's operations, and the package's own parts that reach a queue through it
-(the endpoint, the outbox, the error queue), call these methods, which read only what this
-class sets.
+look its table up once for the schema warnings and the probe. A transport holds one as
+``transport.queues``: the transport's operations, and the package's own parts that reach a queue
+through it (the endpoint, its pump and receive modes, the outbox, the error queue), call these
+methods, which read only what this class sets.
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ class QueueDirectory:
         self.default_schema = default_schema
         self.verify_schema = verify_schema
         self.delayed_table_suffix = delayed_table_suffix
-        self._inspector = SchemaInspector()
+        #: Finds and looks up queue and delayed tables (the first-use checks; listings).
+        self.inspector = SchemaInspector()
         self._queues: dict[addressing.QueueAddress, TableQueue] = {}
         self._by_reference: dict[QueueRef, TableQueue] = {}
         # Queues whose schema was verified (one TableQueue per address; hashed by identity,
@@ -57,7 +58,7 @@ class QueueDirectory:
         self._delayed: dict[addressing.QueueAddress, DelayedTable] = {}
         self._lock = threading.Lock()
 
-    def _address(self, queue: QueueRef) -> addressing.QueueAddress:
+    def address(self, queue: QueueRef) -> addressing.QueueAddress:
         """Parse *queue* in the address form of this database's .NET transport.
 
         The default schema applies when it names none. SQL Server and SQLite read
@@ -69,13 +70,13 @@ class QueueDirectory:
             address = addressing.QueueAddress(address.table, self.default_schema, address.catalog)
         return address
 
-    def _qualified(self, queue: QueueRef) -> addressing.QueueAddress:
+    def qualified(self, queue: QueueRef) -> addressing.QueueAddress:
         """*queue*'s address as written and compared (``QueueAddress.qualified``)."""
-        return self._address(queue).qualified(
+        return self.address(queue).qualified(
             self.engine.dialect.name, lambda: db.current_schema(self.engine)
         )
 
-    def _shown_name(self, queue: QueueRef) -> str:
+    def shown_name(self, queue: QueueRef) -> str:
         """*queue* as a person reads it: without its schema when that is the default one.
 
         ``"public"."billing"`` (the PostgreSQL transport's form, which ``NServiceBus.FailedQ``
@@ -93,12 +94,12 @@ class QueueDirectory:
                 address = addressing.QueueAddress(address.table)
         return str(address)
 
-    def _table_queue(self, queue: QueueRef) -> TableQueue:
+    def table_queue(self, queue: QueueRef) -> TableQueue:
         """The :class:`TableQueue` of *queue* (cached, also by the text it was named with)."""
         table_queue = self._by_reference.get(queue)
         if table_queue is not None:
             return table_queue
-        address = self._address(queue)
+        address = self.address(queue)
         with self._lock:
             table_queue = self._queues.get(address)
             if table_queue is None:
@@ -108,7 +109,7 @@ class QueueDirectory:
                 self._by_reference[queue] = table_queue
         return table_queue
 
-    def _first_use(self, connection: Connection, table_queue: TableQueue) -> None:
+    def first_use(self, connection: Connection, table_queue: TableQueue) -> None:
         """One look-up of the queue table for both one-time checks, on *connection*.
 
         The schema warnings (when ``verify_schema``) and the probe (Recoverable column, row
@@ -120,30 +121,30 @@ class QueueDirectory:
         if not verify and table_queue.probed:
             return
         with db.wrap_db_errors(table_queue.name):
-            layout = self._inspector.look_up(connection, address, indexes=verify)
+            layout = self.inspector.look_up(connection, address, indexes=verify)
             if verify:
                 self._verified_queues.add(table_queue)
-                self._inspector.warn_about(address, layout, connection.dialect.name)
+                self.inspector.warn_about(address, layout, connection.dialect.name)
             table_queue.probe(connection, () if layout is None else layout.columns)
 
-    def _ready(self, table_queue: TableQueue) -> None:
-        """:meth:`_first_use` on a connection of our own, when it has not run yet."""
+    def ready(self, table_queue: TableQueue) -> None:
+        """:meth:`first_use` on a connection of our own, when it has not run yet."""
         if table_queue.probed and (table_queue in self._verified_queues or not self.verify_schema):
             return
         with db.reading(self.engine) as connection:  # looks, writes nothing
-            self._first_use(connection, table_queue)
+            self.first_use(connection, table_queue)
 
     # -- delayed tables --------------------------------------------------------------------
-    def _delayed_address(self, endpoint: QueueRef) -> addressing.QueueAddress:
+    def delayed_address(self, endpoint: QueueRef) -> addressing.QueueAddress:
         """The address of *endpoint*'s delayed table: ``<endpoint>.<suffix>``, same schema."""
-        address = self._address(endpoint)
+        address = self.address(endpoint)
         name = delayed_model.delayed_table_name(address.table, self.delayed_table_suffix)
         return addressing.QueueAddress(name, address.schema, address.catalog)
 
-    def _delayed_table(self, endpoint: QueueRef) -> DelayedTable:
+    def delayed_table(self, endpoint: QueueRef) -> DelayedTable:
         """The :class:`DelayedTable` of *endpoint* (cached), feeding *endpoint*'s queue."""
-        queue_address = self._address(endpoint)
-        address = self._delayed_address(queue_address)
+        queue_address = self.address(endpoint)
+        address = self.delayed_address(queue_address)
         with self._lock:
             table = self._delayed.get(address)
             if table is None:

@@ -206,7 +206,7 @@ class UnitOfWork:
             chosen = "outbox"
             address = addressing.QueueAddress.coerce(destination)
         else:
-            address = self.transport._address(destination)
+            address = self.transport.queues.address(destination)
         name = str(address)
         if chosen == "direct":
             ids = self.transport.send_many(address, messages, connection=connection)
@@ -227,7 +227,7 @@ class UnitOfWork:
 
     # -- context manager -------------------------------------------------------------------
     def __enter__(self) -> UnitOfWork:
-        self._start()
+        self.start()
         with db.wrap_db_errors():
             connection = self.transport.engine.connect()
             try:
@@ -235,7 +235,7 @@ class UnitOfWork:
             except BaseException:
                 connection.close()
                 raise
-        self._join(
+        self.join(
             connection,
             transaction,
             Session(
@@ -244,15 +244,18 @@ class UnitOfWork:
         )
         return self
 
-    def _start(self) -> None:
-        """Mark the unit used and de-duplicate the incoming message (before any connection)."""
+    def start(self) -> None:
+        """Mark the unit used and de-duplicate the incoming message (before any connection).
+
+        Entering the unit does it; the asyncio unit of work calls it before its connection.
+        """
         if self._used:
             raise exceptions.SqlQueueError("a unit of work can be used once; make a new one")
         self._used = True
         if self.incoming_message_id is not None:
             self.outcome = self._deduplicate(self.incoming_message_id)
 
-    def _join(self, connection: Connection, transaction: RootTransaction, session: Session) -> None:
+    def join(self, connection: Connection, transaction: RootTransaction, session: Session) -> None:
         """Open the unit on *connection* in *transaction*, with *session* bound to them.
 
         The asyncio unit of work (:mod:`sqlqueue_orm.aio.session`) opens its own connection and

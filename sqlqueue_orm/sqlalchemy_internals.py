@@ -4,9 +4,9 @@ SQLAlchemy has no public API for a few things the hot path needs: beginning and 
 database transaction under a transaction object that stays open (:func:`begin_again`,
 :func:`commit_kept`), telling whether events or SQL echo would see a statement (cheaply, on
 every transaction), a pool's overflow limit, a connection made as the pool makes one but
-outside it, the dialects an index's ``ddl_if`` names, and synchronous code awaited on an
-asyncio engine (:func:`greenlet_spawn`). The rest of the package calls the functions here and
-never reaches into SQLAlchemy itself.
+outside it, the dialects an index's ``ddl_if`` names, a column copied off its table, and
+synchronous code awaited on an asyncio engine (:func:`greenlet_spawn`). The rest of the
+package calls the functions here and never reaches into SQLAlchemy itself.
 
 The names and signatures this module relies on are checked against the installed SQLAlchemy by
 ``tests/unit/test_sqlalchemy_internals.py``; ``pyproject.toml`` bounds SQLAlchemy to the series
@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeGuard, TypeVar
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine, RootTransaction
 from sqlalchemy.pool import QueuePool
 
@@ -33,6 +34,7 @@ RELIED_ON: dict[str, tuple[str, ...]] = {
     "Engine": ("_has_events", "_should_log_info"),
     "QueuePool": ("_max_overflow", "_invoke_creator"),
     "DialectKWArgs": ("_ddl_if",),
+    "Column": ("_copy",),
 }
 
 
@@ -142,6 +144,14 @@ def new_driver_connection(engine: Engine) -> Any:
     it. (A probe that must not wait behind, or take, a pooled connection.)
     """
     return engine.pool._invoke_creator(None)  # type: ignore[arg-type]
+
+
+def copied_column(column: sa.Column[Any]) -> sa.Column[Any]:
+    """A copy of *column* bound to no table (what ``op.add_column`` adds).
+
+    SQLAlchemy names no public way to copy a column.
+    """
+    return column._copy()
 
 
 def ddl_if_dialects(element: Any) -> str | tuple[str, ...] | None:

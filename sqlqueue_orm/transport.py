@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
@@ -46,7 +47,7 @@ from sqlqueue_orm.schema import QueueInstaller
 log = logging.getLogger(__name__)
 
 
-class Transport(QueueDirectory):
+class Transport:
     """Message queues in the tables of one database.
 
     :param url_or_engine: a SQLAlchemy URL (the engine is made by
@@ -64,10 +65,10 @@ class Transport(QueueDirectory):
     :param subscriptions: the subscription table and the subscriber cache of :meth:`publish`
         (:class:`~sqlqueue_orm.pubsub.subscriptions.SubscriptionSettings`).
 
-    Methods with a leading underscore (a queue's parsed address and its
-    :class:`~sqlqueue_orm.queuing.table_queue.TableQueue`, delayed tables, the first-use
-    checks: :class:`~sqlqueue_orm.queue_directory.QueueDirectory`'s; the subscription store)
-    serve the package's own parts: the endpoint, the outbox, the error queue.
+    :attr:`queues` (a :class:`~sqlqueue_orm.queue_directory.QueueDirectory`: a queue's parsed
+    address and its :class:`~sqlqueue_orm.queuing.table_queue.TableQueue`, delayed tables, the
+    first-use checks) and :attr:`subscriptions` serve the package's own parts: the endpoint and
+    its pump, the outbox, the error queue.
     """
 
     def __init__(
@@ -101,7 +102,14 @@ class Transport(QueueDirectory):
             raise exceptions.ConfigurationError(
                 f"Transport needs a URL or an Engine, not {url_or_engine!r}"
             )
-        super().__init__(engine, default_schema, verify_schema, delayed_table_suffix)
+        self.engine = engine
+        self.default_schema = default_schema
+        self.verify_schema = verify_schema
+        self.delayed_table_suffix = delayed_table_suffix
+        #: The queues of this transport's engine: addresses parsed, table queues kept, first use
+        #: checked (the endpoint, its pump and receive modes take their table queue from here).
+        self.queues = QueueDirectory(engine, default_schema, verify_schema, delayed_table_suffix)
+        self._lock = threading.Lock()
         self._installer = QueueInstaller(settings)
         # SQLite: take the write lock up front (see db.create_engine); others begin implicitly.
         begin = dialects.for_dialect(self.engine).begin
@@ -155,7 +163,7 @@ class Transport(QueueDirectory):
         ``orders@[dbo]`` on SQL Server, ``"public"."orders"`` on PostgreSQL (where a queue
         named without a schema is in the connection's current one).
         """
-        return self._qualified(queue).format(self.engine.dialect.name)
+        return self.queues.qualified(queue).format(self.engine.dialect.name)
 
     def _connection(self, connection: Connection | None) -> AbstractContextManager[Connection]:
         """*connection*, else a transaction of ours (:meth:`begin`) for a ``with`` block."""
@@ -168,7 +176,7 @@ class Transport(QueueDirectory):
     # -- delayed delivery ------------------------------------------------------------------
     def create_delayed_table(self, endpoint: QueueRef) -> bool:
         """Create *endpoint*'s delayed table if missing; return whether it was created."""
-        address = self._delayed_address(endpoint)
+        address = self.queues.delayed_address(endpoint)
         with db.wrap_db_errors(str(address)), self.engine.begin() as connection:
             return self._installer.create_delayed(connection, address)
 
@@ -181,8 +189,8 @@ class Transport(QueueDirectory):
         endpoint: QueueRef | None,
     ) -> list[str]:
         """Store *messages* in the delayed table of *endpoint* (default: of *queue*)."""
-        destination = self._address(queue)
-        table = self._delayed_table(destination if endpoint is None else endpoint)
+        destination = self.queues.address(queue)
+        table = self.queues.delayed_table(destination if endpoint is None else endpoint)
         forward = self.address_text(destination)
         prepared = delayed.prepare(messages, forward, due_ms)
         with db.wrap_db_errors(table.name), self._connection(connection) as conn:
@@ -207,11 +215,11 @@ class Transport(QueueDirectory):
         """
         with db.wrap_db_errors(), db.reading(self.engine) as connection:
             if endpoint is not None:
-                addresses = [self._delayed_address(endpoint)]
+                addresses = [self.queues.delayed_address(endpoint)]
                 browsing.require_delayed_table(connection, str(endpoint), addresses[0])
             else:
                 chosen = list(schemas) if schemas is not None else [self.default_schema]
-                addresses = self._inspector.find_delayed_tables(
+                addresses = self.queues.inspector.find_delayed_tables(
                     connection, chosen, self.delayed_table_suffix
                 )
             return browsing.read_delayed(connection, addresses, max_messages)
@@ -223,7 +231,7 @@ class Transport(QueueDirectory):
         Safe to call from several processes at once. Needs CREATE TABLE rights; running needs
         only SELECT, INSERT and DELETE.
         """
-        address = self._address(queue)
+        address = self.queues.address(queue)
         with db.wrap_db_errors(str(address)), self.engine.begin() as connection:
             return self._installer.create(connection, address, body_string=body_string)
 
@@ -257,7 +265,7 @@ class Transport(QueueDirectory):
         if due_ms is not None:
             if self.instrumentation is not None:  # a send span; the context waits with it
                 return self.instrumentation.send(
-                    self._table_queue(queue).name,
+                    self.queues.table_queue(queue).name,
                     [message],
                     lambda traced: self._send_delayed(queue, traced, connection, due_ms, endpoint),
                 )[0]
@@ -272,7 +280,7 @@ class Transport(QueueDirectory):
     ) -> list[str]:
         """Send *messages* in one batch (all or none); return their message ids."""
         if self.instrumentation is not None:
-            name = self._table_queue(queue).name
+            name = self.queues.table_queue(queue).name
             return self.instrumentation.send(
                 name, messages, lambda traced: self._send_many(queue, traced, connection)
             )
@@ -284,13 +292,13 @@ class Transport(QueueDirectory):
         messages: Sequence[OutgoingMessage],
         connection: Connection | None = None,
     ) -> list[str]:
-        table_queue = self._table_queue(queue)
+        table_queue = self.queues.table_queue(queue)
         prepared = [message.prepare() for message in messages]
         if connection is not None:
-            self._first_use(connection, table_queue)
+            self.queues.first_use(connection, table_queue)
             table_queue.send(connection, prepared)
         elif prepared:
-            self._ready(table_queue)
+            self.queues.ready(table_queue)
             try:  # a connection that cannot be had raises SQLAlchemy's error: translate it
                 if self._connections.observed():  # cursor events fire only via a Connection
                     with self.engine.begin() as own:
@@ -337,13 +345,13 @@ class Transport(QueueDirectory):
             reply_headers[headers.CONVERSATION_ID] = conversation
         reply_headers.update(message.headers)
         replying = dataclasses.replace(message, headers=reply_headers)
-        destination = self._address(address_text)
+        destination = self.queues.address(address_text)
         log.debug("queue %s: replying to message %s", destination, to.message_id)
         return self.send(destination, replying, connection)
 
     # -- publish/subscribe -----------------------------------------------------------------
     @property
-    def _subscriptions(self) -> SubscriptionStore:
+    def subscriptions(self) -> SubscriptionStore:
         """The subscription table and its cache (NServiceBus's ``SubscriptionRouting``)."""
         if self._subscription_store is None:
             with self._lock:
@@ -358,7 +366,7 @@ class Transport(QueueDirectory):
 
     def create_subscription_table(self) -> bool:
         """Create the subscription table if missing (idempotent, safe to race)."""
-        return self._subscriptions.create_table()
+        return self.subscriptions.create_table()
 
     def subscribe(
         self,
@@ -373,11 +381,11 @@ class Transport(QueueDirectory):
         of this database's .NET transport, as a .NET subscriber stores its own.
         """
         address = self.address_text(endpoint if queue is None else queue)
-        self._subscriptions.subscribe(endpoint, topic, address, connection)
+        self.subscriptions.subscribe(endpoint, topic, address, connection)
 
     def unsubscribe(self, endpoint: str, topic: str, connection: Connection | None = None) -> None:
         """Remove *endpoint*'s subscription to *topic*."""
-        self._subscriptions.unsubscribe(endpoint, topic, connection)
+        self.subscriptions.unsubscribe(endpoint, topic, connection)
 
     def publish(
         self,
@@ -400,9 +408,10 @@ class Transport(QueueDirectory):
         """
         outgoing, chosen = publishing.prepare(event, type_names, topics)
         assert outgoing.message_id is not None
-        subscribers = self._subscriptions.subscribers(chosen, connection)
+        subscribers = self.subscriptions.subscribers(chosen, connection)
         destinations = publishing.one_per_table(
-            (self._address(text) for text in subscribers), self.engine.dialect.default_schema_name
+            (self.queues.address(text) for text in subscribers),
+            self.engine.dialect.default_schema_name,
         )
         if destinations:
             with self._connection(connection) as conn:
@@ -433,7 +442,7 @@ class Transport(QueueDirectory):
         back with ``expired=True``; they are gone from the queue all the same.
         """
         if self.instrumentation is not None:
-            name = self._table_queue(queue).name
+            name = self.queues.table_queue(queue).name
             return self.instrumentation.receive(
                 name, lambda: self._receive(queue, max_messages, connection)
             )
@@ -442,11 +451,11 @@ class Transport(QueueDirectory):
     def _receive(
         self, queue: QueueRef, max_messages: int, connection: Connection | None
     ) -> list[IncomingMessage]:
-        table_queue = self._table_queue(queue)
+        table_queue = self.queues.table_queue(queue)
         if connection is not None:
-            self._first_use(connection, table_queue)
+            self.queues.first_use(connection, table_queue)
             return table_queue.receive(connection, max_messages)
-        self._ready(table_queue)
+        self.queues.ready(table_queue)
         try:  # a connection that cannot be had raises SQLAlchemy's error: translate it
             if self._connections.observed():  # cursor events fire only through a Connection
                 with self.engine.begin() as own:
@@ -471,7 +480,7 @@ class Transport(QueueDirectory):
         included; nothing is locked or deleted. *after*: only rows whose RowVersion is above it
         (page on with the last ``row_version`` seen).
         """
-        table_queue = self._table_queue(queue)
+        table_queue = self.queues.table_queue(queue)
         if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
             raise exceptions.ConfigurationError(
                 f"max_messages {max_messages!r} must be a whole number of at least 1"
@@ -482,7 +491,7 @@ class Transport(QueueDirectory):
 
     def peek(self, queue: QueueRef, connection: Connection | None = None) -> int:
         """Estimated message count (max - min RowVersion): cheap at any queue size."""
-        table_queue = self._table_queue(queue)
+        table_queue = self.queues.table_queue(queue)
         # The first peek on a Connection: it looks the layout up (an outdated one is refused).
         if connection is not None or self._connections.observed() or not table_queue.layout_known:
             with self._reading(connection) as conn:
@@ -507,7 +516,7 @@ class Transport(QueueDirectory):
 
     def purge_expired(self, queue: QueueRef, batch_size: int = PURGE_BATCH_SIZE) -> int:
         """Delete expired messages, one transaction per batch; return how many were deleted."""
-        table_queue = self._table_queue(queue)
+        table_queue = self.queues.table_queue(queue)
         total = 0
         while True:
             with db.wrap_db_errors(table_queue.name), self.engine.begin() as connection:
@@ -521,7 +530,7 @@ class Transport(QueueDirectory):
 
     def purge_all(self, queue: QueueRef) -> int:
         """Delete every message of the queue; return how many."""
-        table_queue = self._table_queue(queue)
+        table_queue = self.queues.table_queue(queue)
         with db.wrap_db_errors(table_queue.name), self.engine.begin() as connection:
             deleted = table_queue.purge_all(connection)
         log.info("queue %s: purged all %d message(s)", table_queue.name, deleted)
@@ -531,8 +540,8 @@ class Transport(QueueDirectory):
         """Queue tables found in *schemas* (default: the default schema), with estimated counts."""
         chosen = list(schemas) if schemas is not None else [self.default_schema]
         with db.wrap_db_errors(), db.reading(self.engine) as connection:
-            found = self._inspector.find_queue_tables(connection, chosen)
+            found = self.queues.inspector.find_queue_tables(connection, chosen)
             return [
-                (str(info.address), self._table_queue(info.address).peek(connection))
+                (str(info.address), self.queues.table_queue(info.address).peek(connection))
                 for info in found
             ]

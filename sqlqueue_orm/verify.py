@@ -38,7 +38,7 @@ from alembic.ddl import base as alembic_ddl
 from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.sql.elements import quoted_name
 
-from sqlqueue_orm import addressing, dialects, exceptions, schema
+from sqlqueue_orm import addressing, dialects, exceptions, schema, sqlalchemy_internals
 from sqlqueue_orm.models import ddl
 from sqlqueue_orm.models.base import Base
 from sqlqueue_orm.models.delayed_table import build_delayed_table
@@ -139,7 +139,7 @@ def _same_type(found: str, expected: str, support: dialects.DialectSupport) -> b
 
 def add_column_statement(table: sa.Table, column: sa.Column[Any], dialect: Dialect) -> str:
     """``ALTER TABLE ... ADD`` of *column* of *table*, as *dialect* writes it."""
-    copy = column._copy()
+    copy = sqlalchemy_internals.copied_column(column)
     # Bound to a table, as op.add_column does (SQL Server's DDL needs one).
     sa.Table(table.name, sa.MetaData(), copy, schema=table.schema)
     return _compile(alembic_ddl.AddColumn(table.name, copy, table.schema), dialect)

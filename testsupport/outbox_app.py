@@ -114,7 +114,8 @@ def _send_without_check(
     # The send to another database as it was before OutboxDelivery: commit there, nothing else.
     transport = self.router.transport_for(destination)
     with transport.engine.begin() as connection:
-        transport._table_queue(destination).send(connection, [op.prepare() for _, op in items])
+        messages = [op.prepare() for _, op in items]
+        transport.queues.table_queue(destination).send(connection, messages)
     return len(items), 0
 
 

@@ -145,7 +145,7 @@ class AsyncUnitOfWork:
         # De-duplication first, on a connection of its own, as the synchronous unit does: none
         # is held meanwhile (SQLite: no write lock; the pool: one connection per unit at most).
         with connecting():
-            await sqlalchemy_internals.greenlet_spawn(self._core._start)
+            await sqlalchemy_internals.greenlet_spawn(self._core.start)
             connection = await self.transport.engine.connect()
         try:
             with db.wrap_db_errors():
@@ -153,7 +153,7 @@ class AsyncUnitOfWork:
             session = AsyncSession(
                 bind=connection, join_transaction_mode="create_savepoint", expire_on_commit=False
             )
-            self._core._join(
+            self._core.join(
                 connection.sync_connection,  # type: ignore[arg-type]
                 transaction.sync_transaction,  # type: ignore[arg-type]
                 session.sync_session,

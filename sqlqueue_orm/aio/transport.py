@@ -219,7 +219,7 @@ class AsyncTransport:
             connection, lambda conn: self.transport.send_many(queue, messages, conn)
         )
         if connection is None and ids:  # committed by us: wake this process's endpoints
-            address = self.transport._table_queue(queue).address
+            address = self.transport.queues.table_queue(queue).address
             for hook in self.transport.sent_hooks:
                 hook(address)
         return ids

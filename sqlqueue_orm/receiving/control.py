@@ -24,7 +24,6 @@ endpoint) and the last state is kept: it never stops the pump, and the next read
 
 from __future__ import annotations
 
-import itertools
 import logging
 import threading
 import time
@@ -34,14 +33,13 @@ import sqlalchemy as sa
 
 from sqlqueue_orm import control, db
 from sqlqueue_orm.ops_connection import OpsConnection
-from sqlqueue_orm.receiving import tasks
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
     from sqlqueue_orm.receiving.pump import MessagePump
 
-__all__ = ["POLL_INTERVAL", "ControlPoller", "resize", "set_paused"]
+__all__ = ["POLL_INTERVAL", "ControlPoller"]
 
 log = logging.getLogger(__name__)
 
@@ -51,44 +49,6 @@ POLL_INTERVAL = 0.5
 #: Seconds between two looks for a control table that did not exist (a catalog look-up, not a
 #: failing query twice a second in the server's log).
 MISSING_TABLE_INTERVAL = 10.0
-
-_numbers = itertools.count()
-
-
-def set_paused(pump: MessagePump, paused: bool) -> None:
-    """Pause *pump* (no peek, no receive; handlers in flight finish) or resume it at once."""
-    with pump._condition:
-        pump.paused = paused
-        pump._condition.notify_all()  # the loop waits on it while paused
-
-
-def resize(pump: MessagePump, concurrency: int) -> None:
-    """Run *pump* with *concurrency* worker threads (before or after it started).
-
-    Growing starts the threads missing at once; workers a shrink is ending count until they end,
-    so none starts beside them beyond *concurrency*. Shrinking lowers the limit the workers
-    check as each counts its next receive (:meth:`~.pump.MessagePump._retire`): a worker too
-    many ends there, after the message it is handling, instead of beginning another. A
-    :data:`~.tasks.SHRUNK` ticket per worker too many ends the idle ones at once.
-    """
-    with pump._condition:
-        if pump._stopping.is_set() or concurrency == pump.concurrency:
-            return
-        pump.concurrency = concurrency
-        if pump._loop_thread is not None:
-            threads = [thread for thread in pump._threads if thread.is_alive()]
-            while pump._workers < concurrency:
-                thread = threading.Thread(
-                    target=pump._work, name=f"{pump.queue} worker +{next(_numbers)}", daemon=True
-                )
-                pump._workers += 1
-                thread.start()
-                threads.append(thread)
-            for _ in range(pump._workers - concurrency):
-                pump._tickets.put(tasks.SHRUNK)
-            pump._threads = threads  # a new list: a stop's loop may be iterating the old one
-        pump._condition.notify_all()
-
 
 class ControlPoller:
     """Reads one endpoint's control row and applies it to its pumps (see the module docstring).
@@ -224,12 +184,12 @@ class ControlPoller:
             log.info(
                 "queue %s: concurrency %d -> %d%s", self.endpoint, self.concurrency, wanted, who
             )
-            resize(self.main, wanted)
+            self.main.resize(wanted)
             self.concurrency = wanted
         if paused != self.paused:
             log.info("queue %s: %s%s", self.endpoint, "paused" if paused else "resumed", who)
             for pump in self.pumps:
-                set_paused(pump, paused)
+                pump.set_paused(paused)
             self.paused = paused
 
     def _described(self) -> str:

@@ -267,7 +267,7 @@ class Endpoint:
 
     def subscribe(self, event_type: type[Any] | str, connection: Connection | None = None) -> None:
         """Subscribe this endpoint's queue to *event_type* (a model class, or a topic name)."""
-        self.transport._subscriptions.subscribe(
+        self.transport.subscriptions.subscribe(
             self.name, self._handling.topic(event_type), self.address_text, connection
         )
 
@@ -275,7 +275,7 @@ class Endpoint:
         self, event_type: type[Any] | str, connection: Connection | None = None
     ) -> None:
         """Remove this endpoint's subscription to *event_type*."""
-        self.transport._subscriptions.unsubscribe(
+        self.transport.subscriptions.unsubscribe(
             self.name, self._handling.topic(event_type), connection
         )
 
@@ -366,7 +366,7 @@ class Endpoint:
             for queue in queues:
                 if self.settings.purge_expired_at_startup:
                     self.transport.purge_expired(queue)
-                address = self.transport._address(queue)
+                address = self.transport.queues.address(queue)
                 waiters.append(waiting.prepare(self.transport.engine, address, self.settings))
             self._pump = pump.MessagePump(self._handling, mode)
             self._instance_pump = None

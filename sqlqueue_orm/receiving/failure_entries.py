@@ -68,7 +68,7 @@ def writer(
     """
     if not isinstance(row.id, uuid.UUID) or not failure_keys.table_known(transport.engine):
         return None
-    queue = str(transport._address(error_queue))
+    queue = str(transport.queues.address(error_queue))
     if len(queue) > failure_group.QUEUE_LENGTH:
         return None
     try:

@@ -159,7 +159,7 @@ def forward(
 
     :param also: run after the send in the same transaction (the failure-group entry).
     """
-    table_queue = transport._table_queue(queue)
+    table_queue = transport.queues.table_queue(queue)
     if connection is not None:
         table_queue.send(connection, [row])
         if also is not None:

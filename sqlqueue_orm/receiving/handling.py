@@ -194,7 +194,7 @@ class Handling:
         instance = self.settings.instance_name
         if instance is None:
             return None
-        shared = self.transport._address(self.name)
+        shared = self.transport.queues.address(self.name)
         return addressing.QueueAddress(f"{shared.table}.{instance}", shared.schema, shared.catalog)
 
     def reply_to_instance(self, outgoing: OutgoingMessage) -> OutgoingMessage:
@@ -256,7 +256,7 @@ class Handling:
         """
         instrumentation = self._instrumentation or self.transport.instrumentation
         if instrumentation is not None:
-            queue = self.transport._table_queue(self.name).name
+            queue = self.transport.queues.table_queue(self.name).name
             instrumentation.handle(queue, context.message, lambda: self._invoke(context))
             return
         self._invoke(context)
@@ -394,7 +394,7 @@ class HandlerContext:
             self.message.headers.get(headers.CORRELATION_ID) or self.message_id,
         )
         outgoing = dataclasses.replace(outgoing, headers=reply_headers)
-        destination = self._handling.transport._address(address_text)
+        destination = self._handling.transport.queues.address(address_text)
         return self._sender(destination, self._stamp(outgoing, "Reply"))
 
     def defer(
@@ -455,8 +455,8 @@ class HandlerContext:
         outgoing, topics = publishing.prepare(outgoing, handling.type_names)
         assert outgoing.message_id is not None
         transport = handling.transport
-        subscribers = transport._subscriptions.subscribers(topics)
-        addresses = (transport._address(text) for text in subscribers)
+        subscribers = transport.subscriptions.subscribers(topics)
+        addresses = (transport.queues.address(text) for text in subscribers)
         # One copy per distinct queue, however each subscription spells it.
         schema = transport.engine.dialect.default_schema_name
         for destination in publishing.one_per_table(addresses, schema):

@@ -41,7 +41,7 @@ class DelayedMessageMover:
 
     def __init__(self, handling: Handling) -> None:
         self.transport = handling.transport
-        self.table = self.transport._delayed_table(handling.name)
+        self.table = self.transport.queues.delayed_table(handling.name)
         self.queue = handling.name
         self.batch_size = handling.settings.delayed_batch_size
         #: Messages moved since the start.

@@ -9,7 +9,7 @@ until each has run its receive (NServiceBus 9 waits the same way, so it does not
 its own tasks are taking); a receive that finds nothing cancels the rest and the loop peeks
 again at once. There are ``concurrency`` worker threads, and a worker begins a receive only
 while the pump has no more workers than its concurrency, decided under the lock that counts
-the receive: after a shrink (:func:`~sqlqueue_orm.receiving.control.resize`) each worker too
+the receive: after a shrink (:meth:`MessagePump.resize`) each worker too
 many ends after its message instead of taking another, and a grow starts only the workers
 missing while those still finish. So no more than ``concurrency`` messages are handled at once;
 a shrink waits for the messages begun before it.
@@ -45,6 +45,7 @@ after a stop that saw none.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import queue as queue_module
 import threading
@@ -74,6 +75,8 @@ EMPTY_RECEIVE_PAUSE = 0.05
 #: Longest wait (seconds, after :data:`~.tasks.LINGER`) of a stop for idle workers to give
 #: their connections back: no handler runs there, only a scheduler starving a thread delays it.
 _RELEASE_WAIT = 2.0
+#: Numbers the worker threads a resize starts.
+_resized = itertools.count()
 
 
 class MessagePump:
@@ -89,6 +92,7 @@ class MessagePump:
         self.mode = mode
         #: The queue pumped: the mode's (the input queue, or the instance-specific one).
         self.queue = mode.queue
+        self._table_queue = mode.receiver.table_queue
         self.settings = handling.settings
         #: Worker threads, so messages handled at once at most.
         self.concurrency = self.settings.concurrency if concurrency is None else concurrency
@@ -141,6 +145,41 @@ class MessagePump:
         """Whether the pump was started and has not stopped."""
         return self._loop_thread is not None and not self._stopped.is_set()
 
+    def set_paused(self, paused: bool) -> None:
+        """Pause the pump (no peek, no receive; handlers in flight finish) or resume it at once."""
+        with self._condition:
+            self.paused = paused
+            self._condition.notify_all()  # the loop waits on it while paused
+
+    def resize(self, concurrency: int) -> None:
+        """Run the pump with *concurrency* worker threads (before or after it started).
+
+        Growing starts the threads missing at once; workers a shrink is ending count until they
+        end, so none starts beside them beyond *concurrency*. Shrinking lowers the limit the
+        workers check as each counts its next receive (:meth:`_retire`): a worker too many ends
+        there, after the message it is handling, instead of beginning another. A
+        :data:`~.tasks.SHRUNK` ticket per worker too many ends the idle ones at once.
+        """
+        with self._condition:
+            if self._stopping.is_set() or concurrency == self.concurrency:
+                return
+            self.concurrency = concurrency
+            if self._loop_thread is not None:
+                threads = [thread for thread in self._threads if thread.is_alive()]
+                while self._workers < concurrency:
+                    thread = threading.Thread(
+                        target=self._work,
+                        name=f"{self.queue} worker +{next(_resized)}",
+                        daemon=True,
+                    )
+                    self._workers += 1
+                    thread.start()
+                    threads.append(thread)
+                for _ in range(self._workers - concurrency):
+                    self._tickets.put(tasks.SHRUNK)
+                self._threads = threads  # a new list: a stop's loop may be iterating the old one
+            self._condition.notify_all()
+
     def start(self, waiter: wakeup.IdleWaiter | None = None) -> None:
         """Start the worker threads and the peek loop (all daemon threads), and the wake-ups.
 
@@ -150,7 +189,7 @@ class MessagePump:
         self._peek_counts_held_rows = dialects.for_dialect(
             transport.engine
         ).peek_counts_held_rows
-        self._address = transport._address(self.queue)
+        self._address = transport.queues.address(self.queue)
         self._local_wakeups = wakeup.local_wakeups(transport)
         self._local_wakeups.register(self._address.table, self.wake)
         self._listener = waiter
@@ -448,7 +487,7 @@ class MessagePump:
                 self._condition.notify_all()
 
     def _rewind(self) -> None:
-        floor = self.handling.transport._table_queue(self.queue).floor
+        floor = self._table_queue.floor
         if floor is not None:
             floor.reset()
 
@@ -467,7 +506,7 @@ class MessagePump:
                 stats.max_in_flight = max(stats.max_in_flight, stats.in_flight)
         instrumentation = self.handling.instrumentation
         if outcome is not None and instrumentation is not None:
-            queue = self.handling.transport._table_queue(self.queue).name
+            queue = self._table_queue.name
             for _ in range(count):
                 instrumentation.outcome(queue, outcome)
 

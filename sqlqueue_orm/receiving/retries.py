@@ -132,7 +132,7 @@ def arrived(
     stripped = dataclasses.replace(message, headers=kept)
     target = message.headers[FORWARD_DESTINATION] or ""
     try:
-        destination = transport._address(target)
+        destination = transport.queues.address(target)
     except exceptions.SqlQueueError:
         log.error(
             "queue %s: delayed message %s names destination %r, which is not an address; "
@@ -143,7 +143,7 @@ def arrived(
         )
         return stripped, None
     # Compared as written (with the schema on PostgreSQL): "sales" and "public"."sales" are one.
-    if transport._qualified(destination) == transport._qualified(
+    if transport.queues.qualified(destination) == transport.queues.qualified(
         endpoint if queue is None else queue
     ):
         return stripped, None
@@ -152,7 +152,7 @@ def arrived(
         stripped.id, stripped.message_id, headers.serialize(kept), stripped.body, None
     )
     with db.wrap_db_errors(str(destination)), connection.begin_nested():
-        transport._table_queue(destination).send(connection, [row])
+        transport.queues.table_queue(destination).send(connection, [row])
     log.debug(
         "queue %s: delayed message %s forwarded to %s",
         endpoint,

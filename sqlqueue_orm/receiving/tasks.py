@@ -132,7 +132,7 @@ class Worker(WorkerState):
         self.uses += 1
         self.receipt = receipt
         self.keep = keep
-        receipt._connection = connection
+        receipt.connection = connection
         return self
 
     def __enter__(self) -> Connection:
@@ -143,7 +143,7 @@ class Worker(WorkerState):
         connection = self.connection
         receipt, self.receipt = self.receipt, None
         if receipt is not None:
-            receipt._connection = None  # a stop abandoning it later must not close this one
+            receipt.connection = None  # a stop abandoning it later must not close this one
         if connection is None:
             return
         if (
@@ -194,7 +194,9 @@ class Receipt:
         self._signalled = False
         self._flying = False
         self._landing = threading.Lock()  # a stop's abandon and the worker end it once
-        self._connection: Connection | None = None
+        #: The worker's connection while it runs this receive (set and cleared by the
+        #: worker), which :meth:`abandon` closes.
+        self.connection: Connection | None = None
         self.abandoned = False
         #: Whether the receive took a message.
         self.found = False
@@ -253,7 +255,7 @@ class Receipt:
         """Close the connection under the receive (a timed-out stop): the server rolls back."""
         self.abandoned = True
         self.settle()  # its messages return to the queue
-        connection = self._connection
+        connection = self.connection
         if connection is not None:
             try:
                 connection.invalidate()  # closes the DBAPI connection: the server rolls back

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -183,14 +184,16 @@ class LocalWakeups:
 
 
 _local_lock = threading.Lock()
+#: Each transport's :class:`LocalWakeups`, for as long as the transport lives.
+_local: weakref.WeakKeyDictionary[Any, LocalWakeups] = weakref.WeakKeyDictionary()
 
 
 def local_wakeups(transport: Any) -> LocalWakeups:
     """The :class:`LocalWakeups` of *transport*, hooked into its sends on first use."""
     with _local_lock:
-        wakeups: LocalWakeups | None = getattr(transport, "_sqlqueue_local_wakeups", None)
+        wakeups = _local.get(transport)
         if wakeups is None:
             wakeups = LocalWakeups()
-            transport._sqlqueue_local_wakeups = wakeups
+            _local[transport] = wakeups
             transport.sent_hooks.append(wakeups.sent)
         return wakeups

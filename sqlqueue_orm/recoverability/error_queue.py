@@ -130,13 +130,14 @@ def retry_headers(found: dict[str, str | None]) -> dict[str, str | None]:
     }
 
 
-def _aware(moment: dt.datetime | None) -> dt.datetime | None:
+def aware(moment: dt.datetime | None) -> dt.datetime | None:
+    """*moment* with a time zone: a naive one is UTC."""
     if moment is None or moment.tzinfo is not None:
         return moment
     return moment.replace(tzinfo=dt.UTC)  # naive means UTC, as headers.format_time reads it
 
 
-def _type_matches(wanted: str, found: str | None) -> bool:
+def type_matches(wanted: str, found: str | None) -> bool:
     """``ValueError`` matches ``builtins.ValueError`` and ``System.ArgumentException`` its own."""
     if found is None:
         return False
@@ -154,7 +155,7 @@ class ErrorQueue:
     def __init__(self, transport: Transport, name: str = "error") -> None:
         self.transport = transport
         self.name = name
-        self.address = transport._address(name)
+        self.address = transport.queues.address(name)
 
     def __repr__(self) -> str:
         return f"ErrorQueue({self.name!r})"
@@ -189,11 +190,11 @@ class ErrorQueue:
         """
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise exceptions.ConfigurationError(f"limit {limit!r} must be a whole number >= 1")
-        start, end = _aware(since), _aware(until)
+        start, end = aware(since), aware(until)
         found: list[FailedMessage] = []
         for row in self._rows():
             failed = FailedMessage.from_message(row)
-            if exception_type is not None and not _type_matches(
+            if exception_type is not None and not type_matches(
                 exception_type, failed.exception_type
             ):
                 continue
@@ -220,7 +221,7 @@ class ErrorQueue:
         """
         if not failed.failed_queue:
             return None
-        return self.transport._shown_name(failed.failed_queue)
+        return self.transport.queues.shown_name(failed.failed_queue)
 
     def table(self) -> sa.Table:
         """The error queue's table."""
@@ -289,7 +290,7 @@ class ErrorQueue:
         :raises ConfigurationError: an id is not a GUID (checked before anything is sent).
         """
         native_ids = [parse_id(each) for each in ids]
-        table_queue = self.transport._table_queue(self.name)
+        table_queue = self.transport.queues.table_queue(self.name)
         sent = 0
         for native_id in native_ids:
             with db.wrap_db_errors(str(self.address)), self.transport.engine.connect() as conn:
@@ -356,7 +357,7 @@ class ErrorQueue:
         Every message that names the queue it failed in (*failed_queue*, if given).
         """
         # Compared as written (with the schema on PostgreSQL): "sales" and "public"."sales" match.
-        wanted = None if failed_queue is None else self.transport._qualified(failed_queue)
+        wanted = None if failed_queue is None else self.transport.queues.qualified(failed_queue)
         ids = []
         for row in self._rows():
             found = row.headers.get(headers.FAILED_QUEUE)
@@ -364,7 +365,7 @@ class ErrorQueue:
                 continue
             if wanted is not None:
                 try:
-                    if self.transport._qualified(found) != wanted:
+                    if self.transport.queues.qualified(found) != wanted:
                         continue
                 except exceptions.ConfigurationError:
                     continue
@@ -377,7 +378,7 @@ class ErrorQueue:
         :raises ConfigurationError: an id is not a GUID (checked before anything is deleted).
         """
         native_ids = [parse_id(each) for each in ids]
-        table_queue = self.transport._table_queue(self.name)
+        table_queue = self.transport.queues.table_queue(self.name)
         deleted = 0
         for native_id in native_ids:
             with db.wrap_db_errors(str(self.address)), self.transport.engine.begin() as conn:

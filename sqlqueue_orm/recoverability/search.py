@@ -37,7 +37,7 @@ import sqlalchemy as sa
 
 from sqlqueue_orm import db, dialects, exceptions
 from sqlqueue_orm.recoverability import groups
-from sqlqueue_orm.recoverability.error_queue import FailedMessage, _aware, _type_matches
+from sqlqueue_orm.recoverability.error_queue import FailedMessage, aware, type_matches
 
 if TYPE_CHECKING:
     from sqlqueue_orm.recoverability.error_queue import ErrorQueue
@@ -85,7 +85,7 @@ class ErrorFilter:
                 return False
         if self.text is not None and self.text.encode() not in failed.body:
             return False
-        if self.exception_type is not None and not _type_matches(
+        if self.exception_type is not None and not type_matches(
             self.exception_type, failed.exception_type
         ):
             return False
@@ -93,7 +93,7 @@ class ErrorFilter:
             return False
         if self.since is not None or self.until is not None:
             when = failed.time_of_failure
-            start, end = _aware(self.since), _aware(self.until)
+            start, end = aware(self.since), aware(self.until)
             if when is None or (start is not None and when < start):
                 return False
             if end is not None and when >= end:

@@ -262,7 +262,7 @@ class OutboxDispatch:
         sent = _Sent()
         for destination, messages in local.items():
             try:
-                self.transport._table_queue(destination).send(connection, messages)
+                self.transport.queues.table_queue(destination).send(connection, messages)
             except exceptions.QueueNotFound as error:
                 # Not "create it": a queue of another database created here would take its
                 # messages for good. Which database it lives in is the routes' to say.
@@ -304,7 +304,7 @@ class OutboxDispatch:
         """
         transport = self.router.transport_for(destination)
         self._require_delivery_table(transport, destination)
-        key = outbox_delivery.delivery_key(str(transport._address(destination)))
+        key = outbox_delivery.delivery_key(str(transport.queues.address(destination)))
         try:
             return self._deliver(transport, destination, key, items, look_first=False)
         except _AlreadyDelivered:
@@ -365,7 +365,7 @@ class OutboxDispatch:
                     if look_first:
                         raise  # inserted by someone else since the look: a DispatchError
                     raise _AlreadyDelivered from error
-                transport._table_queue(destination).send(remote_connection, messages)
+                transport.queues.table_queue(destination).send(remote_connection, messages)
         return len(messages), len(items) - len(messages)
 
     def _require_delivery_table(self, transport: Transport, destination: str) -> None:

@@ -120,7 +120,7 @@ def test_sends_of_every_kind_join_an_async_connections_transaction(database):
         assert len(await transport.browse_delayed("billing")) == 1
         await transport.unsubscribe("shipping", "Paid")
         async with transport.engine.begin() as connection:
-            delayed = transport.transport._delayed_address("billing")
+            delayed = transport.transport.queues.delayed_address("billing")
             await connection.execute(sa.delete(sa.table(delayed.table, schema=delayed.schema)))
 
     each_driver(database, body)
@@ -136,8 +136,8 @@ def test_an_async_unit_of_work_commits_both_or_neither(database, mode):
             await uow.send("billing", OutgoingMessage(b"1"))
             await uow.send_many("shipping", [OutgoingMessage(b"a"), OutgoingMessage(b"b")])
         assert uow.committed
-        assert dict(uow.sent) == {uow.transport.transport._address("billing").__str__(): 1,
-                                  uow.transport.transport._address("shipping").__str__(): 2}
+        assert dict(uow.sent) == {uow.transport.transport.queues.address("billing").__str__(): 1,
+                                  uow.transport.transport.queues.address("shipping").__str__(): 2}
 
         with pytest.raises(Boom):
             async with AsyncUnitOfWork(transport, mode=mode) as uow:

@@ -182,7 +182,7 @@ def test_a_failed_move_to_the_error_queue_keeps_the_attempts_counted(database, b
     transport.create_queue("counted")
     transport.create_queue("error")
     error_table = transport.engine.dialect.identifier_preparer.quote(
-        transport._address("error").table
+        transport.queues.address("error").table
     )
     with transport.engine.begin() as connection:
         connection.exec_driver_sql("CREATE SEQUENCE first_move")
@@ -341,7 +341,8 @@ def test_a_savepoint_opens_only_for_handlers_that_reach_the_database(database, b
 def _delayed_rows(transport, endpoint: str) -> int:  # type: ignore[no-untyped-def]
     from sqlqueue_orm.queuing import sql
 
-    table = sql.format_table(transport.engine.dialect, transport._delayed_table(endpoint).address)
+    address = transport.queues.delayed_table(endpoint).address
+    table = sql.format_table(transport.engine.dialect, address)
     with transport.engine.connect() as connection:
         return int(connection.exec_driver_sql(f"SELECT COUNT(*) FROM {table}").scalar_one())
 

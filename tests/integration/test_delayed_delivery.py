@@ -47,7 +47,7 @@ def recording_endpoint(database, name: str = "sales", **settings):  # type: igno
 
 def delayed_rows(database, endpoint: str = "sales") -> int:  # type: ignore[no-untyped-def]
     transport = database.transport()
-    table = transport._delayed_table(endpoint)
+    table = transport.queues.delayed_table(endpoint)
     with database.engine.connect() as connection:
         return int(
             connection.exec_driver_sql(
@@ -116,7 +116,7 @@ def test_two_movers_move_each_delayed_message_once(database):
                 connection=connection,
                 delay=0,
             )
-    table = transport._delayed_table("sales")
+    table = transport.queues.delayed_table("sales")
     time.sleep(0.05)  # all due
     moved: list[int] = []
     errors: list[BaseException] = []
@@ -149,7 +149,7 @@ def test_two_movers_move_each_delayed_message_once(database):
 
 def _insert_as_nservicebus(database, transport, text: str, body: bytes) -> None:  # type: ignore[no-untyped-def]
     """Insert a delayed row with the .NET transport's own statement (StoreDelayedMessageText)."""
-    address = transport._delayed_address("sales")
+    address = transport.queues.delayed_address("sales")
     table = table_sql(transport, address)
     if database.dialect == "postgresql":
         # PostgreSqlConstants.StoreDelayedMessageText, @Name parameters as :name.
@@ -224,7 +224,7 @@ def test_our_delayed_row_is_what_nservicebus_stores(database):
     transport.create_delayed_table("sales")
     before = dt.datetime.now(dt.UTC)
     transport.send("billing", OutgoingMessage(b"body"), delay=30, endpoint="sales")
-    table = transport._delayed_table("sales")
+    table = transport.queues.delayed_table("sales")
     from sqlqueue_orm.models.delayed_table import delayed_table
 
     model = delayed_table(table.address.table, table.address.schema, database.engine)
@@ -383,8 +383,8 @@ def test_cli_lists_the_delayed_messages(database):
     second = transport.send("orders", OutgoingMessage(b"\xff"), delay=30)
     lines = sqlqueue(database.url, "delayed", "list").stdout.splitlines()
     assert [line.split("\t")[1:] for line in lines] == [
-        [transport.address_text("orders"), second, str(transport._delayed_address("orders"))],
-        [transport.address_text("billing"), first, str(transport._delayed_address("sales"))],
+        [transport.address_text("orders"), second, str(transport.queues.delayed_address("orders"))],
+        [transport.address_text("billing"), first, str(transport.queues.delayed_address("sales"))],
     ]
     output = sqlqueue(database.url, "delayed", "list", "--json", "--endpoint", "sales").stdout
     [record] = [json.loads(line) for line in output.splitlines()]
@@ -411,7 +411,7 @@ def test_the_mover_raises_the_critical_error_and_recovers(database):
     seen: list[bytes] = []
     endpoint.handle_raw(lambda body, context: seen.append(body))
     transport = endpoint.transport
-    table = table_sql(transport, transport._delayed_address("sales"))
+    table = table_sql(transport, transport.queues.delayed_address("sales"))
     endpoint.start()
     try:
         with database.engine.begin() as connection:

@@ -33,7 +33,7 @@ def test_bad_messages_neither_stop_the_endpoint_nor_block_the_queue(database, mo
     transport.send("inbox", OutgoingMessage(Job(number=-1), message_id="expired",
                                             time_to_be_received=0.001))
     with database.engine.begin() as connection:  # headers that are not JSON, as a bad writer left
-        transport._table_queue("inbox").send(
+        transport.queues.table_queue("inbox").send(
             connection, [PreparedMessage(poison_id, "poison", "{not json", b"body", None)]
         )
     transport.send("inbox", OutgoingMessage(b"not json", headers={

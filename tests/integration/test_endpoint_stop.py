@@ -17,7 +17,6 @@ import time
 
 from sqlqueue_orm import exceptions
 from sqlqueue_orm.receiving import Endpoint, EndpointSettings, TransactionMode, pump, tasks
-from sqlqueue_orm.receiving import control as receiving_control
 from tests.conftest import only
 from tests.endpoint_app import Job, send_jobs
 from tests.integration.support import wait_until
@@ -157,7 +156,7 @@ def test_a_resize_as_the_stop_begins_leaves_no_worker_behind(database, monkeypat
                 for loop in [t for t in threading.enumerate() if t.name == f"{name} pump"]:
                     loop.join(1.0)  # the loop ends meanwhile, or waits for the resize
 
-    monkeypatch.setattr(receiving_control.threading, "Thread", GatedThread)
+    monkeypatch.setattr(pump.threading, "Thread", GatedThread)
     _tell_when_the_stop_begins(monkeypatch, stopping)
     transport = database.transport()
     transport.create_queue(name)
@@ -177,7 +176,7 @@ def test_a_resize_as_the_stop_begins_leaves_no_worker_behind(database, monkeypat
     endpoint.handle(Job)(lambda job, context: None)
     endpoint.start()
     assert endpoint._pump is not None
-    resize = threading.Thread(target=receiving_control.resize, args=(endpoint._pump, 3))
+    resize = threading.Thread(target=endpoint._pump.resize, args=(3,))
     workers: list[threading.Thread] = []
     try:
         assert peeking.wait(30)

@@ -117,7 +117,7 @@ def test_a_bad_id_is_refused_before_anything_changes(transport):
 def test_a_poison_row_is_listed_raw_and_not_retried(transport):
     poison = uuid.uuid4()
     with transport.engine.begin() as connection:
-        transport._table_queue("error").send(
+        transport.queues.table_queue("error").send(
             connection, [PreparedMessage(poison, "p", "{not json", b"raw", None)]
         )
     errors = ErrorQueue(transport)

@@ -148,7 +148,7 @@ def test_an_unchanged_queue_reads_no_ids_and_a_swap_is_seen(database):
         found = {headers.MESSAGE_ID: "dotnet", headers.EXCEPTION_TYPE: "System.Exception",
                  headers.PROCESSING_ENDPOINT: "Billing"}
         with transport.engine.begin() as connection:
-            transport._table_queue("error").send(connection, [PreparedMessage(
+            transport.queues.table_queue("error").send(connection, [PreparedMessage(
                 uuid.uuid4(), "dotnet", json.dumps(found), b"", None)])
     finally:
         sa.event.remove(database.engine, "before_cursor_execute", seen)

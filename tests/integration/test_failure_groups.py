@@ -72,7 +72,7 @@ def fail_dotnet(transport, message_id, *, order, line):
     }
     text = json.dumps(found, separators=(",", ":")).replace("/", "\\/")
     with transport.engine.begin() as connection:
-        transport._table_queue("error").send(
+        transport.queues.table_queue("error").send(
             connection, [PreparedMessage(uuid.uuid4(), message_id, text, b"dotnet", None)]
         )
 

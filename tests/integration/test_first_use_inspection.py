@@ -65,7 +65,7 @@ def test_first_use_on_a_caller_connection_serves_the_own_path(database, seen):
 def test_cursor_methods_say_probe_comes_first(database):
     transport = database.transport()
     transport.create_queue("unprobed")
-    queue = TableQueue(transport._address("unprobed"), database.engine.dialect)
+    queue = TableQueue(transport.queues.address("unprobed"), database.engine.dialect)
     raw = database.engine.raw_connection()
     try:
         cursor = raw.cursor()

@@ -48,7 +48,7 @@ def test_a_dropped_and_recreated_queue_table_still_works(database):
         with database.engine.begin() as connection:
             transport.receive("reborn", connection=connection)
     transport.send("reborn", OutgoingMessage(b"left behind"))
-    table = transport._table_queue("reborn").quoted_table.replace("%%", "%")
+    table = transport.queues.table_queue("reborn").quoted_table.replace("%%", "%")
     with database.engine.begin() as connection:
         connection.exec_driver_sql(f"DROP TABLE {table}")
     with pytest.raises(exceptions.QueueNotFound):
@@ -69,7 +69,7 @@ def test_a_batch_after_single_statements_is_still_all_or_none(database):
     transport.create_queue("batch")
     transport.send("batch", OutgoingMessage(b"single"))  # autocommit, left on while held
     assert _bodies(transport.receive("batch")) == [b"single"]
-    table = transport._table_queue("batch").quoted_table.replace("%%", "%")
+    table = transport.queues.table_queue("batch").quoted_table.replace("%%", "%")
     with database.engine.begin() as connection:  # the second row of the batch will fail
         if database.dialect == "sqlite":
             connection.exec_driver_sql(

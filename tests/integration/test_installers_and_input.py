@@ -42,7 +42,7 @@ def test_bad_input_is_refused_with_the_value_named(database):
 def test_schema_warnings_name_the_queue(database, caplog):
     transport = database.transport()
     transport.create_queue("legacy")
-    table = transport._table_queue("legacy").quoted_table
+    table = transport.queues.table_queue("legacy").quoted_table
     with database.engine.begin() as connection:
         if database.dialect == "mssql":
             connection.exec_driver_sql(f"DROP INDEX [Index_Expires] ON {table}")

@@ -144,7 +144,7 @@ def test_a_request_reply_conversation_is_one_trace_across_both_endpoints(databas
     [request_send] = telemetry.finished("send server")
     # The reply goes to the ReplyToAddress header, which names the queue as the transport writes
     # addresses (schema-qualified on PostgreSQL, as .NET does).
-    reply_queue = client_transport._table_queue(client_transport.address_text("client")).name
+    reply_queue = client_transport.queues.table_queue(client_transport.address_text("client")).name
     [reply_send] = telemetry.finished(f"send {reply_queue}")
     [server_process] = telemetry.finished("process server")
     [client_process] = telemetry.finished("process client")

@@ -11,7 +11,7 @@ def test_sqlite_peek_reads_the_ends_of_the_rowid_not_the_table(database):
     transport = database.transport()
     transport.create_queue("deep")
     transport.send_many("deep", [OutgoingMessage(b"x") for _ in range(50)])
-    statement = transport._table_queue("deep")._peek.text
+    statement = transport.queues.table_queue("deep")._peek.text
     with database.engine.connect() as connection:
         plan = [row[-1] for row in connection.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}")]
     assert plan, statement

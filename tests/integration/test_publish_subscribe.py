@@ -111,7 +111,7 @@ def test_an_event_reaches_each_subscribed_queue_once_and_no_other(database):
     transport.subscribe("shipping", PLACED)
     transport.subscribe("audit", PLACED)
     transport.unsubscribe("audit", PLACED)
-    assert len(transport._subscriptions.read_all()) == 3
+    assert len(transport.subscriptions.read_all()) == 3
 
     message_id = transport.publish(OrderPlaced(order_id=7, total=3))
 
@@ -194,7 +194,7 @@ def test_endpoints_subscribe_at_start_and_handlers_publish(database):
     assert sorted(seen["billing"]) == [1, 2]
     assert sorted(seen["reporting"]) == [1, 2]
     assert seen["idle"] == []
-    assert {(row.endpoint, row.topic) for row in transport._subscriptions.read_all()} == {
+    assert {(row.endpoint, row.topic) for row in transport.subscriptions.read_all()} == {
         ("billing", PLACED),
         ("reporting", BASE),
     }
@@ -308,7 +308,7 @@ def test_the_cache_keeps_subscribers_for_its_time_to_live(database):
 
 def test_a_transport_caches_for_five_seconds_by_default(database):
     transport = _setup(database, "billing")
-    assert transport._subscriptions.settings.cache_for == 5.0
+    assert transport.subscriptions.settings.cache_for == 5.0
     transport.publish(OrderPlaced(order_id=1))  # nobody: cached as nobody
     SubscriptionStore(transport.engine).subscribe("billing", PLACED, "billing")
     transport.publish(OrderPlaced(order_id=2))
@@ -470,9 +470,9 @@ def test_a_queue_named_with_and_without_its_default_schema_gets_one_copy(databas
     transport = _setup(database, "billing")
     default = transport.engine.dialect.default_schema_name
     assert default
-    transport._subscriptions.subscribe(
+    transport.subscriptions.subscribe(
         "Billing", PLACED, transport.address_text(QueueAddress("billing", default)))
-    transport._subscriptions.subscribe("billing-py", PLACED, "billing")
+    transport.subscriptions.subscribe("billing-py", PLACED, "billing")
     transport.publish(OrderPlaced(order_id=1))
     assert len(_drain(transport, "billing")) == 1
 
@@ -481,8 +481,8 @@ def test_a_queue_named_with_and_without_its_default_schema_gets_one_copy(databas
 def test_two_spellings_of_one_queue_get_one_copy(database):
     """``"public"."billing"`` (.NET) and ``billing@[public]`` name one queue: one copy."""
     transport = _setup(database, "billing")
-    transport._subscriptions.subscribe("Billing", PLACED, '"public"."billing"')
-    transport._subscriptions.subscribe("billing-py", PLACED, "billing@[public]")
+    transport.subscriptions.subscribe("Billing", PLACED, '"public"."billing"')
+    transport.subscriptions.subscribe("billing-py", PLACED, "billing@[public]")
     transport.publish(OrderPlaced(order_id=1))
     assert len(_drain(transport, "billing")) == 1
 

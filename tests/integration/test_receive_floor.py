@@ -31,7 +31,7 @@ def _bodies(count: int, prefix: str = "m") -> list[OutgoingMessage]:
 def test_a_send_committed_late_below_the_floor_is_received_within_the_rescan(database):
     transport = database.transport()
     transport.create_queue("late")
-    queue = transport._table_queue("late")
+    queue = transport.queues.table_queue("late")
     queue.floor = floor = ReceiveFloor(queue.name, margin=5, rescan=0.5)
     sender = database.engine.connect()
     late_transaction = sender.begin()
@@ -70,7 +70,7 @@ def test_a_send_committed_late_below_the_floor_is_received_within_the_rescan(dat
 def test_a_row_below_the_floor_is_received_at_once_when_nothing_is_above_it(database):
     transport = database.transport()
     transport.create_queue("late")
-    queue = transport._table_queue("late")
+    queue = transport.queues.table_queue("late")
     queue.floor = floor = ReceiveFloor(queue.name, margin=2, rescan=3600)
     with database.engine.connect() as sender:
         late_transaction = sender.begin()
@@ -90,7 +90,7 @@ def test_a_message_rolled_back_below_the_floor_is_retried_at_once(database):
     """Its handler fails after the other workers took the floor past it: retried at once."""
     transport = database.transport()
     transport.create_queue("jobs")
-    queue = transport._table_queue("jobs")
+    queue = transport.queues.table_queue("jobs")
     queue.floor = floor = ReceiveFloor(queue.name, margin=5, rescan=3600)  # no rescan
     send_jobs(transport, "jobs", 300)
     attempts: list[int] = []  # handled messages before each attempt of job 0
@@ -162,7 +162,7 @@ def test_competing_consumers_with_late_sends_and_rollbacks_receive_each_message_
     first, second = database.transport(), database.transport()
     first.create_queue("shared")
     for transport in (first, second):
-        queue = transport._table_queue("shared")
+        queue = transport.queues.table_queue("shared")
         if queue.floor is not None:
             queue.floor = ReceiveFloor(queue.name, margin=3, rescan=0.2)
     total = 400
@@ -227,7 +227,7 @@ def _buffers(connection: Any, text: str, params: Any) -> int:
 def test_with_a_snapshot_held_the_receive_and_peek_do_not_walk_the_dead_rows(database):
     transport = database.transport()
     transport.create_queue("bloat")
-    queue = transport._table_queue("bloat")
+    queue = transport.queues.table_queue("bloat")
     queue.floor = ReceiveFloor(queue.name, margin=100, rescan=3600)
     table = queue.quoted_table.replace("%%", "%")
     dead = 20_000

@@ -38,7 +38,7 @@ def test_reply_reaches_a_dotnet_postgresql_schema_table_address(database):
     assert transport.peek("server") == 0
     # And the way back: the address we write is the one .NET reads.
     assert transport.address_text(client) == reply_to
-    assert transport._address(reply_to) == client
+    assert transport.queues.address(reply_to) == client
 
 
 def test_reply_to_our_own_address_text(database):

@@ -116,7 +116,7 @@ def test_receive_gets_a_generic_plan(database):
     transport = database.transport()
     transport.create_queue("planned")
     transport.send_many("planned", [OutgoingMessage(b"x") for _ in range(60)])
-    queue = transport._table_queue("planned")
+    queue = transport.queues.table_queue("planned")
     queue.floor = ReceiveFloor(queue.name, margin=2)  # a new floor value on every receive
     with database.engine.connect() as connection:
         for _ in range(25):  # psycopg prepares after 5 runs; PostgreSQL picks a plan after 5

@@ -229,7 +229,7 @@ def test_ingest_killed_midway_and_rerun_leaves_each_message_once(spark, database
 def test_one_ingester_per_queue(spark, database, tmp_path):
     transport = database.transport()
     transport.create_queue("audit")
-    address = transport._address("audit")
+    address = transport.queues.address("audit")
     lock = locking.ingest_lock(database.engine, sa.make_url(database.url), address)
     with lock:
         with pytest.raises(ingesting.IngestInProgress, match="another ingestion"):
@@ -249,7 +249,7 @@ def lock_files(directory):
 def test_the_sqlite_ingest_lock_is_a_file_only_while_it_is_held(database, tmp_path):
     transport = database.transport()
     transport.create_queue("audit")
-    address = transport._address("audit")
+    address = transport.queues.address("audit")
     url = sa.make_url(database.url)
     first = locking.ingest_lock(database.engine, url, address)
     second = locking.ingest_lock(database.engine, url, address)

@@ -154,7 +154,7 @@ def test_headers_that_are_not_an_object_of_strings_do_not_block(database, raw, w
 def test_a_batch_hands_out_hostile_and_good_rows_in_order(database):
     transport = database.transport()
     transport.create_queue("batch")
-    transport.send(transport._address("batch"), OutgoingMessage(b"0"))
+    transport.send(transport.queues.address("batch"), OutgoingMessage(b"0"))
     insert_raw(database, "batch", "[" * 100_000)
     transport.send("batch", OutgoingMessage(b"2"))
     messages = transport.receive("batch", max_messages=10)

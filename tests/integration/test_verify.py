@@ -35,7 +35,7 @@ def _install(database: Database) -> None:
     Base.metadata.create_all(database.engine)
     transport.send(QUEUE, OutgoingMessage(body=b"kept \x00\xff"))
     if database.dialect == "postgresql":
-        wakeup.install_trigger(database.engine, transport._address(QUEUE))
+        wakeup.install_trigger(database.engine, transport.queues.address(QUEUE))
 
 
 def _drifts(database: Database) -> list[verify.Drift]:
@@ -114,7 +114,7 @@ def change_type(database: Database) -> tuple[str, str]:
 
 
 def drop_trigger(database: Database) -> tuple[str, str]:
-    wakeup.remove_trigger(database.engine, database.transport()._address(QUEUE))
+    wakeup.remove_trigger(database.engine, database.transport().queues.address(QUEUE))
     return "trigger", TRIGGER
 
 

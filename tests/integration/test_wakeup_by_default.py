@@ -137,7 +137,7 @@ def waiters(engine: sa.Engine, queue: str) -> int:
     statements = dialects.for_dialect(engine).notify_wakeup
     assert statements is not None
     with engine.connect() as connection:
-        key = wakeup.queue_key(connection, Transport(engine)._address(queue))
+        key = wakeup.queue_key(connection, Transport(engine).queues.address(queue))
         return int(
             connection.execute(
                 sa.text(

@@ -79,7 +79,7 @@ def test_orm_model_reads_the_queue(database):
 def test_recoverable_column_dropped(database):
     transport = database.transport()
     transport.create_queue("norecover")
-    table = transport._table_queue("norecover").quoted_table
+    table = transport.queues.table_queue("norecover").quoted_table
     with database.engine.begin() as connection:
         connection.exec_driver_sql(f'ALTER TABLE {table} DROP COLUMN "Recoverable"')
     fresh = database.transport()  # a new process would probe the columns again

@@ -81,7 +81,7 @@ def test_a_delayed_table_without_its_due_index_gets_it(database):
 def test_a_delayed_table_created_by_an_endpoint_is_left_as_it_is(database):
     transport = database.transport()
     transport.create_delayed_table("sales")
-    table = str(transport._delayed_address("sales").table)
+    table = str(transport.queues.delayed_address("sales").table)
     before = _due_indexes(database, table)
     assert len(before) == 1
     assert cli.main(["--url", database.url, "migrate"]) == 0

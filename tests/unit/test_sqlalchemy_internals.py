@@ -31,7 +31,7 @@ def objects(tmp_path: Path) -> Iterator[dict[str, Any]]:
     index.ddl_if(dialect="sqlite")
     with engine.connect() as connection:
         yield {"Connection": connection, "Engine": engine, "QueuePool": engine.pool,
-               "DialectKWArgs": index}
+               "DialectKWArgs": index, "Column": sa.Column("c", sa.Integer)}
     engine.dispose()
 
 

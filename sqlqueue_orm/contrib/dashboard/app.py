@@ -232,7 +232,7 @@ class _Pages:
             undefined=jinja2.StrictUndefined,
         )
         # A queue as a person reads it: NServiceBus.FailedQ's "public"."billing" is "billing".
-        self.env.filters["queue"] = dashboard.transport._shown_name
+        self.env.filters["queue"] = dashboard.transport.queues.shown_name
 
     # -- helpers ---------------------------------------------------------------------------
     def render(
@@ -423,7 +423,7 @@ class _Pages:
         return self.render(request, "confirm.html", action=action, verb=_ACTIONS[action],
                            chosen=chosen, total=total, target=target)
 
-    async def _checked_form(self, request: Request) -> tuple[list[str], Response | None]:
+    async def checked_form(self, request: Request) -> tuple[list[str], Response | None]:
         """The chosen ids of a changing POST, or the response that refuses it."""
         if not self.dashboard.allow_changes:
             return [], self.problem(request, 403, _READ_ONLY)
@@ -457,7 +457,7 @@ class _Pages:
     async def _change(
         self, request: Request, verb: str, change: Callable[[sources.ErrorQueue, list[str]], int]
     ) -> Response:
-        ids, refused = await self._checked_form(request)
+        ids, refused = await self.checked_form(request)
         if refused is not None:
             return refused
         if not ids and verb != "retried all":

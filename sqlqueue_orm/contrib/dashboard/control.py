@@ -59,7 +59,7 @@ class Pages(Protocol):
     def problem(self, request: Request, status: int, text: str) -> HTMLResponse:
         """A page that says what went wrong, in one line."""
 
-    async def _checked_form(self, request: Request) -> tuple[list[str], Response | None]:
+    async def checked_form(self, request: Request) -> tuple[list[str], Response | None]:
         """The refusal of a changing POST (read-only, CSRF, Origin, not confirmed), or None."""
 
 
@@ -160,7 +160,7 @@ class ControlPages:
 
     async def change(self, request: Request) -> Response:
         """Make the confirmed change, as this host's user from the client's address."""
-        _ids, refused = await self.pages._checked_form(request)
+        _ids, refused = await self.pages.checked_form(request)
         if refused is not None:
             return refused
         chosen = self._action(request, await request.form())

@@ -65,7 +65,7 @@ class Pages(Protocol):
     async def call(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run blocking code on the thread pool."""
 
-    async def _checked_form(self, request: Request) -> tuple[list[str], Response | None]:
+    async def checked_form(self, request: Request) -> tuple[list[str], Response | None]:
         """The ids of a changing POST, or the response refusing it."""
 
 
@@ -145,7 +145,7 @@ class GroupPages:
         )
 
     async def _change(self, request: Request, action: str) -> Response:
-        _ids, refused = await self.pages._checked_form(request)
+        _ids, refused = await self.pages.checked_form(request)
         if refused is not None:
             return refused
         form = await request.form()

@@ -58,7 +58,7 @@ def message_id_for(destination: str, key: str) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class _SendPlan:
+class SendPlan:
     """Everything a send task needs; pickled to the executors."""
 
     url: str
@@ -159,7 +159,7 @@ def send_dataframe(
         constant.setdefault(nsb_headers.CONTENT_TYPE, content_type)
 
     with transport_module.Transport(url, default_schema=default_schema) as transport:
-        address = transport._address(destination)
+        address = transport.queues.address(destination)
         checks.require_queue(transport.engine, address)
         if key_column is not None:
             if len(str(address)) > models.MAX_DESTINATION_LENGTH:
@@ -169,9 +169,9 @@ def send_dataframe(
                     "records; send without a key column"
                 )
             with db.wrap_db_errors(), transport.engine.begin() as connection:
-                _ledger_table().create(connection, checkfirst=True)
+                ledger_table().create(connection, checkfirst=True)
 
-    plan = _SendPlan(
+    plan = SendPlan(
         url=url,
         destination=str(address),
         default_schema=default_schema,
@@ -208,12 +208,13 @@ def send_dataframe(
     return SendResult(plan.destination, sent, skipped)
 
 
-def _ledger_table() -> sa.Table:
+def ledger_table() -> sa.Table:
+    """The ledger of the keys sent to each destination (what makes a re-run skip them)."""
     return cast(sa.Table, models.SparkSendLedger.__table__)
 
 
 def _send_partition(
-    plan: _SendPlan, handled: Accumulator[int], rows: Iterator[Row]
+    plan: SendPlan, handled: Accumulator[int], rows: Iterator[Row]
 ) -> Iterator[tuple[int, int]]:
     """Send one partition in batches over its own connection; yield (sent, skipped)."""
     engine = session.task_engine(plan.url)
@@ -223,8 +224,8 @@ def _send_partition(
     sent = skipped = 0
     try:
         for batch in session.chunks(rows, plan.batch_size):
-            messages = [_to_message(plan, row) for row in batch]
-            done, already = _send_batch(engine, transport, plan, messages)
+            messages = [to_message(plan, row) for row in batch]
+            done, already = send_batch(engine, transport, plan, messages)
             sent += done
             skipped += already
             handled.add(done + already)
@@ -233,7 +234,8 @@ def _send_partition(
     yield sent, skipped
 
 
-def _to_message(plan: _SendPlan, row: Row) -> OutgoingMessage:
+def to_message(plan: SendPlan, row: Row) -> OutgoingMessage:
+    """The message of one (body, key, headers...) row, with its deterministic id."""
     values = dict(plan.constant_headers)
     for name, value in zip(plan.header_names, row[2:], strict=True):
         if value is not None:
@@ -257,10 +259,10 @@ def _to_message(plan: _SendPlan, row: Row) -> OutgoingMessage:
     return OutgoingMessage(body=body, headers=values, message_id=message_id)
 
 
-def _send_batch(
+def send_batch(
     engine: sa.Engine,
     transport: transport_module.Transport,
-    plan: _SendPlan,
+    plan: SendPlan,
     messages: list[OutgoingMessage],
 ) -> tuple[int, int]:
     """Send one batch (and record it in the ledger) in one transaction; retry transient errors."""
@@ -270,7 +272,7 @@ def _send_batch(
     unique: dict[str, OutgoingMessage] = {}
     for message in messages:
         unique.setdefault(str(message.message_id), message)  # a key twice in the data: once
-    ledger = _ledger_table()
+    ledger = ledger_table()
     for attempt in range(1, _SEND_ATTEMPTS + 1):
         try:
             with engine.begin() as connection:

@@ -337,7 +337,7 @@ def write_rows(options: SinkOptions, rows: Iterator[Row], row_key: Any) -> SentM
 
     :param row_key: ``(position, row) -> key or None``: the ledger key of each row.
     """
-    plan = sending._SendPlan(
+    plan = sending.SendPlan(
         url=options.url,
         destination=options.destination,
         default_schema=None,
@@ -361,8 +361,8 @@ def write_rows(options: SinkOptions, rows: Iterator[Row], row_key: Any) -> SentM
                     for _, column in options.header_columns
                 ]
                 fields = (_body(options, row), key, *values)
-                messages.append(sending._to_message(plan, cast("Row", fields)))
-            done, already = sending._send_batch(engine, transport, plan, messages)
+                messages.append(sending.to_message(plan, cast("Row", fields)))
+            done, already = sending.send_batch(engine, transport, plan, messages)
             sent += done
             skipped += already
     finally:
@@ -478,7 +478,7 @@ def prepare_sink(options: SinkOptions) -> SinkOptions:
     try:
         checks.require_queue(engine, addressing.QueueAddress.coerce(options.destination))
         with db.wrap_db_errors(options.destination), engine.begin() as connection:
-            sending._ledger_table().create(connection, checkfirst=True)
+            sending.ledger_table().create(connection, checkfirst=True)
     finally:
         engine.dispose()
     return options

@@ -123,7 +123,7 @@ class GlobalConcurrency(Receiver):
             "first": slots.first_slot(worker, self.limit),
         }
         taken, columns = slots.claiming_receive(
-            self.transport, self.queue, connection, count, False, values
+            self.transport, self.table_queue, connection, count, False, values
         )
         if not taken or columns[0][0]:  # nothing taken, or the slot claimed
             return taken

@@ -299,7 +299,7 @@ class KeyConcurrency(Receiver):
             "gk": 0 if gate is None else gate.limit,
         }
         taken, columns = slots.claiming_receive(
-            self.transport, self.queue, connection, count, True, values
+            self.transport, self.table_queue, connection, count, True, values
         )
         if not taken:
             return taken, True
@@ -327,7 +327,7 @@ class KeyConcurrency(Receiver):
     ) -> list[IncomingMessage]:
         """The scan: browse the oldest rows, take each by id with its key's slot."""
         transport, queue = self.transport, self.queue
-        table_queue = transport._table_queue(queue)
+        table_queue = self.table_queue
         taken: list[IncomingMessage] = []
         blocked: set[str] = set()
         seen = 0

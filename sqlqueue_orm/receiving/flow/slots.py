@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
     from sqlqueue_orm import addressing
     from sqlqueue_orm.messages import IncomingMessage
+    from sqlqueue_orm.queuing.table_queue import TableQueue
     from sqlqueue_orm.receiving.worker import WorkerState
     from sqlqueue_orm.transport import Transport
 
@@ -129,7 +130,7 @@ def try_slots(worker: WorkerState, connection: Connection, claims: list[Claim]) 
 
 def claiming_receive(
     transport: Transport,
-    queue: str | addressing.QueueAddress,
+    table_queue: TableQueue,
     connection: Connection,
     count: int,
     keys: bool,
@@ -142,8 +143,7 @@ def claiming_receive(
     messages and each claim column as a list, one value per message
     (:meth:`~sqlqueue_orm.queuing.table_queue.TableQueue.receive_claiming`).
     """
-    table_queue = transport._table_queue(queue)
-    transport._first_use(connection, table_queue)
+    transport.queues.first_use(connection, table_queue)
     instrumentation = transport.instrumentation
     if instrumentation is None:
         return table_queue.receive_claiming(connection, count, keys, values)
@@ -179,6 +179,6 @@ def put_back(
             f"queue {queue}: rolling back a receive whose slot was refused failed: {error}",
             transient=True,
         ) from error
-    floor = transport._table_queue(queue).floor
+    floor = transport.queues.table_queue(queue).floor
     if floor is not None and messages:
         floor.returned(min(message.row_version for message in messages))

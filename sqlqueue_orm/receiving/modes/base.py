@@ -107,7 +107,9 @@ class Receiver:
     def __init__(self, transport: Transport, queue: str | addressing.QueueAddress) -> None:
         self.transport = transport
         self.queue = queue
-        self._table_queue = transport._table_queue(queue)
+        #: The queue's table, resolved once here: every receive runs its statements.
+        self.table_queue = transport.queues.table_queue(queue)
+        self._first_use = transport.queues.first_use
 
     def prepare(self) -> None:
         """Create what the receiver needs at start-up (nothing here)."""
@@ -124,9 +126,9 @@ class Receiver:
         As :meth:`Transport.receive` with a connection: the queue's one-time checks first,
         and through the transport's instrumentation when there is one.
         """
-        transport, table_queue = self.transport, self._table_queue
-        transport._first_use(connection, table_queue)
-        instrumentation = transport.instrumentation
+        table_queue = self.table_queue
+        self._first_use(connection, table_queue)
+        instrumentation = self.transport.instrumentation
         if instrumentation is not None:
             return instrumentation.receive(
                 table_queue.name, lambda: table_queue.receive(connection, count)
@@ -290,7 +292,7 @@ class ReceiveMode:
 
     def _returned(self, message: IncomingMessage) -> None:
         """*message*'s receive rolled back: the queue's receive floor must not pass it."""
-        floor = self.transport._table_queue(self.queue).floor
+        floor = self.receiver.table_queue.floor
         if floor is not None:
             floor.returned(message.row_version)
 
@@ -308,7 +310,7 @@ class ReceiveMode:
         hooks = self.transport.sent_hooks
         if hooks:
             for destination in set(sent):
-                address = self.transport._address(destination)
+                address = self.transport.queues.address(destination)
                 for hook in hooks:
                     hook(address)
 
