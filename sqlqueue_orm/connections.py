@@ -316,11 +316,15 @@ class OwnStatement:
         if connections.autocommit == "driver":
             flag = getattr(driver, "autocommit", None)
             if flag is False:
-                driver.autocommit = True
-                if held is not None:
-                    held.autocommit_set = True  # left on: put back when the thread lets go
+                try:
+                    driver.autocommit = True
+                except AttributeError:  # psycopg's async connection: set only by a coroutine
+                    flag = None  # so the statement runs in a transaction
                 else:
-                    self._restore = True
+                    if held is not None:
+                        held.autocommit_set = True  # left on: put back when the thread lets go
+                    else:
+                        self._restore = True
             self._autocommit = flag is not None
         else:  # "implicit": sqlite3 outside its legacy transaction handling
             self._autocommit = (

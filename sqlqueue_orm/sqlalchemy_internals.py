@@ -5,7 +5,8 @@ database transaction under a transaction object that stays open (:func:`begin_ag
 :func:`commit_kept`), telling whether events or SQL echo would see a statement (cheaply, on
 every transaction), a pool's overflow limit, a connection made as the pool makes one but
 outside it, the dialects an index's ``ddl_if`` names, and synchronous code awaited on an
-asyncio engine (:func:`greenlet_spawn`). The rest of the package calls the functions here and
+asyncio engine (:func:`greenlet_spawn`) and a coroutine awaited from it
+(:func:`await_in_greenlet`). The rest of the package calls the functions here and
 never reaches into SQLAlchemy itself.
 
 The names and signatures this module relies on are checked against the installed SQLAlchemy by
@@ -128,6 +129,18 @@ def greenlet_spawn(function: Callable[..., T], *args: Any) -> Awaitable[T]:
     from sqlalchemy.util import greenlet_spawn as spawn
 
     return spawn(function, *args)
+
+
+def await_in_greenlet(awaitable: Awaitable[T]) -> T:
+    """Await *awaitable* from synchronous code that :func:`greenlet_spawn` runs.
+
+    SQLAlchemy's own ``sqlalchemy.util.await_`` (what its asyncio drivers' adapters call):
+    the synchronous code pauses, the event loop runs *awaitable*, and its result (or its
+    exception) comes back to the synchronous code.
+    """
+    from sqlalchemy.util import await_
+
+    return await_(awaitable)
 
 
 def max_overflow(pool: QueuePool) -> int:

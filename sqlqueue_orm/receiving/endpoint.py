@@ -341,27 +341,9 @@ class Endpoint:
             queues: list[str | addressing.QueueAddress] = [self.name]
             if instance is not None:
                 queues.append(instance)
-            if self.settings.create_queues:
-                for queue in queues:
-                    self.transport.create_queue(queue)
-                self.transport.create_queue(self.settings.error_queue)
-                if self.settings.delayed_delivery:
-                    self.transport.create_delayed_table(self.name)
-                if self.settings.audit_queue is not None:
-                    self.transport.create_queue(self.settings.audit_queue)
-            mode.prepare()
-            failure_entries.prepare(
-                self.transport, self.settings.error_queue, create=self.settings.create_queues
-            )
-            if self.settings.create_queues:
-                self.transport.create_subscription_table()
-            if self.settings.auto_subscribe:
-                for event_type in self._handling.events:
-                    self.subscribe(event_type)
+            self._install(mode, queues)
             waiters: list[wakeup.IdleWaiter | None] = []
             for queue in queues:
-                if self.settings.purge_expired_at_startup:
-                    self.transport.purge_expired(queue)
                 address = self.transport._address(queue)
                 waiters.append(waiting.prepare(self.transport.engine, address, self.settings))
             self._pump = pump.MessagePump(self._handling, mode)
@@ -401,6 +383,37 @@ class Endpoint:
                 instance,
                 self.settings.instance_concurrency,
             )
+
+    def _install(
+        self, mode: modes.ReceiveMode, queues: list[str | addressing.QueueAddress]
+    ) -> None:
+        """What a start does before receiving: queues and tables, subscriptions, a purge.
+
+        The queues (*queues*, the error, audit and delayed ones) and the subscription table
+        when the settings create them, what *mode* needs, the auto-subscriptions, and the
+        purge of expired messages when asked (also the asyncio endpoint's start).
+        """
+        settings = self.settings
+        if settings.create_queues:
+            for queue in queues:
+                self.transport.create_queue(queue)
+            self.transport.create_queue(settings.error_queue)
+            if settings.delayed_delivery:
+                self.transport.create_delayed_table(self.name)
+            if settings.audit_queue is not None:
+                self.transport.create_queue(settings.audit_queue)
+        mode.prepare()
+        failure_entries.prepare(
+            self.transport, settings.error_queue, create=settings.create_queues
+        )
+        if settings.create_queues:
+            self.transport.create_subscription_table()
+        if settings.auto_subscribe:
+            for event_type in self._handling.events:
+                self.subscribe(event_type)
+        if settings.purge_expired_at_startup:
+            for queue in queues:
+                self.transport.purge_expired(queue)
 
     def stop(self, timeout: float | None = None) -> bool:
         """Stop taking messages and let in-flight handlers finish within *timeout* seconds.
