@@ -320,8 +320,8 @@ class AsyncEndpoint:
                 "run an Endpoint for an instance-specific queue"
             )
         endpoint._handling.settings = settings
-        mode = endpoint._mode_for(None)
-        with connecting():
+        with connecting():  # in the bridge: the first connection tells the default schema
+            mode = await sqlalchemy_internals.greenlet_spawn(endpoint._mode_for, None)
             await sqlalchemy_internals.greenlet_spawn(endpoint._install, mode, [self.name])
         self._pump = MessagePump(endpoint._handling, mode)
         self._semaphore = asyncio.Semaphore(self._pump.concurrency)

@@ -145,7 +145,6 @@ class Endpoint:
             instrumentation,
         )
         self.machine = handling.machine
-        self.address_text = handling.address_text
         self._pump: pump.MessagePump | None = None
         self._mover: mover.DelayedMessageMover | None = None
         self._instance_pump: pump.MessagePump | None = None
@@ -158,6 +157,11 @@ class Endpoint:
         #: The stop a signal started, on a thread of its own.
         self._stopper: threading.Thread | None = None
         self._hurried = False
+
+    @property
+    def address_text(self) -> str:
+        """The input queue's address as the .NET transport writes it (``ReplyToAddress``)."""
+        return self._handling.address_text
 
     def __repr__(self) -> str:
         return f"<Endpoint {self.name} {self.settings.transaction_mode.value}>"

@@ -8,6 +8,8 @@ and the ``orders`` table, emptied between drivers.
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
 
 import pytest
@@ -16,8 +18,10 @@ import sqlalchemy as sa
 from sqlqueue_orm import OutgoingMessage, exceptions
 from sqlqueue_orm.aio import AsyncEndpoint, AsyncHandlerContext, AsyncTransport
 from sqlqueue_orm.receiving import TransactionMode
+from tests import async_endpoint_app
+from tests.endpoint_app import Job, UserBase, handled_ids
 from tests.integration.test_asyncio import each_driver
-from tests.outbox_app import Order, count
+from tests.outbox_app import REPO, Order, count
 
 
 def endpoint(transport: AsyncTransport, **settings: object) -> AsyncEndpoint:
@@ -201,5 +205,34 @@ def test_a_synchronous_handler_is_refused_with_the_reason(database):
         ep = endpoint(transport)
         with pytest.raises(exceptions.ConfigurationError, match="async def"):
             ep.handle_raw(lambda body, context: None)  # type: ignore[arg-type,return-value]
+
+    each_driver(database, body)
+
+
+def test_a_process_killed_mid_handler_loses_nothing_and_handles_nothing_twice(database):
+    async def body(transport: AsyncTransport) -> None:
+        engine = database.engine
+        async with transport.engine.begin() as connection:
+            await connection.run_sync(UserBase.metadata.drop_all)
+            await connection.run_sync(UserBase.metadata.create_all)
+        await transport.create_queue(async_endpoint_app.QUEUE)
+        total = 60
+        sent = await transport.send_many(
+            async_endpoint_app.QUEUE, [OutgoingMessage(Job(number=n)) for n in range(total)]
+        )
+        url = transport.engine.url.render_as_string(hide_password=False)
+        for kill_at in (9, 23):
+            process = subprocess.Popen(
+                [sys.executable, "-m", "tests.async_endpoint_app", url, str(kill_at)],
+                cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            )
+            _, stderr = await asyncio.to_thread(process.communicate, timeout=120)
+            assert process.returncode == -9, stderr  # killed mid-handler, not finished
+        assert 0 < count(engine, async_endpoint_app.QUEUE) < total
+        await async_endpoint_app.build(transport).run(once=True)
+        handled = handled_ids(engine)
+        assert sorted(set(handled)) == sorted(sent)  # nothing lost
+        assert len(handled) == len(sent)  # nothing handled twice
+        await transport.purge_all(async_endpoint_app.QUEUE)
 
     each_driver(database, body)
