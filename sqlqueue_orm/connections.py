@@ -141,9 +141,13 @@ class ThreadConnections:
     def held(self) -> _HeldConnection | None:
         """The connection this thread keeps (taken from the pool now if there is room), or None.
 
-        None when the threads already hold :attr:`_held_limit` connections: the caller then
-        takes one from the pool for this transaction only.
+        None when the threads already hold :attr:`_held_limit` connections, or on an asyncio
+        engine: the caller then takes one from the pool for this transaction only.
         """
+        if self.engine.dialect.is_async:
+            # an asyncio engine's: the tasks of one event loop share its thread, and one
+            # driver connection runs one operation at a time, so none is kept per thread
+            return None
         held: _HeldConnection | None = getattr(self._local, "held", None)
         if held is not None:
             if held.pid == os.getpid():

@@ -236,3 +236,23 @@ def test_a_process_killed_mid_handler_loses_nothing_and_handles_nothing_twice(da
         await transport.purge_all(async_endpoint_app.QUEUE)
 
     each_driver(database, body)
+
+
+def test_concurrent_async_handlers_sending_at_once_each_send_once(database):
+    """NONE: each send takes a connection of its own (the loop's thread keeps none for them)."""
+
+    async def body(transport: AsyncTransport) -> None:
+        ep = endpoint(transport, transaction_mode=TransactionMode.NONE, concurrency=4)
+
+        @ep.handle_raw
+        async def handler(body: bytes, context: AsyncHandlerContext) -> None:
+            for number in range(5):
+                await context.send("shipping", OutgoingMessage(body + b"-%d" % number))
+
+        await transport.send_many("billing", [OutgoingMessage(f"m{i}") for i in range(16)])
+        await ep.run(once=True)
+        assert ep.stats.handled == 16 and ep.stats.failed == 0
+        shipped = sorted(m.text for m in await transport.browse("shipping", 1_000))
+        assert shipped == sorted(f"m{i}-{n}" for i in range(16) for n in range(5))
+
+    each_driver(database, body)
