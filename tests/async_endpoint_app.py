@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 
+from sqlqueue_orm import Transport
 from sqlqueue_orm.aio import AsyncEndpoint, AsyncHandlerContext, AsyncTransport
 from tests.endpoint_app import Handled, Job
 
@@ -37,6 +38,13 @@ def build(transport: AsyncTransport, kill_at: int = 0) -> AsyncEndpoint:
             os.kill(os.getpid(), signal.SIGKILL)
 
     return endpoint
+
+
+def endpoint(transport: Transport) -> AsyncEndpoint:
+    """The endpoint on ``--url``'s database, through its asyncio driver (``sqlqueue run``)."""
+    url = transport.engine.url
+    url = url.set(drivername=url.get_backend_name())  # the database's asyncio driver
+    return build(AsyncTransport(url.render_as_string(hide_password=False)))
 
 
 async def main(url: str, kill_at: int) -> None:

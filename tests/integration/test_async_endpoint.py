@@ -8,6 +8,7 @@ and the ``orders`` table, emptied between drivers.
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import time
@@ -21,7 +22,7 @@ from sqlqueue_orm.receiving import TransactionMode
 from tests import async_endpoint_app
 from tests.endpoint_app import Job, UserBase, handled_ids
 from tests.integration.test_asyncio import each_driver
-from tests.outbox_app import REPO, Order, count
+from tests.outbox_app import REPO, Order, count, sqlqueue_command
 
 
 def endpoint(transport: AsyncTransport, **settings: object) -> AsyncEndpoint:
@@ -256,3 +257,22 @@ def test_concurrent_async_handlers_sending_at_once_each_send_once(database):
         assert shipped == sorted(f"m{i}-{n}" for i in range(16) for n in range(5))
 
     each_driver(database, body)
+
+
+def test_sqlqueue_run_once_runs_an_async_endpoint(database):
+    transport = database.transport()
+    UserBase.metadata.create_all(transport.engine)
+    transport.create_queue(async_endpoint_app.QUEUE)
+    sent = transport.send_many(
+        async_endpoint_app.QUEUE, [OutgoingMessage(Job(number=n)) for n in range(50)]
+    )
+    result = subprocess.run(
+        [*sqlqueue_command(), "--url", database.url, "run", "tests.async_endpoint_app:endpoint",
+         "--once"],
+        capture_output=True, text=True, timeout=300, cwd=REPO, check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert result.returncode == 0, result.stderr
+    [line] = result.stdout.splitlines()
+    assert "50 message(s)" in line and "handled 50, failed 0" in line
+    assert sorted(handled_ids(database.engine)) == sorted(sent)
