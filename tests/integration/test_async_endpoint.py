@@ -20,6 +20,7 @@ from sqlqueue_orm import OutgoingMessage, exceptions
 from sqlqueue_orm.aio import AsyncEndpoint, AsyncHandlerContext, AsyncTransport
 from sqlqueue_orm.receiving import TransactionMode
 from tests import async_endpoint_app
+from tests.conftest import only
 from tests.endpoint_app import Job, UserBase, handled_ids
 from tests.integration.test_asyncio import each_driver
 from tests.outbox_app import REPO, Order, count, sqlqueue_command
@@ -276,3 +277,37 @@ def test_sqlqueue_run_once_runs_an_async_endpoint(database):
     [line] = result.stdout.splitlines()
     assert "50 message(s)" in line and "handled 50, failed 0" in line
     assert sorted(handled_ids(database.engine)) == sorted(sent)
+
+
+@only("postgresql", "mssql")  # SQLite refuses these modes: they write on a second connection
+@pytest.mark.parametrize(
+    "mode",
+    [TransactionMode.SENDS_ATOMIC_WITH_RECEIVE, TransactionMode.RECEIVE_ONLY,
+     TransactionMode.OUTBOX],
+)
+def test_the_modes_whose_session_is_apart_run_async_handlers(database, mode):
+    async def body(transport: AsyncTransport) -> None:
+        ep = endpoint(transport, transaction_mode=mode)
+
+        @ep.handle_raw
+        async def handler(body: bytes, context: AsyncHandlerContext) -> None:
+            context.session.add(Order(customer=body.decode(), total=1))
+            await context.send("shipping", OutgoingMessage(b"ship " + body))
+            await context.session.flush()
+            if body == b"bad":
+                raise RuntimeError("bad")
+
+        await transport.send("billing", OutgoingMessage(b"good"))
+        await transport.send("billing", OutgoingMessage(b"bad"))
+        await ep.run(once=True)
+        assert {o for (o,) in await _orders(transport)} == {"good"}  # the session rolled back
+        shipped = sorted(m.text for m in await transport.browse("shipping"))
+        if mode is TransactionMode.RECEIVE_ONLY:  # its sends leave at once: a ghost
+            assert shipped == ["ship bad", "ship good"]
+        else:  # in the receive's transaction, or the unit of work's outbox
+            assert shipped == ["ship good"]
+        assert [m.text for m in await transport.browse("error")] == ["bad"]
+        assert count(database.engine, "billing") == 0
+        await transport.purge_all("error")
+
+    each_driver(database, body)
