@@ -485,10 +485,9 @@ class AsyncEndpoint:
             await sqlalchemy_internals.greenlet_spawn(self._process, receipt, worker)
         except DATABASE_ERRORS as error:
             failure = error
-        except Exception:
-            failure = None
+        except Exception:  # a bug: said loudly; the next message is received as usual
             log.error("queue %s: processing failed", self.name, exc_info=True)
-            pump._rewind()
+            pump._rewind()  # its receive rolled back: receives scan the queue from 0 again
         finally:
             receipt.received(False)  # no-op if the receive reported already
             receipt.settle()

@@ -21,9 +21,10 @@ raw handlers (``handle_raw``) then run for every message. A message nothing acce
 processing failure (:class:`~sqlqueue_orm.exceptions.UnknownMessageType`). The registry and the
 :class:`HandlerContext` handlers get are in :mod:`sqlqueue_orm.receiving.handling`.
 
-Handlers are synchronous and run on the pump's worker threads. Async handlers would fit as a
-second pump whose workers are tasks of one event loop, using SQLAlchemy's asyncio extension for
-the same statements; the transaction modes and the context would keep their shape.
+Handlers are synchronous and run on the pump's worker threads. ``async def`` handlers run in
+an :class:`~sqlqueue_orm.aio.AsyncEndpoint`: tasks of one event loop, each running this
+endpoint's receive (its transaction modes, its recoverability) through SQLAlchemy's asyncio
+bridge.
 """
 
 from __future__ import annotations
