@@ -9,7 +9,11 @@ For each async driver (asyncpg; psycopg's ``AsyncConnection``), in alternating r
 * ``async send 500/txn``: ``send_many`` of 500 in an ``AsyncSession`` beside the driver's
   ``executemany`` of the same statement in a transaction;
 * ``async recv 1/txn`` and ``async recv 10/txn``: ``AsyncTransport.receive`` in
-  ``engine.begin()`` beside the same DELETE ... RETURNING in the driver's transaction.
+  ``engine.begin()`` beside the same DELETE ... RETURNING in the driver's transaction;
+* ``async endpoint c=1`` and ``c=8``: an ``AsyncEndpoint`` with a no-op async handler draining
+  the queue (``run(once=True)``, its start included) beside a raw async worker loop: as many
+  tasks, each on a connection of the driver's own, running the same receive statement in a
+  transaction until the queue is empty.
 
 The raw side builds its rows inside the clock with the same NServiceBus headers
 (:meth:`benchmarks.baselines.RawQueue.rows`) and parses each received row's headers with
@@ -32,12 +36,15 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from benchmarks import baselines, workers, workload
 from benchmarks.harness import Run
 from benchmarks.workload import Result
-from sqlqueue_orm.aio import AsyncTransport
+from sqlqueue_orm.aio import AsyncEndpoint, AsyncHandlerContext, AsyncTransport
 
 DRIVERS = ("asyncpg", "psycopg")
 TARGET = 0.90
 #: The send 1/txn cell's breakdown: the same INSERT through SQLAlchemy's AsyncConnection, natively
 #: and through run_sync, and our send on an AsyncConnection instead of an AsyncSession.
+#: The async endpoint cells' concurrencies.
+ENDPOINT_CONCURRENCY = (1, 8)
+RAW_WORKERS = "raw async worker loop"
 SA_NATIVE = "SQLAlchemy AsyncConnection, same INSERT"
 SA_RUN_SYNC = "SQLAlchemy AsyncConnection, same INSERT in run_sync"
 OURS_CONNECTION = f"{workers.OURS} on an AsyncConnection"
@@ -131,6 +138,8 @@ async def _driver_cells(run: Run, driver: str) -> None:
         for per in run.settings.per_transaction:
             await _cell(run, transport, raw, driver, f"async recv {per}/txn ({driver})",
                         per, n, sending=False)
+        for concurrency in ENDPOINT_CONCURRENCY:
+            await _endpoint_cell(run, transport, driver, concurrency, n)
     finally:
         await raw.close()
         await transport.close()
@@ -262,3 +271,75 @@ async def _receive_raw(transport: AsyncTransport, raw: _RawAsync, queue: str, pe
     timing = await _timed(count // per, per, one)
     workload.check_exactly_once(got, range(count), f"async recv {per} raw")
     return timing
+
+
+async def _endpoint_cell(run: Run, transport: AsyncTransport, driver: str, concurrency: int,
+                         n: int) -> None:
+    """``async endpoint c=N``: the AsyncEndpoint beside N raw tasks, alternating rounds."""
+    scenario = f"async endpoint c={concurrency} ({driver})"
+    rounds = max(1, run.settings.receive_rounds)
+    share = n // rounds
+    sides: list[tuple[str, Callable[[str], Awaitable[workload.Timing]]]] = [
+        (workers.OURS, lambda q: _endpoint_ours(transport, q, concurrency, share)),
+        (RAW_WORKERS, lambda q: _endpoint_raw(run, transport, driver, q, concurrency, share)),
+    ]
+    timings: dict[str, list[workload.Timing]] = {side: [] for side, _ in sides}
+    for number in range(rounds):
+        shift = number % len(sides)
+        for side, function in sides[shift:] + sides[:shift]:
+            queue = run.new_queue("aioep")
+            run.fill(queue, share)
+            timings[side].append(await function(queue))
+            left = run.drain_bodies(queue)
+            if left:
+                raise AssertionError(f"{scenario} {side}: {len(left)} message(s) left")
+    note = f"median of {rounds} alternating rounds"
+    medians = {side: workload.median_round(timings[side]) for side, _ in sides}
+    ratio = medians[workers.OURS].rate / medians[RAW_WORKERS].rate
+    for side, _ in sides:
+        result = Result.of(run.database.name, scenario, side, medians[side], note=note)
+        if side == workers.OURS:
+            result = dataclasses.replace(result, note=f"{note}; {ratio:.2f}x raw")
+            result = result.aiming(f">= {TARGET:.1f}x a raw {driver} worker loop",
+                                   f"{result.rate:,.0f} msg/s, {ratio:.2f}x raw", ratio >= TARGET)
+        run.add(result)
+
+
+async def _endpoint_ours(transport: AsyncTransport, queue: str, concurrency: int, count: int
+                         ) -> workload.Timing:
+    endpoint = AsyncEndpoint(queue, transport, concurrency=concurrency, peek_delay=0.1,
+                             delayed_delivery=False)
+
+    @endpoint.handle_raw
+    async def handle(body: bytes, context: AsyncHandlerContext) -> None:
+        return None
+
+    clock = asyncio.get_running_loop().time
+    started = clock()
+    await endpoint.run(once=True)
+    elapsed = clock() - started
+    if endpoint.stats.handled != count:
+        raise AssertionError(f"async endpoint: {endpoint.stats.handled} of {count} handled")
+    return workload.Timing(count, elapsed, [elapsed / max(1, count)])
+
+
+async def _endpoint_raw(run: Run, transport: AsyncTransport, driver: str, queue: str,
+                        concurrency: int, count: int) -> workload.Timing:
+    statement, params, _many = transport.transport.queues.table_queue(queue)._receive_args(1)
+    raws = [await _RawAsync.connect(driver, run.database.raw_dsn) for _ in range(concurrency)]
+    got: list[int] = []
+
+    async def work(raw: _RawAsync) -> None:
+        while bodies := await raw.receive(statement.text, params):
+            got.extend(workload.sequence_of(body) for body in bodies)
+
+    clock = asyncio.get_running_loop().time
+    try:
+        started = clock()
+        await asyncio.gather(*(work(raw) for raw in raws))
+        elapsed = clock() - started
+    finally:
+        for raw in raws:
+            await raw.close()
+    workload.check_exactly_once(got, range(count), f"async endpoint raw c={concurrency}")
+    return workload.Timing(count, elapsed, [elapsed / max(1, count)])

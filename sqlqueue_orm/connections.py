@@ -141,9 +141,13 @@ class ThreadConnections:
     def held(self) -> _HeldConnection | None:
         """The connection this thread keeps (taken from the pool now if there is room), or None.
 
-        None when the threads already hold :attr:`_held_limit` connections: the caller then
-        takes one from the pool for this transaction only.
+        None when the threads already hold :attr:`_held_limit` connections, or on an asyncio
+        engine: the caller then takes one from the pool for this transaction only.
         """
+        if self.engine.dialect.is_async:
+            # an asyncio engine's: the tasks of one event loop share its thread, and one
+            # driver connection runs one operation at a time, so none is kept per thread
+            return None
         held: _HeldConnection | None = getattr(self._local, "held", None)
         if held is not None:
             if held.pid == os.getpid():
@@ -316,11 +320,15 @@ class OwnStatement:
         if connections.autocommit == "driver":
             flag = getattr(driver, "autocommit", None)
             if flag is False:
-                driver.autocommit = True
-                if held is not None:
-                    held.autocommit_set = True  # left on: put back when the thread lets go
+                try:
+                    driver.autocommit = True
+                except AttributeError:  # psycopg's async connection: set only by a coroutine
+                    flag = None  # so the statement runs in a transaction
                 else:
-                    self._restore = True
+                    if held is not None:
+                        held.autocommit_set = True  # left on: put back when the thread lets go
+                    else:
+                        self._restore = True
             self._autocommit = flag is not None
         else:  # "implicit": sqlite3 outside its legacy transaction handling
             self._autocommit = (

@@ -4,9 +4,10 @@ SQLAlchemy has no public API for a few things the hot path needs: beginning and 
 database transaction under a transaction object that stays open (:func:`begin_again`,
 :func:`commit_kept`), telling whether events or SQL echo would see a statement (cheaply, on
 every transaction), a pool's overflow limit, a connection made as the pool makes one but
-outside it, the dialects an index's ``ddl_if`` names, a column copied off its table, and
-synchronous code awaited on an asyncio engine (:func:`greenlet_spawn`). The rest of the
-package calls the functions here and never reaches into SQLAlchemy itself.
+outside it, the dialects an index's ``ddl_if`` names, a column copied off its table,
+synchronous code awaited on an asyncio engine (:func:`greenlet_spawn`) and a coroutine awaited
+from it (:func:`await_in_greenlet`). The rest of the package calls the functions here and never
+reaches into SQLAlchemy itself.
 
 The names and signatures this module relies on are checked against the installed SQLAlchemy by
 ``tests/unit/test_sqlalchemy_internals.py``; ``pyproject.toml`` bounds SQLAlchemy to the series
@@ -130,6 +131,18 @@ def greenlet_spawn(function: Callable[..., T], *args: Any) -> Awaitable[T]:
     from sqlalchemy.util import greenlet_spawn as spawn
 
     return spawn(function, *args)
+
+
+def await_in_greenlet(awaitable: Awaitable[T]) -> T:
+    """Await *awaitable* from synchronous code that :func:`greenlet_spawn` runs.
+
+    SQLAlchemy's own ``sqlalchemy.util.await_`` (what its asyncio drivers' adapters call):
+    the synchronous code pauses, the event loop runs *awaitable*, and its result (or its
+    exception) comes back to the synchronous code.
+    """
+    from sqlalchemy.util import await_
+
+    return await_(awaitable)
 
 
 def max_overflow(pool: QueuePool) -> int:

@@ -1,7 +1,8 @@
 """``sqlqueue run MODULE:ENDPOINT``: run an endpoint until SIGTERM/SIGINT, or until drained.
 
 ``ENDPOINT`` names, in the importable module ``MODULE`` (the working directory is on the path),
-an :class:`~sqlqueue_orm.receiving.endpoint.Endpoint` or a function that takes the
+an :class:`~sqlqueue_orm.receiving.endpoint.Endpoint` or an
+:class:`~sqlqueue_orm.aio.AsyncEndpoint` (run by ``asyncio.run``), or a function that takes the
 :class:`~sqlqueue_orm.transport.Transport` of ``--url`` and returns one. On a terminal a one-line
 status is kept up to date (received, failed, in flight, rate); otherwise a plain log line is
 written every ``STATUS_EVERY`` seconds. At the end one line gives the totals and the rate, in
@@ -11,6 +12,7 @@ messages (a message retried at once counts once), with how many wait for a delay
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import importlib
 import logging
@@ -23,6 +25,7 @@ from sqlqueue_orm import exceptions
 from sqlqueue_orm.cli import arguments
 
 if TYPE_CHECKING:
+    from sqlqueue_orm.aio import AsyncEndpoint
     from sqlqueue_orm.receiving.endpoint import Endpoint
     from sqlqueue_orm.receiving.pump import PumpStats
 
@@ -71,8 +74,8 @@ def endpoint_reference(text: str) -> Reference:
 #: What ``MODULE:ENDPOINT`` is, in ``sqlqueue run --help``.
 ENDPOINT_HELP = (
     "MODULE is an importable module path (billing, or shop.billing; the working directory is "
-    "on the path) and ENDPOINT the name of an Endpoint object in it, or of a function that "
-    "takes a Transport and returns one"
+    "on the path) and ENDPOINT the name of an Endpoint object in it (or an AsyncEndpoint), or "
+    "of a function that takes a Transport and returns one"
 )
 
 
@@ -122,24 +125,30 @@ def register(subparsers: Any) -> None:
     sub.set_defaults(func=_cmd_run, creates_database=True)
 
 
-def _resolve(reference: Reference, args: argparse.Namespace) -> Endpoint:
+def _resolve(reference: Reference, args: argparse.Namespace) -> Endpoint | AsyncEndpoint:
+    from sqlqueue_orm.aio import AsyncEndpoint
     from sqlqueue_orm.receiving.endpoint import Endpoint
 
     endpoint = reference.target
-    if not isinstance(endpoint, Endpoint | type) and callable(endpoint):
+    if not isinstance(endpoint, Endpoint | AsyncEndpoint | type) and callable(endpoint):
         endpoint = endpoint(args.context.transport)
-    if not isinstance(endpoint, Endpoint):
+    if not isinstance(endpoint, Endpoint | AsyncEndpoint):
         raise exceptions.ConfigurationError(
             f"{reference.text!r} is neither an Endpoint nor a function returning one"
         )
     return endpoint
 
 
-def _totals(endpoint: Endpoint) -> PumpStats:
+def _totals(endpoint: Endpoint | AsyncEndpoint) -> PumpStats:
     """The counters of the input queue and the instance-specific queue, added up."""
+    from sqlqueue_orm.receiving.endpoint import Endpoint
     from sqlqueue_orm.receiving.pump import PumpStats
 
-    parts = (endpoint.stats, endpoint.instance_stats)
+    parts = (
+        (endpoint.stats, endpoint.instance_stats)
+        if isinstance(endpoint, Endpoint)
+        else (endpoint.stats,)
+    )
     fields = (
         "handled", "failed", "retried", "delayed", "expired", "poison", "in_flight",
         "max_in_flight",
@@ -181,7 +190,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     reporter.start()
     began = time.monotonic()
     try:
-        endpoint.run(once=args.once)
+        from sqlqueue_orm.aio import AsyncEndpoint
+
+        if isinstance(endpoint, AsyncEndpoint):
+            asyncio.run(endpoint.run(once=args.once))
+        else:
+            endpoint.run(once=args.once)
     finally:
         done.set()
         reporter.join(1)

@@ -21,9 +21,10 @@ raw handlers (``handle_raw``) then run for every message. A message nothing acce
 processing failure (:class:`~sqlqueue_orm.exceptions.UnknownMessageType`). The registry and the
 :class:`HandlerContext` handlers get are in :mod:`sqlqueue_orm.receiving.handling`.
 
-Handlers are synchronous and run on the pump's worker threads. Async handlers would fit as a
-second pump whose workers are tasks of one event loop, using SQLAlchemy's asyncio extension for
-the same statements; the transaction modes and the context would keep their shape.
+Handlers are synchronous and run on the pump's worker threads. ``async def`` handlers run in
+an :class:`~sqlqueue_orm.aio.AsyncEndpoint`: tasks of one event loop, each running this
+endpoint's receive (its transaction modes, its recoverability) through SQLAlchemy's asyncio
+bridge.
 """
 
 from __future__ import annotations
@@ -145,7 +146,6 @@ class Endpoint:
             instrumentation,
         )
         self.machine = handling.machine
-        self.address_text = handling.address_text
         self._pump: pump.MessagePump | None = None
         self._mover: mover.DelayedMessageMover | None = None
         self._instance_pump: pump.MessagePump | None = None
@@ -158,6 +158,11 @@ class Endpoint:
         #: The stop a signal started, on a thread of its own.
         self._stopper: threading.Thread | None = None
         self._hurried = False
+
+    @property
+    def address_text(self) -> str:
+        """The input queue's address as the .NET transport writes it (``ReplyToAddress``)."""
+        return self._handling.address_text
 
     def __repr__(self) -> str:
         return f"<Endpoint {self.name} {self.settings.transaction_mode.value}>"
@@ -351,21 +356,9 @@ class Endpoint:
             queues: list[str | addressing.QueueAddress] = [self.name]
             if instance is not None:
                 queues.append(instance)
-            if self.settings.create_queues:
-                self._create_queues(queues)
-            mode.prepare()
-            failure_entries.prepare(
-                self.transport, self.settings.error_queue, create=self.settings.create_queues
-            )
-            if self.settings.create_queues:
-                self.transport.create_subscription_table()
-            if self.settings.auto_subscribe:
-                for event_type in self._handling.events:
-                    self.subscribe(event_type)
+            self._install(mode, queues)
             waiters: list[wakeup.IdleWaiter | None] = []
             for queue in queues:
-                if self.settings.purge_expired_at_startup:
-                    self.transport.purge_expired(queue)
                 address = self.transport.queues.address(queue)
                 waiters.append(waiting.prepare(self.transport.engine, address, self.settings))
             self._pump = pump.MessagePump(self._handling, mode)
@@ -405,6 +398,31 @@ class Endpoint:
                 instance,
                 self.settings.instance_concurrency,
             )
+
+    def _install(
+        self, mode: modes.ReceiveMode, queues: list[str | addressing.QueueAddress]
+    ) -> None:
+        """What a start does before receiving: queues and tables, subscriptions, a purge.
+
+        The queues (*queues*, the error, audit and delayed ones) and the subscription table
+        when the settings create them, what *mode* needs, the auto-subscriptions, and the
+        purge of expired messages when asked (also the asyncio endpoint's start).
+        """
+        settings = self.settings
+        if settings.create_queues:
+            self._create_queues(queues)
+        mode.prepare()
+        failure_entries.prepare(
+            self.transport, settings.error_queue, create=settings.create_queues
+        )
+        if settings.create_queues:
+            self.transport.create_subscription_table()
+        if settings.auto_subscribe:
+            for event_type in self._handling.events:
+                self.subscribe(event_type)
+        if settings.purge_expired_at_startup:
+            for queue in queues:
+                self.transport.purge_expired(queue)
 
     def stop(self, timeout: float | None = None) -> bool:
         """Stop taking messages and let in-flight handlers finish within *timeout* seconds.

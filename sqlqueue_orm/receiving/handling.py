@@ -122,7 +122,6 @@ class Handling:
         self.on_critical_error = on_critical_error
         self._instrumentation = instrumentation
         self.machine = socket.gethostname()
-        self.address_text = transport.address_text(name)
         self._typed: dict[str, tuple[type[Any], list[TypedHandler]]] = {}
         self._names: dict[type[Any], str] = {}
         #: The models registered as events this endpoint subscribes to.
@@ -130,6 +129,15 @@ class Handling:
         #: Replaced, not changed, on registration: a pump reading it needs no copy.
         self._raw: tuple[RawHandler, ...] = ()
         self._lock = threading.Lock()
+
+    @functools.cached_property
+    def address_text(self) -> str:
+        """The input queue's address as the .NET transport writes it (``ReplyToAddress``).
+
+        Read on first use, not when the endpoint is made: on PostgreSQL it names the default
+        schema, which the first connection tells (an asyncio engine's only inside the bridge).
+        """
+        return self.transport.address_text(self.name)
 
     # -- registration ----------------------------------------------------------------------
     def register(

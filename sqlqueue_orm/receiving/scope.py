@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.orm import Session
 
@@ -72,6 +72,13 @@ class MessageScope:
             bind=self._connection, join_transaction_mode="create_savepoint", expire_on_commit=False
         )
 
+    def deferred_session(self) -> Session:
+        """:meth:`session`, its SAVEPOINT opened when the session first reaches the database.
+
+        Made without a statement (the asyncio endpoint makes it where none can run).
+        """
+        return _DeferredSession(self)
+
     def release(self) -> None:
         """Keep what the handler wrote in the receive's transaction."""
         transaction = self._transaction
@@ -91,3 +98,23 @@ class MessageScope:
         message_id = self._transport.send(destination, outgoing, connection=self.connection)
         self.sent.append(destination)
         return message_id
+
+
+class _DeferredSession(Session):
+    """A :meth:`MessageScope.session` that opens the scope's SAVEPOINT on first use.
+
+    The session asks for its bind before it reaches the database (a query, a flush): the
+    scope's SAVEPOINT opens there, before the session's own, as :meth:`MessageScope.session`
+    opens it before making the session.
+    """
+
+    def __init__(self, scope: MessageScope) -> None:
+        super().__init__(
+            bind=scope._connection, join_transaction_mode="create_savepoint", expire_on_commit=False
+        )
+        self._scope = scope
+
+    def get_bind(self, *args: Any, **kwargs: Any) -> Any:
+        """The receive's connection, the scope's SAVEPOINT opened first."""
+        self._scope.open()
+        return super().get_bind(*args, **kwargs)

@@ -104,8 +104,8 @@ ENDPOINT_METHODS = {
 
 #: Every public name of Endpoint: the methods above and its two counters and instance queue.
 #: Helpers users never call (handler dispatch, what sends carry) live in receiving.handling.
-ENDPOINT_PUBLIC = sorted([*ENDPOINT_METHODS.keys() - {"__init__"}, "instance_address",
-                          "instance_stats", "stats"])
+ENDPOINT_PUBLIC = sorted([*ENDPOINT_METHODS.keys() - {"__init__"}, "address_text",
+                          "instance_address", "instance_stats", "stats"])
 
 HANDLER_CONTEXT_METHODS = {
     "send": "(self, destination, message, *, reply_to_this_instance=False)",
