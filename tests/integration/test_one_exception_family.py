@@ -112,6 +112,7 @@ def _transport_calls(transport: Transport) -> dict[str, Call]:
         "send_many": lambda: transport.send_many("billing", [message, message]),
         "subscribe": lambda: transport.subscribe("billing", "Sales.OrderPlaced"),
         "unsubscribe": lambda: transport.unsubscribe("billing", "Sales.OrderPlaced"),
+        "subscriptions": lambda: transport.subscriptions,
     }
 
 
@@ -150,6 +151,8 @@ def _endpoint_calls(transport: Transport) -> dict[str, Call]:
                     endpoint.publish(OutgoingMessage(body=b"x", headers=types))
                 elif method == "subscribe":
                     endpoint.subscribe("Sales.OrderPlaced")
+                elif method == "address_text":
+                    assert endpoint.address_text
                 else:
                     endpoint.unsubscribe("Sales.OrderPlaced")
             finally:
@@ -159,7 +162,9 @@ def _endpoint_calls(transport: Transport) -> dict[str, Call]:
 
     return {
         name: endpoint_call(name)
-        for name in ("start", "run", "send", "publish", "subscribe", "unsubscribe")
+        for name in (
+            "start", "run", "send", "publish", "subscribe", "unsubscribe", "address_text"
+        )
     }
 
 
