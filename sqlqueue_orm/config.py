@@ -114,6 +114,7 @@ class DispatcherSettings:
     :param max_backoff: cap of that wait.
     """
 
+    # Alike PumpStats (receiving/stats.py) only in shape: named numbers with their defaults.
     batch_size: int = 100
     interval: float = 1.0
     grace_period: float = 10.0

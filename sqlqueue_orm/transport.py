@@ -135,6 +135,7 @@ class Transport:
         self._subscription_settings = subscriptions
         self._subscription_store: SubscriptionStore | None = None
 
+    # Alike the Outbox's context manager on purpose: each closes what it owns.
     def __enter__(self) -> Transport:
         return self
 
@@ -286,6 +287,7 @@ class Transport:
             )
         return self._send_many(queue, messages, connection)
 
+    # The signature of send_many again on purpose: that one is this one with its send hook.
     def _send_many(
         self,
         queue: QueueRef,

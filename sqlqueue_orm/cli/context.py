@@ -49,6 +49,7 @@ class CommandContext:
     def __init__(
         self, url: str, verbose: int = 0, source: str = "option", creates: bool = False
     ) -> None:
+        # Alike the handler context's constructor (receiving/handling.py) only in shape.
         self.url = url
         self.verbose = verbose
         self.source = source

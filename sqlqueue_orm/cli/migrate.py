@@ -28,6 +28,7 @@ def register(subparsers: Any) -> None:
             "current schema, online, or print the script (--sql) for a DBA."
         ),
     )
+    # One call per option on purpose, alike in shape: each states its own help.
     parser.add_argument(
         "--sql", action="store_true", help="print the script to stdout instead of running it"
     )

@@ -39,6 +39,8 @@ def register(subparsers: Any) -> None:
         "dispatch", help="deliver committed outbox messages (a service; --once for one pass)"
     )
     sub.add_argument("--once", action="store_true", help="dispatch what is due, then exit")
+    # One call per option on purpose, alike in shape: each states its own check, default and
+    # help as ``--help`` shows them.
     sub.add_argument(
         "--batch",
         type=arguments.bounded_int(1, 10_000),

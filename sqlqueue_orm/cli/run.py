@@ -52,6 +52,7 @@ def endpoint_reference(text: str) -> Reference:
         raise argparse.ArgumentTypeError(f"{text!r} is not MODULE:ENDPOINT")
     if "" not in sys.path:
         sys.path.insert(0, "")  # the working directory, as ``python -m`` has it
+    # Alike the Transport's engine creation only in shape: each names its own failure.
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:

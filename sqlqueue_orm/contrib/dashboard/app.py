@@ -85,6 +85,7 @@ class Dashboard:
         owns_transport: bool,
         refresh_interval: float | None = None,
     ) -> None:
+        # Alike the commit watcher's constructor (receiving/commit_watcher.py) only in shape.
         self.transport = transport
         self.allow_changes = allow_changes
         self.error_queue_name = error_queue

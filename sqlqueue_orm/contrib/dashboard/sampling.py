@@ -67,6 +67,8 @@ class DepthSampler:
         self.interval = interval
         #: The dashboard's key in the metrics table.
         self.instance_id = f"dashboard-{uuid.uuid4()}"
+        # The same thread state as the endpoint's health reporter (receiving/health.py), kept
+        # apart on purpose: that one samples an endpoint's counts, this one the queues' depths.
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

@@ -180,6 +180,8 @@ class OpenTelemetryInstrumentation(core.NoInstrumentation):
         self._local = threading.local()
 
     # -- sending ---------------------------------------------------------------------------
+    # The hooks repeat the signatures of sqlqueue_orm.instrumentation.Instrumentation on
+    # purpose: this class implements that protocol, checked against it by mypy.
     def send(
         self,
         queue: str,

@@ -27,6 +27,7 @@ _ASSEMBLY = ", Version=1.0.0.0, Culture=neutral, PublicKeyToken=null"
 
 @dataclasses.dataclass(frozen=True)
 class _Route:
+    # Alike verify.Drift only in shape: a frozen record of names.
     message_type: str
     assembly: str
     intent: str
