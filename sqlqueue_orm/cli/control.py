@@ -19,6 +19,7 @@ whole number from 1 is bad input: one line naming it, exit status 2, nothing cha
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 from typing import TYPE_CHECKING, Any
 
@@ -45,15 +46,18 @@ def _time(moment: dt.datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _record(value: control.ControlState | control.LoggedAction) -> dict[str, Any]:
+    """The JSON object of a control record: its fields in order, times as UTC text."""
+    fields = dataclasses.asdict(value)
+    return {
+        name: _time(item) if isinstance(item, dt.datetime) else item
+        for name, item in fields.items()
+    }
+
+
 def state_record(state: control.ControlState) -> dict[str, Any]:
     """The JSON object of one endpoint's control state."""
-    return {
-        "endpoint": state.endpoint,
-        "paused": state.paused,
-        "concurrency": state.concurrency,
-        "changed_at": _time(state.changed_at),
-        "changed_by": state.changed_by,
-    }
+    return _record(state)
 
 
 def _state_line(state: control.ControlState) -> str:
@@ -67,15 +71,7 @@ def _state_line(state: control.ControlState) -> str:
 
 def action_record(action: control.LoggedAction) -> dict[str, Any]:
     """The JSON object of one action-log row."""
-    return {
-        "id": action.id,
-        "endpoint": action.endpoint,
-        "action": action.action,
-        "at": _time(action.at),
-        "host": action.host,
-        "os_user": action.os_user,
-        "client": action.client,
-    }
+    return _record(action)
 
 
 def _action_line(action: control.LoggedAction) -> str:
