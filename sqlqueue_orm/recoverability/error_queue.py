@@ -36,6 +36,7 @@ from sqlqueue_orm.models.queue_table import queue_table
 from sqlqueue_orm.queuing import rows, sql
 
 if TYPE_CHECKING:
+    from sqlqueue_orm.queuing.table_queue import TableQueue
     from sqlqueue_orm.transport import Transport
 
 log = logging.getLogger(__name__)
@@ -279,6 +280,11 @@ class ErrorQueue:
             return int(connection.execute(statement).scalar_one())
 
     # -- changing ----------------------------------------------------------------------------
+    def _chosen(self, ids: Iterable[str]) -> tuple[TableQueue, tuple[uuid.UUID, ...]]:
+        """The table queue of this queue and every one of *ids* parsed, before any is changed."""
+        native_ids = tuple(parse_id(each) for each in ids)
+        return self.transport.queues.table_queue(self.name), native_ids
+
     def retry(self, ids: Iterable[str]) -> int:
         """Send each message back to its ``NServiceBus.FailedQ``; return how many were sent.
 
@@ -289,8 +295,7 @@ class ErrorQueue:
 
         :raises ConfigurationError: an id is not a GUID (checked before anything is sent).
         """
-        native_ids = [parse_id(each) for each in ids]
-        table_queue = self.transport.queues.table_queue(self.name)
+        table_queue, native_ids = self._chosen(ids)
         sent = 0
         for native_id in native_ids:
             with db.wrap_db_errors(str(self.address)), self.transport.engine.connect() as conn:
@@ -377,8 +382,7 @@ class ErrorQueue:
 
         :raises ConfigurationError: an id is not a GUID (checked before anything is deleted).
         """
-        native_ids = [parse_id(each) for each in ids]
-        table_queue = self.transport.queues.table_queue(self.name)
+        table_queue, native_ids = self._chosen(ids)
         deleted = 0
         for native_id in native_ids:
             with db.wrap_db_errors(str(self.address)), self.transport.engine.begin() as conn:
