@@ -121,13 +121,20 @@ class GroupPages:
             request, "groups.html", groups=found, by=by, groupings=list(GROUPINGS)
         )
 
-    async def confirm(self, request: Request) -> Response:
-        """Ask before a group's retry or delete."""
+    def _action(self, request: Request) -> str | Response:
+        """The retry or delete a confirmation page asks about, or the page refusing it."""
         if not self.pages.dashboard.allow_changes:
             return self.pages.problem(request, 403, READ_ONLY)
         action = request.query_params.get("action", "")
         if action not in _VERBS:
             return self.pages.problem(request, 400, f"action {action!r} must be retry or delete")
+        return action
+
+    async def confirm(self, request: Request) -> Response:
+        """Ask before a group's retry or delete."""
+        action = self._action(request)
+        if isinstance(action, Response):
+            return action
         wanted = request.query_params.get("group", "")
         try:
             group = await self.pages.call(lambda: self._groups().get(wanted))
@@ -135,6 +142,7 @@ class GroupPages:
             return self.pages.problem(request, 404, str(error))
         except exceptions.SqlQueueError as error:
             return self.pages.problem(request, inputs.status(error), str(error))
+        # Alike the other confirmation pages' render in shape: each names its template's values.
         return self.pages.render(
             request,
             "group_confirm.html",
@@ -183,12 +191,10 @@ class GroupPages:
 
     async def matching(self, request: Request) -> Response:
         """Ask before retrying or deleting every message that matches the errors page's filters."""
-        if not self.pages.dashboard.allow_changes:
-            return self.pages.problem(request, 403, READ_ONLY)
+        action = self._action(request)
+        if isinstance(action, Response):
+            return action
         params = request.query_params
-        action = params.get("action", "")
-        if action not in _VERBS:
-            return self.pages.problem(request, 400, f"action {action!r} must be retry or delete")
         try:
             since = inputs.utc_time("since", params.get("since"))
             until = inputs.utc_time("until", params.get("until"))
