@@ -420,11 +420,7 @@ def _filter(table: Table, filtered: bool) -> list[str]:
     index = table.model_index(steps.EXPIRES_INDEX)
     wanted = None
     if filtered:
-        where = index.dialect_options["sqlite"]["where"]
-        text = where.compile(
-            dialect=table.connection.dialect, compile_kwargs={"include_table": False}
-        )
-        wanted = normalized(str(text))
+        wanted = normalized(steps.index_filter(index, table.connection.dialect))
     current = table.indexes().get(name)
     if current is not None and normalized(current.where) == wanted:
         return []

@@ -11,6 +11,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Dialect
 
 from sqlqueue_orm import addressing, dialects, exceptions
 from sqlqueue_orm.models.ddl import compile_ddl as compile_ddl
@@ -185,6 +186,12 @@ def model_table(address: addressing.QueueAddress) -> sa.Table:
             "by connecting to it"
         )
     return build_queue_table(sa.MetaData(), address.table, address.schema)
+
+
+def index_filter(index: sa.Index, dialect: Dialect) -> str:
+    """The ``WHERE`` of filtered *index* as *dialect* compiles it, its columns unqualified."""
+    where = dialects.for_dialect(dialect).options_of(index)["where"]
+    return str(where.compile(dialect=dialect, compile_kwargs={"include_table": False}))
 
 
 def model_index(table: sa.Table, base: str, dialect_name: str) -> sa.Index:

@@ -29,8 +29,7 @@ from sqlqueue_orm.migration.plpgsql.text import (
 
 
 def _expires_filter(target: Target) -> str:
-    where = target.index(steps.EXPIRES_INDEX).dialect_options["postgresql"]["where"]
-    text = where.compile(dialect=target.dialect, compile_kwargs={"include_table": False})
+    text = steps.index_filter(target.index(steps.EXPIRES_INDEX), target.dialect)
     return target.literal(f"({text})")  # pg_get_expr's parenthesized form
 
 

@@ -26,10 +26,8 @@ from sqlqueue_orm.migration.tsql.text import (
 
 
 def _expires_filter(target: Target) -> str:
-    where = target.index(steps.EXPIRES_INDEX).dialect_options["mssql"]["where"]
     # SQL Server stores a filter as its normalized text in parentheses.
-    text = where.compile(dialect=target.dialect, compile_kwargs={"include_table": False})
-    return f"({text})"
+    return f"({steps.index_filter(target.index(steps.EXPIRES_INDEX), target.dialect)})"
 
 
 def upgrade_expires_index(target: Target) -> Lines:
