@@ -96,6 +96,7 @@ class ControlAction(Base):
         return f"ControlAction(endpoint={self.endpoint!r}, action={self.action!r}, at={self.at!r})"
 
 
+# Alike the other model modules' table accessors on purpose: each names its own tables.
 def control_table() -> sa.Table:
     """The :class:`~sqlalchemy.Table` of :class:`EndpointControl`."""
     return EndpointControl.__table__  # type: ignore[return-value]
