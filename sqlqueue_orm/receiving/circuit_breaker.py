@@ -3,7 +3,8 @@
 While the database fails, the failing thread backs off (doubling, capped); after
 ``critical_error_after`` seconds of failures in a row the breaker logs a critical error and
 calls ``on_critical_error``, and keeps trying; the first success closes it again (NServiceBus's
-``RepeatedFailuresOverTimeCircuitBreaker``).
+``RepeatedFailuresOverTimeCircuitBreaker``). The breakers of one endpoint share an
+:class:`Outage`: the database going away fails them all, and its critical error is raised once.
 """
 
 from __future__ import annotations
@@ -26,11 +27,36 @@ log = logging.getLogger(__name__)
 DATABASE_ERRORS: tuple[type[BaseException], ...] = (exceptions.DatabaseError, exc.DBAPIError)
 
 
+class Outage:
+    """What the circuit breakers of one endpoint share: one critical error per outage.
+
+    The first breaker failing for ``critical_error_after`` raises it; the others that get there
+    while it is open only log it. The outage ends when each of them has worked again.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._critical: set[CircuitBreaker] = set()
+
+    def critical(self, breaker: CircuitBreaker) -> bool:
+        """*breaker* failed for too long: whether it is the first in this outage."""
+        with self._lock:
+            first = not self._critical
+            self._critical.add(breaker)
+        return first
+
+    def recovered(self, breaker: CircuitBreaker) -> None:
+        """*breaker*, which failed for too long, works again."""
+        with self._lock:
+            self._critical.discard(breaker)
+
+
 class CircuitBreaker:
     """Back off while an operation fails; raise a critical error when it fails for too long.
 
     :param name: what fails (``peek`` or ``receive``), for the log lines.
     :param queue: the endpoint's queue, for the log lines.
+    :param outage: what it shares with the endpoint's other breakers (default: its own).
     """
 
     def __init__(
@@ -40,12 +66,14 @@ class CircuitBreaker:
         settings: EndpointSettings,
         stopping: threading.Event,
         on_critical_error: object | None,
+        outage: Outage | None = None,
     ) -> None:
         self.name = name
         self.queue = queue
         self.settings = settings
         self._stopping = stopping
         self._on_critical_error = on_critical_error
+        self._outage = Outage() if outage is None else outage
         self._lock = threading.Lock()
         self.failures = 0
         self._failing_since: float | None = None
@@ -72,6 +100,8 @@ class CircuitBreaker:
             )
             self._failing_since = None
             self.failures = 0
+            if self.triggered:
+                self._outage.recovered(self)
             self.triggered = False
 
     def failure(self, error: BaseException) -> None:
@@ -99,7 +129,14 @@ class CircuitBreaker:
             delay,
             error,
         )
-        if critical:
+        if critical and not self._outage.critical(self):
+            log.error(
+                "queue %s: %s has failed for %.0f s as well (the critical error is raised)",
+                self.queue,
+                self.name,
+                failing_for,
+            )
+        elif critical:
             description = f"Failed to {self.name} from {self.queue} for {failing_for:.0f} s"
             log.critical("queue %s: %s: %s", self.queue, description, error)
             callback = self._on_critical_error

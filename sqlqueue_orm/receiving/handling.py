@@ -29,6 +29,7 @@ from sqlqueue_orm import addressing, exceptions, headers
 from sqlqueue_orm.messages import IncomingMessage, OutgoingMessage
 from sqlqueue_orm.pubsub import publishing
 from sqlqueue_orm.pubsub import topics as topic_names
+from sqlqueue_orm.receiving.circuit_breaker import Outage
 from sqlqueue_orm.receiving.settings import EndpointSettings, TransactionMode
 
 if TYPE_CHECKING:
@@ -120,6 +121,8 @@ class Handling:
         self.user_transport = user_transport
         self.outbox = outbox
         self.on_critical_error = on_critical_error
+        #: What its circuit breakers share, so that an outage raises the critical error once.
+        self.outage = Outage()
         self._instrumentation = instrumentation
         self.machine = socket.gethostname()
         self._typed: dict[str, tuple[type[Any], list[TypedHandler]]] = {}

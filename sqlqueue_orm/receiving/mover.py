@@ -56,6 +56,7 @@ class DelayedMessageMover:
             handling.settings,
             self._stopping,
             handling.on_critical_error,
+            handling.outage,
         )
 
     def start(self) -> None:

@@ -134,10 +134,12 @@ class MessagePump:
         #: When a peek last found messages (monotonic seconds): a burst lasts from there.
         self._last_found = float("-inf")
         self.peek_breaker = CircuitBreaker(
-            "peek", str(self.queue), self.settings, self._stopping, handling.on_critical_error
+            "peek", str(self.queue), self.settings, self._stopping, handling.on_critical_error,
+            handling.outage,
         )
         self.receive_breaker = CircuitBreaker(
-            "receive", str(self.queue), self.settings, self._stopping, handling.on_critical_error
+            "receive", str(self.queue), self.settings, self._stopping, handling.on_critical_error,
+            handling.outage,
         )
 
     @property

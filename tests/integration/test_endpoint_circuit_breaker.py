@@ -8,11 +8,13 @@ handler's row commit together, so every message is handled exactly once across t
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 
 import sqlalchemy as sa
 
+from sqlqueue_orm import Transport, db
 from sqlqueue_orm.receiving import Endpoint, EndpointSettings, HandlerContext, TransactionMode
 from tests.conftest import only
 from tests.endpoint_app import Handled, Job, UserBase, handled_ids, send_jobs
@@ -96,3 +98,95 @@ def _handled_count(engine: sa.Engine) -> int:
         return len(handled_ids(engine))
     except sa.exc.OperationalError:
         return -1
+
+
+class Outage:
+    """The database refuses the endpoint's work until :meth:`end`, as each dialect can.
+
+    PostgreSQL refuses new connections and terminates the open ones. SQLite cannot go away
+    under an open file: another connection holds the write lock, so every receive and every
+    move of delayed messages runs out of its busy timeout (the peek, a read, still works).
+    """
+
+    def __init__(self, database, request) -> None:  # type: ignore[no-untyped-def]
+        self.database = database
+        self.request = request
+        self._lock: sqlite3.Connection | None = None
+
+    def begin(self) -> None:
+        if self.database.dialect == "sqlite":
+            self._lock = sqlite3.connect(str(self.database.engine.url.database), timeout=30)
+            self._lock.execute("BEGIN IMMEDIATE")
+        else:
+            admin = self.request.getfixturevalue("postgres_admin")
+            cut(admin, str(self.database.engine.url.database), allow=False)
+
+    def end(self) -> None:
+        if self._lock is not None:
+            self._lock.rollback()
+            self._lock.close()
+            self._lock = None
+        elif self.database.dialect != "sqlite":
+            admin = self.request.getfixturevalue("postgres_admin")
+            cut(admin, str(self.database.engine.url.database), allow=True)
+
+
+def test_each_outage_raises_the_critical_error_once(database, request):
+    """Peek, receive and the delayed mover fail together in an outage: one critical error each."""
+    engine = database.engine
+    if database.dialect == "sqlite":  # each refused write gives up after 0.2 s
+        engine = db.create_engine(f"{database.url}?timeout=0.2")
+    transport = Transport(engine)
+    UserBase.metadata.create_all(engine)
+    transport.create_queue("jobs")
+    sent = send_jobs(transport, "jobs", 40)
+    critical: list[str] = []
+    settings = EndpointSettings(
+        concurrency=2,
+        transaction_mode=TransactionMode.TRANSACTION_SCOPE,
+        peek_delay=0.1,
+        critical_error_after=1.0,
+        initial_backoff=0.05,
+        max_backoff=0.3,
+    )
+    endpoint = Endpoint(
+        "jobs",
+        transport,
+        settings=settings,
+        on_critical_error=lambda description, error: critical.append(description),
+    )
+    outage = Outage(database, request)
+
+    @endpoint.handle(Job)
+    def handle(job: Job, context: HandlerContext) -> None:
+        context.session.add(Handled(message_id=context.message_id))
+        time.sleep(0.02)
+
+    endpoint.start()
+    try:
+        wait_for(lambda: _handled_count(engine) >= 5)  # then away, with messages waiting
+        outage.begin()
+        time.sleep(4)
+        outage.end()
+        wait_for(lambda: _handled_count(engine) >= len(sent))
+        assert len(critical) == 1, critical
+        time.sleep(1)  # every breaker works again: the next outage is another one
+        sent += send_jobs(database.transport(), "jobs", 40)  # its writes wait their turn
+        wait_for(lambda: _handled_count(engine) >= len(sent) - 35)
+        outage.begin()
+        time.sleep(4)
+        outage.end()
+        wait_for(lambda: _handled_count(engine) >= len(sent))
+    finally:
+        outage.end()
+        assert endpoint.stop(10)
+    assert sorted(handled_ids(engine)) == sorted(sent)  # none lost, none twice
+    assert len(critical) == 2, critical
+    transport.close()
+
+
+def wait_for(done, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
