@@ -271,6 +271,10 @@ async def _pgqueuer_cells(run: Run) -> None:
             dequeue = f"async dequeue+ack {batch} (asyncpg)"
             rounds = max(1, min(run.settings.receive_rounds, run.settings.messages // batch))
             share = run.settings.messages // rounds // batch * batch
+            if not share:
+                for scenario in (enqueue, dequeue):
+                    run.skip(scenario, peer, f"fewer than {batch} messages a cell (--messages)")
+                continue
             sent: dict[str, list[workload.Timing]] = {workers.OURS: [], OURS_OWN: [], peer: []}
             taken: dict[str, list[workload.Timing]] = {workers.OURS: [], OURS_OWN: [], peer: []}
             sides: list[tuple[str, Callable[..., Awaitable[tuple[workload.Timing,
