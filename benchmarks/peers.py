@@ -7,7 +7,9 @@ cannot run, and the run reports it as skipped with that reason instead of failin
   ``get_nowait()`` + ``ack()``, one message each (its ``_get`` takes one row ``FOR UPDATE``).
 * PGQueuer: ``Queries.enqueue`` (one job, or lists for a batch); receiving is its own
   ``QueueManager.run(batch_size=..., mode=drain)`` loop, with asyncpg or with psycopg's async
-  connection, and a handler that records the payload.
+  connection, and a handler that records the payload. The coroutines (:func:`pgqueuer_driver`,
+  :func:`pgqueuer_enqueue`, :func:`pgqueuer_drain_here`) also serve the asyncio cells, which
+  run PGQueuer in their own event loop.
 """
 
 from __future__ import annotations
@@ -86,7 +88,8 @@ def kombu_receiver(database: Database, queue: str) -> tuple[Callable[[], list[by
 
 
 # -- PGQueuer ---------------------------------------------------------------------------------
-async def _pgqueuer_driver(side: str, database: Database) -> tuple[Any, Callable[[], Any]]:
+async def pgqueuer_driver(side: str, database: Database) -> tuple[Any, Callable[[], Any]]:
+    """A PGQueuer driver on a connection of its own (asyncpg or psycopg async), and its close."""
     from pgqueuer.db import AsyncpgDriver, PsycopgDriver
 
     dsn = database.raw_dsn
@@ -107,13 +110,34 @@ def pgqueuer_install(database: Database) -> None:
     async def install() -> None:
         from pgqueuer.queries import Queries
 
-        driver, close = await _pgqueuer_driver("asyncpg", database)
+        driver, close = await pgqueuer_driver("asyncpg", database)
         queries = Queries(driver)
         if not await queries.schema_is_installed():
             await queries.install()
         await close()
 
     asyncio.run(install())
+
+
+async def pgqueuer_enqueue(queries: Any, entrypoint: str, start: int, count: int,
+                           batch: int) -> workload.Timing:
+    """Enqueue jobs *start* .. *start + count - 1* through *queries*, *batch* per call (one
+    statement, its own transaction, each); timed."""
+    clock = time.perf_counter
+    latencies = []
+    started = clock()
+    for offset in range(start, start + count, batch):
+        size = min(batch, start + count - offset)
+        before = clock()
+        if size == 1:
+            await queries.enqueue(entrypoint, workload.body(offset),
+                                  headers=workload.NSB_HEADERS)
+        else:
+            await queries.enqueue([entrypoint] * size,
+                                  [workload.body(offset + i) for i in range(size)],
+                                  [0] * size, headers=[workload.NSB_HEADERS] * size)
+        latencies.append(clock() - before)
+    return workload.Timing(count, clock() - started, latencies)
 
 
 def pgqueuer_send(side: str, database: Database, entrypoint: str, start: int, count: int,
@@ -123,27 +147,47 @@ def pgqueuer_send(side: str, database: Database, entrypoint: str, start: int, co
     async def run() -> workload.Timing:
         from pgqueuer.queries import Queries
 
-        driver, close = await _pgqueuer_driver(side, database)
-        queries = Queries(driver)
-        clock = time.perf_counter
-        latencies = []
-        started = clock()
-        for offset in range(start, start + count, batch):
-            size = min(batch, start + count - offset)
-            before = clock()
-            if size == 1:
-                await queries.enqueue(entrypoint, workload.body(offset),
-                                      headers=workload.NSB_HEADERS)
-            else:
-                await queries.enqueue([entrypoint] * size,
-                                      [workload.body(offset + i) for i in range(size)],
-                                      [0] * size, headers=[workload.NSB_HEADERS] * size)
-            latencies.append(clock() - before)
-        timing = workload.Timing(count, clock() - started, latencies)
+        driver, close = await pgqueuer_driver(side, database)
+        timing = await pgqueuer_enqueue(Queries(driver), entrypoint, start, count, batch)
         await close()
         return timing
 
     return asyncio.run(run())
+
+
+def _drain_manager(driver: Any, entrypoint: str) -> tuple[Any, list[int], list[float]]:
+    """A QueueManager on *driver* whose handler of *entrypoint* records each job's sequence
+    number and when it ran: the manager, the numbers, the times."""
+    from pgqueuer.qm import QueueManager
+    from pgqueuer.queries import Queries
+
+    manager = QueueManager(Queries(driver))
+    sequences: list[int] = []
+    handled: list[float] = []
+    clock = time.perf_counter
+
+    @manager.entrypoint(entrypoint)
+    async def handle(job: Any) -> None:
+        sequences.append(workload.sequence_of(job.payload))
+        handled.append(clock())
+
+    return manager, sequences, handled
+
+
+async def pgqueuer_drain_here(driver: Any, entrypoint: str, batch: int
+                              ) -> tuple[float, float, float, list[int]]:
+    """Run one QueueManager in drain mode in this event loop, *batch* jobs per dequeue.
+
+    Returns when it was started, when its first job was handled, when it returned (every job's
+    completion logged: its acknowledgement) and the sequence numbers handled.
+    """
+    from pgqueuer.types import QueueExecutionMode
+
+    manager, sequences, handled = _drain_manager(driver, entrypoint)
+    started = time.perf_counter()
+    await manager.run(batch_size=batch, mode=QueueExecutionMode.drain)
+    returned = time.perf_counter()
+    return started, handled[0] if handled else started, returned, sequences
 
 
 def pgqueuer_drain(side: str, database: Database, entrypoint: str, per_transaction: int,
@@ -151,21 +195,11 @@ def pgqueuer_drain(side: str, database: Database, entrypoint: str, per_transacti
     """Run one QueueManager in drain mode after *barrier*; report like ``workers.consume``."""
 
     async def run() -> tuple[float, float, int, list[float], list[int]]:
-        from pgqueuer.qm import QueueManager
-        from pgqueuer.queries import Queries
         from pgqueuer.types import QueueExecutionMode
 
-        driver, close = await _pgqueuer_driver(side, database)
-        manager = QueueManager(Queries(driver))
-        sequences: list[int] = []
-        handled: list[float] = []
+        driver, close = await pgqueuer_driver(side, database)
+        manager, sequences, handled = _drain_manager(driver, entrypoint)
         clock = time.perf_counter
-
-        @manager.entrypoint(entrypoint)
-        async def handle(job: Any) -> None:
-            sequences.append(workload.sequence_of(job.payload))
-            handled.append(clock())
-
         barrier.wait(300)
         start = clock()
         await manager.run(batch_size=per_transaction, mode=QueueExecutionMode.drain)

@@ -152,6 +152,8 @@ class Endpoint:
         self._control: control.ControlPoller | None = None
         self._health: health.HealthWriter | None = None
         self._watchdog: unanswered.Watchdog | None = None
+        #: Held through :meth:`start`, and taken by :meth:`stop`: a stop that begins during
+        #: start-up (a signal's) waits for it, then stops every part it started.
         self._lock = threading.Lock()
         #: Held through :meth:`stop`: a second stop waits for the first, then finds it done.
         self._stop_lock = threading.Lock()
@@ -429,9 +431,10 @@ class Endpoint:
 
         Default: ``settings.shutdown_timeout``. What is still running then is rolled back (its
         connection is closed under it), so its message returns to the queue. Return whether
-        everything finished in time. A stop called while another runs waits for it.
+        everything finished in time. A stop called while another runs waits for it; one called
+        while a start runs (a signal during start-up) waits for the start to end.
         """
-        with self._stop_lock:
+        with self._stop_lock, self._lock:
             return self._stop(timeout)
 
     def _stop(self, timeout: float | None) -> bool:

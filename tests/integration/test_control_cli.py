@@ -33,6 +33,12 @@ from tests.conftest import only
 from tests.endpoint_app import UserBase, handled_ids, send_jobs
 from tests.integration.cli_process import one_line, sqlqueue
 
+#: Seconds a wait for an endpoint process's line, or for its handled rows, may take before the
+#: test fails: a guard against a hang, not a bound the test asserts. Two processes starting at
+#: once each import SQLAlchemy, pydantic and the package, which on two cores other test runs
+#: share takes many seconds before the first line.
+PATIENCE = 120.0
+
 
 class EndpointProcess:
     """``python -m tests.endpoint_app`` with its stdout lines read on a thread (waits time out)."""
@@ -69,7 +75,7 @@ class EndpointProcess:
         for line in self.process.stdout:
             self.lines.put(line.rstrip("\n"))
 
-    def wait_for(self, prefix: str, timeout: float = 30.0) -> str:
+    def wait_for(self, prefix: str, timeout: float = PATIENCE) -> str:
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
@@ -91,7 +97,7 @@ def _handled(url: str) -> list[str]:
     return handled_ids(sa.create_engine(url, poolclass=sa.pool.NullPool))
 
 
-def _wait_handled(url: str, count: int, timeout: float = 60.0) -> list[str]:
+def _wait_handled(url: str, count: int, timeout: float = PATIENCE) -> list[str]:
     deadline = time.monotonic() + timeout
     while len(found := _handled(url)) < count:
         assert time.monotonic() < deadline, f"{len(found)} of {count} handled"

@@ -16,7 +16,14 @@ import threading
 import time
 
 from sqlqueue_orm import exceptions
-from sqlqueue_orm.receiving import Endpoint, EndpointSettings, TransactionMode, pump, tasks
+from sqlqueue_orm.receiving import (
+    Endpoint,
+    EndpointSettings,
+    TransactionMode,
+    control,
+    pump,
+    tasks,
+)
 from tests.conftest import only
 from tests.endpoint_app import Job, send_jobs
 from tests.integration.support import wait_until
@@ -190,6 +197,43 @@ def test_a_resize_as_the_stop_begins_leaves_no_worker_behind(database, monkeypat
         thread.join(5)
     assert stopped
     assert len(workers) == 3 and not [each for each in workers if each.is_alive()], workers
+
+
+def test_a_stop_during_start_up_waits_for_it_and_ends_every_thread_it_started(
+    database, monkeypatch
+):
+    """A stop (a SIGTERM's, on a thread of its own) that begins once the pumps have started,
+    before the start has started the control poller, the delayed mover and the health writer,
+    waits for the start, then stops them too: it returns True and no thread of the endpoint is
+    left. (It ran beside the start: it found those parts not there yet and left them running
+    once started, or failed joining the control poller's thread not yet started, and the
+    process never ended.)"""
+    name = f"starting_{database.dialect}"
+    stopping = threading.Event()
+    _tell_when_the_stop_begins(monkeypatch, stopping)
+    transport = database.transport()
+    transport.create_queue(name)
+    endpoint = Endpoint(name, transport, settings=EndpointSettings(
+        concurrency=2, peek_delay=0.1, heartbeat_interval=0.2))
+    endpoint.handle(Job)(lambda job, context: None)
+    stopped: list[bool] = []
+    stopper = threading.Thread(target=lambda: stopped.append(endpoint.stop(5)), name="stopper")
+    poller_start = control.ControlPoller.start
+
+    def stop_then_start(self: control.ControlPoller) -> None:
+        stopper.start()  # the pumps run; the rest of the start-up is still to come
+        stopping.wait(2.0)  # the stop begins now, or waits for the start
+        poller_start(self)
+
+    monkeypatch.setattr(control.ControlPoller, "start", stop_then_start)
+    endpoint.start()
+    stopper.join(TIMEOUT)
+    assert stopped == [True]
+
+    def left() -> list[str]:
+        return [t.name for t in threading.enumerate() if t.name.startswith(f"{name} ")]
+
+    wait_until(lambda: not left(), "the endpoint's threads to end", 10)
 
 
 @only("sqlite")  # signals, not the database: one dialect proves it
