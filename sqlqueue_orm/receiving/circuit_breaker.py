@@ -33,6 +33,8 @@ class CircuitBreaker:
     :param queue: the endpoint's queue, for the log lines.
     """
 
+    # Alike in shape to other constructors of the package that store their arguments by
+    # coincidence: nothing to share.
     def __init__(
         self,
         name: str,
