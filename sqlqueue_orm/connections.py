@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import weakref
 from collections.abc import Callable, Collection
@@ -37,7 +36,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from sqlqueue_orm import sqlalchemy_internals
+from sqlqueue_orm import keeping, sqlalchemy_internals
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +94,8 @@ class ThreadConnections:
             raise ValueError(f"autocommit {autocommit!r} must be '', 'driver' or 'implicit'")
         self.autocommit = autocommit
         self._local = threading.local()
-        # Weak: a thread that ends drops its _HeldConnection, whose __del__ gives it back.
-        self._held_all: weakref.WeakSet[_HeldConnection] = weakref.WeakSet()
+        # Weak: a thread that ends drops its HeldConnection, whose __del__ gives it back.
+        self._held_all: weakref.WeakSet[HeldConnection] = weakref.WeakSet()
         self._held_count = 0
         # QueuePool.size() is a method; SingletonThreadPool (in-memory SQLite) has an int.
         size = getattr(engine.pool, "size", 2)
@@ -130,15 +129,15 @@ class ThreadConnections:
             held.close()
         self._local = threading.local()
 
-    # -- used by OwnTransaction, OwnStatement and _HeldConnection ------------------------------
+    # -- used by OwnTransaction and OwnStatement ----------------------------------------------
     def checkout(self) -> tuple[Any, bool]:
         """A pooled DBAPI connection for this thread, and whether it stays with the thread."""
         held = self.held()
         if held is not None:
-            return held.fairy, True
+            return held.connection, True
         return raw_connection(self.engine), False
 
-    def held(self) -> _HeldConnection | None:
+    def held(self) -> HeldConnection | None:
         """The connection this thread keeps (taken from the pool now if there is room), or None.
 
         None when the threads already hold :attr:`_held_limit` connections, or on an asyncio
@@ -148,9 +147,9 @@ class ThreadConnections:
             # an asyncio engine's: the tasks of one event loop share its thread, and one
             # driver connection runs one operation at a time, so none is kept per thread
             return None
-        held: _HeldConnection | None = getattr(self._local, "held", None)
+        held: HeldConnection | None = getattr(self._local, "held", None)
         if held is not None:
-            if held.pid == os.getpid():
+            if not held.inherited():
                 return held
             # A forked child inherited the parent's socket: never use it, never close it.
             self._local.held = None
@@ -162,9 +161,8 @@ class ThreadConnections:
         except BaseException:
             self.unreserve()
             raise
-        held = _HeldConnection(fairy)
+        held = HeldConnection(fairy, self.unreserve)
         self._held_all.add(held)
-        held.on_release = self._release
         self._local.held = held
         return held
 
@@ -184,10 +182,6 @@ class ThreadConnections:
         """A connection counted by :meth:`reserve` went back to the pool."""
         with self._lock:
             self._held_count -= 1
-
-    def _release(self, held: _HeldConnection) -> None:
-        self.unreserve()
-        self._held_all.discard(held)
 
     def begin(self, fairy: Any, cursor: Any, kept: bool) -> None:
         """Open the transaction with :attr:`begin_statement`, if any; on failure give back."""
@@ -237,7 +231,7 @@ class ThreadConnections:
                     dead = True
             if dead:
                 held = getattr(self._local, "held", None)
-                if held is not None and held.fairy is fairy:
+                if held is not None and held.connection is fairy:
                     self._local.held = None
                     held.close(dead=True)
                 else:
@@ -272,7 +266,7 @@ class OwnTransaction:
         connections = self._connections
         held = connections.held()
         if held is not None:
-            self._fairy, self._kept = held.fairy, True
+            self._fairy, self._kept = held.connection, True
             if held.autocommit_set:  # left on by OwnStatement: a transaction needs it off
                 held.set_autocommit(False)
             self._cursor = cursor = held.cursor or held.new_cursor()
@@ -309,7 +303,7 @@ class OwnStatement:
         held = connections.held()
         self._restore = False
         if held is not None:
-            self._fairy, self._kept = fairy, _kept = held.fairy, True
+            self._fairy, self._kept = fairy, _kept = held.connection, True
             self._cursor = cursor = held.cursor or held.new_cursor()
             driver = held.driver
         else:
@@ -350,26 +344,27 @@ class OwnStatement:
                               committed=self._autocommit)
 
 
-class _HeldConnection:
-    """A pooled connection a thread keeps between short transactions; returned when dropped.
+class HeldConnection(keeping.KeptConnection[Any]):
+    """A pooled DBAPI connection kept between short transactions or single statements.
 
-    It keeps one cursor for its statements (a new one after any failure) and may be left in
-    the driver's autocommit by :class:`OwnStatement` (:attr:`autocommit_set`); both are undone
-    before the connection goes back to the pool.
+    A :class:`~sqlqueue_orm.keeping.KeptConnection` of a pool's DBAPI connection, as a thread
+    of :class:`ThreadConnections` or an :class:`~sqlqueue_orm.ops_connection.OpsConnection`
+    keeps it. It keeps one cursor for its statements (a new one after any failure) and may be
+    left in the driver's autocommit (:attr:`autocommit_set`, by :class:`OwnStatement`); both
+    are undone before the connection goes back to the pool.
     """
 
-    def __init__(self, fairy: Any) -> None:
-        self.fairy = fairy
+    __slots__ = ("autocommit_set", "cursor", "driver")
+
+    def __init__(self, fairy: Any, on_release: Callable[[], None] | None = None) -> None:
+        super().__init__(fairy, on_release)
         self.driver = fairy.driver_connection
-        self.pid = os.getpid()
-        self.on_release: Callable[[_HeldConnection], None] | None = None
         self.cursor: Any | None = None
         self.autocommit_set = False
-        self._closed = False
 
     def new_cursor(self) -> Any:
         """A new cursor, kept for the statements that follow."""
-        self.cursor = cursor = self.fairy.cursor()
+        self.cursor = cursor = self.connection.cursor()
         return cursor
 
     def set_autocommit(self, value: bool) -> None:
@@ -379,9 +374,8 @@ class _HeldConnection:
 
     def close(self, dead: bool = False) -> None:
         """Give the connection back to the pool as it came (*dead*: invalidated instead)."""
-        if self._closed:
+        if self.closed:
             return
-        self.abandon()
         cursor, self.cursor = self.cursor, None
         try:
             if cursor is not None:
@@ -390,22 +384,8 @@ class _HeldConnection:
                 self.set_autocommit(False)
         except Exception:  # the connection is unusable: never pool it again
             dead = True
-        if dead:
-            self.fairy.invalidate()
-        self.fairy.close()
-
-    def abandon(self) -> None:
-        """Forget the connection without touching it (it belongs to another process)."""
-        if not self._closed:
-            self._closed = True
-            if self.on_release is not None:
-                self.on_release(self)
-
-    def __del__(self) -> None:  # the thread ended: its threading.local let go of us
-        try:
-            self.close()
-        except Exception:  # noqa: S110  (interpreter shutdown: nothing to give back to)
-            pass
+        # (one invalidated already, by SQLAlchemy or a stop, is only closed)
+        super().close(dead and self.connection.is_valid)
 
 
 # -- driver-level calls on a SQLAlchemy Connection ----------------------------------------------

@@ -4,8 +4,9 @@ A running endpoint reads its control row twice a second and writes a heartbeat e
 seconds. Taken from the engine's pool each time, a read pays a checkout, its statement and a
 ROLLBACK; and a pool the pump's workers keep busy may have no idle connection to give, so the
 read would open (and the pool then close) a fresh server connection. :class:`OpsConnection`
-instead keeps ONE DBAPI connection for both threads, checked out once and held for the
-endpoint's life (it is not one of the pump's kept connections), used by one thread at a time:
+instead keeps ONE DBAPI connection for both threads (a
+:class:`~sqlqueue_orm.connections.HeldConnection`), checked out once and held for the endpoint's
+life (it is not one of the pump's kept connections), used by one thread at a time:
 
 * each statement runs alone in autocommit (the driver's flag on psycopg and pyodbc; sqlite3 as
   :func:`sqlqueue_orm.db.create_engine` sets it up runs a statement outside BEGIN in a
@@ -44,7 +45,7 @@ class OpsConnection:
         self.engine = engine
         self._mode = sql.for_dialect(engine.dialect).autocommit
         self._lock = threading.Lock()
-        self._fairy: Any = None
+        self._held: connections.HeldConnection | None = None
         self._autocommit = False
         self._observer = connections.ThreadConnections(engine)  # only for observed()
         #: Connections opened (the first, and one after each error that dropped the last).
@@ -68,9 +69,8 @@ class OpsConnection:
             yield None
             return
         try:
-            if self._fairy is None:
-                self._open()
-            fairy, cursor = self._fairy, None
+            fairy = (self._held or self._open()).connection
+            cursor = None
             try:
                 cursor = fairy.cursor()
                 yield cursor
@@ -86,30 +86,26 @@ class OpsConnection:
         finally:
             self._lock.release()
 
-    def _open(self) -> None:
-        fairy = connections.raw_connection(self.engine)
-        driver = fairy.driver_connection
+    def _open(self) -> connections.HeldConnection:
+        held = connections.HeldConnection(connections.raw_connection(self.engine))
+        driver = held.driver
         autocommit = False
         if self._mode == "driver" and getattr(driver, "autocommit", None) is not None:
-            driver.autocommit = True
+            held.set_autocommit(True)  # put back as it came when the connection is given back
             autocommit = True
         elif self._mode == "implicit":
             autocommit = getattr(driver, "isolation_level", "") is None and (
                 getattr(driver, "autocommit", -1) is not False
             )
-        self._fairy, self._autocommit = fairy, autocommit
+        self._held, self._autocommit = held, autocommit
         self.opened += 1
+        return held
 
     def _drop(self, *, invalidate: bool) -> None:
-        fairy, self._fairy = self._fairy, None
-        if fairy is None:
-            return
-        with contextlib.suppress(Exception):
-            if invalidate and fairy.is_valid:
-                fairy.invalidate()  # a connection that failed is not pooled again
-            elif self._mode == "driver" and self._autocommit:
-                fairy.driver_connection.autocommit = False  # back to the pool as it came
-            fairy.close()
+        held, self._held = self._held, None
+        if held is not None:
+            with contextlib.suppress(Exception):
+                held.close(dead=invalidate)  # a connection that failed is not pooled again
 
     def close(self) -> None:
         """Give the connection back to the pool (a later statement takes a new one)."""

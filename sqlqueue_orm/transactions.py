@@ -13,8 +13,9 @@ to the next:
   is spent, or the thread's is in use (a block inside a block), the block gets a connection of
   its own, exactly as ``engine.begin()`` does;
 * after a block that raised, whose connection was invalidated or closed, that ended or changed
-  its transaction itself, or after :data:`KEEP_MOST` blocks (so the pool's own checks still run),
-  the connection goes back to the pool and the next block takes another;
+  its transaction itself, or after :data:`~sqlqueue_orm.keeping.KEEP_MOST` blocks (so the
+  pool's own checks still run), the connection goes back to the pool and the next block takes
+  another;
 * it goes back when the thread ends (its ``threading.local`` lets go) or on :meth:`close`; a
   forked child never uses (nor closes) the connection its parent kept.
 
@@ -36,7 +37,6 @@ ending of that object, and the connection then goes back to the pool.
 
 from __future__ import annotations
 
-import os
 import threading
 import weakref
 from collections.abc import Callable
@@ -46,22 +46,7 @@ from sqlalchemy import exc
 from sqlalchemy.engine import Connection, Engine, RootTransaction
 from sqlalchemy.engine.default import DefaultDialect
 
-from sqlqueue_orm import sqlalchemy_internals
-
-#: Most blocks one kept connection serves before it goes back to the pool (as the pump's
-#: workers do), so ``pool_pre_ping`` and ``pool_recycle`` still see it under steady load.
-KEEP_MOST = 1_000
-
-#: This process's id, kept current in forked children (``os.getpid()`` is a system call).
-_pid = os.getpid()
-
-
-def _forked() -> None:
-    global _pid
-    _pid = os.getpid()
-
-
-os.register_at_fork(after_in_child=_forked)
+from sqlqueue_orm import keeping, sqlalchemy_internals
 
 
 class Transaction(Protocol):
@@ -173,7 +158,7 @@ class KeptConnections:
         """The calling thread's free kept connection (made now if the budget allows), or None."""
         kept: _Kept | None = getattr(self._local, "kept", None)
         if kept is not None:
-            if kept.pid != _pid:  # inherited from the parent process
+            if kept.inherited():  # from the parent process
                 self._local.kept = None
                 kept.abandon()
                 self._inherited.append(kept)
@@ -268,8 +253,7 @@ class KeptTransaction:
                 raise
             if committed:
                 kept.busy = False
-                kept.uses += 1
-                if kept.uses >= KEEP_MOST:
+                if kept.used():
                     self._connections.drop(kept)
                 return
         # The block raised, or ended or changed the transaction itself: engine.begin()'s ending.
@@ -288,51 +272,30 @@ class KeptTransaction:
         kept = self._kept
         assert kept is not None
         kept.busy = False
-        kept.uses += 1
         connection = self._connection
         if (
-            failed  # its state is not known: the next block takes another
+            kept.used()
+            or failed  # its state is not known: the next block takes another
             or kept.root is None  # ended otherwise than by the kept COMMIT
             or connection.invalidated
             or connection.closed
-            or kept.uses >= KEEP_MOST
         ):
             self._connections.drop(kept)
 
 
-class _Kept:
-    """A thread's kept Connection; given back to the pool when dropped."""
+class _Kept(keeping.KeptConnection[Connection]):
+    """A thread's kept Connection (given back to the pool when dropped) and its block's state."""
 
-    __slots__ = (
-        "__weakref__", "_closed", "_unreserve", "busy", "connection", "pid", "root", "uses"
-    )
+    __slots__ = ("busy", "root")
 
     def __init__(self, connection: Connection, unreserve: Callable[[], None]) -> None:
-        self.connection = connection
+        super().__init__(connection, unreserve)
         #: The SQLAlchemy transaction the blocks run under (see the module docstring), or None.
         self.root: RootTransaction | None = None
-        self.pid = _pid
+        #: Whether a block runs on it now.
         self.busy = False
-        self.uses = 0
-        self._closed = False
-        self._unreserve = unreserve
 
-    def close(self) -> None:
+    def close(self, dead: bool = False) -> None:
         """Give the connection back to the pool (an open transaction is rolled back)."""
-        if self._closed:
-            return
-        self.abandon()
         self.root = None
-        self.connection.close()
-
-    def abandon(self) -> None:
-        """Forget the connection without touching it (it belongs to another process)."""
-        if not self._closed:
-            self._closed = True
-            self._unreserve()
-
-    def __del__(self) -> None:  # the thread ended: its threading.local let go of us
-        try:
-            self.close()
-        except Exception:  # noqa: S110  (interpreter shutdown, a dead connection: nothing to do)
-            pass
+        super().close(dead)

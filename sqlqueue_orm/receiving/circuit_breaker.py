@@ -59,6 +59,8 @@ class CircuitBreaker:
     :param outage: what it shares with the endpoint's other breakers (default: its own).
     """
 
+    # Alike in shape to other constructors of the package that store their arguments by
+    # coincidence: nothing to share.
     def __init__(
         self,
         name: str,

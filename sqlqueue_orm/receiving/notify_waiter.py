@@ -56,6 +56,8 @@ class NotifyWaiter:
 
     polls = False
 
+    # Alike in shape to other constructors of the package that store their arguments by
+    # coincidence: nothing to share.
     def __init__(
         self,
         engine: Engine,

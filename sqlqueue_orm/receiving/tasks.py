@@ -9,11 +9,12 @@ what passes through one worker thread:
   (a busy one ends after its message without it).
 * :class:`Worker`: one worker thread's state (a
   :class:`~sqlqueue_orm.receiving.worker.WorkerState`) with the connection it keeps. It keeps
-  it while receive tasks keep coming and gives it back after :data:`LINGER` without one (a
-  checkout per message costs the unbatched pump much of its CPU), after :data:`KEEP_MOST`
-  receives, after a receive that raised, when a timed-out stop closed it, and in NONE before
-  the handler when the pool has no room for the handler's own connections. Each take and
-  each give-back is reported to the pump (``holding``): its stop waits for every one back.
+  it (a :class:`~sqlqueue_orm.keeping.KeptConnection`) while receive tasks keep coming and
+  gives it back after :data:`LINGER` without one (a checkout per message costs the unbatched
+  pump much of its CPU), after :data:`~sqlqueue_orm.keeping.KEEP_MOST` receives, after a
+  receive that raised, when a timed-out stop closed it, and in NONE before the handler when
+  the pool has no room for the handler's own connections. Each take and each give-back is
+  reported to the pump (``holding``): its stop waits for every one back.
 * :class:`Receipt`: one receive, handed with its worker to the mode's ``process``; it reports
   to its batch whether the receive found a message, and a timed-out stop abandons it, closing
   its connection under it so the database rolls the receive back.
@@ -21,12 +22,14 @@ what passes through one worker thread:
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sqlqueue_orm import exceptions
+from sqlqueue_orm.keeping import KeptConnection
 from sqlqueue_orm.receiving.worker import WorkerState
 from sqlqueue_orm.transactions import KeptRoot
 
@@ -36,7 +39,7 @@ if TYPE_CHECKING:
     from sqlqueue_orm import addressing
     from sqlqueue_orm.transactions import Transaction
 
-__all__ = ["KEEP_MOST", "LINGER", "SHRUNK", "Batch", "Receipt", "Shrunk", "Worker"]
+__all__ = ["LINGER", "SHRUNK", "Batch", "Receipt", "Shrunk", "Worker"]
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +49,6 @@ log = logging.getLogger(__name__)
 #: costs a checkin and a checkout, and, batched under a per-key limit, its key leases claimed
 #: anew.
 LINGER = 0.05
-
-#: Most receives a worker runs on one kept connection before giving it back to the pool, so
-#: the pool's own checks (``pool_pre_ping``, ``pool_recycle``) still run under steady load.
-KEEP_MOST = 1_000
 
 
 class Batch:
@@ -92,14 +91,14 @@ class Worker(WorkerState):
     Used as the ``with`` block of one receive (:meth:`Receipt.connect`): on leaving it a
     transaction still open is rolled back, and after an exception, when the stop abandoned the
     receive, when the receive asked not to keep it (NONE, whose handler runs after the block on
-    connections of its own, when the pool has no room for them) or after :data:`KEEP_MOST`
-    receives, the connection goes back to the pool.
+    connections of its own, when the pool has no room for them) or after
+    :data:`~sqlqueue_orm.keeping.KEEP_MOST` receives, the connection goes back to the pool.
 
     :param queue: the pumped queue (for the log).
     :param holding: told 1 when the worker takes a connection, -1 when it gives it back.
     """
 
-    __slots__ = ("connection", "holding", "keep", "kept", "queue", "receipt", "uses")
+    __slots__ = ("held", "holding", "keep", "kept", "queue", "receipt")
 
     def __init__(
         self, queue: str | addressing.QueueAddress, holding: Callable[[int], None]
@@ -107,51 +106,57 @@ class Worker(WorkerState):
         super().__init__()
         self.queue = queue
         self.holding = holding
-        self.connection: Connection | None = None
+        #: The connection kept between receives, or None.
+        self.held: KeptConnection[Connection] | None = None
         #: The transactions of the kept connection (one SQLAlchemy transaction object).
         self.kept: KeptRoot | None = None
         self.receipt: Receipt | None = None
         self.keep = True
-        self.uses = 0
+
+    @property
+    def connection(self) -> Connection | None:
+        """The connection the worker keeps now, or None."""
+        held = self.held
+        return None if held is None else held.connection
 
     def open(self, engine: Engine, receipt: Receipt, keep: bool) -> Worker:
         """Ready for *receipt*'s receive on *engine*: the kept connection, or a new one."""
-        connection = self.connection
-        if (
-            connection is None
-            or connection.closed
-            or connection.invalidated
-            or connection.engine is not engine
-        ):
+        held = self.held
+        if held is None:
+            connection = None
+        else:
+            connection = held.connection
+            if connection.closed or connection.invalidated or connection.engine is not engine:
+                connection = None
+        if connection is None:
             self.release()
             connection = engine.connect()
             self.holding(1)
-            self.connection = connection
+            self.held = KeptConnection(connection, functools.partial(self.holding, -1))
             self.kept = KeptRoot(connection)
-            self.uses = 0
-        self.uses += 1
         self.receipt = receipt
         self.keep = keep
         receipt.connection = connection
         return self
 
     def __enter__(self) -> Connection:
-        assert self.connection is not None
-        return self.connection
+        assert self.held is not None
+        return self.held.connection
 
     def __exit__(self, kind: object, error: object, traceback: object) -> None:
-        connection = self.connection
+        held = self.held
         receipt, self.receipt = self.receipt, None
         if receipt is not None:
             receipt.connection = None  # a stop abandoning it later must not close this one
-        if connection is None:
+        if held is None:
             return
+        connection = held.connection
         if (
-            kind is not None
+            held.used()
+            or kind is not None
             or connection.invalidated
             or (receipt is not None and receipt.abandoned)
             or not self.keep
-            or self.uses >= KEEP_MOST
         ):
             self.release()  # (after a failure its state is not known: the next gets another)
         elif self.kept is not None and self.kept.open:
@@ -163,15 +168,13 @@ class Worker(WorkerState):
 
     def release(self) -> None:
         """Give the connection back to the pool (idle, stopping, or after a failure)."""
-        connection, self.connection = self.connection, None
+        held, self.held = self.held, None
         self.kept = None
-        if connection is not None:
+        if held is not None:
             try:
-                connection.close()
+                held.close()  # then tells the pump it is back
             except Exception as error:  # already broken: the pool discards it
                 log.debug("queue %s: closing a worker's connection: %s", self.queue, error)
-            finally:
-                self.holding(-1)
 
 
 class Receipt:

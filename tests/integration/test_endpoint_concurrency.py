@@ -11,7 +11,7 @@ import time
 import pytest
 import sqlalchemy as sa
 
-from sqlqueue_orm import Transport, db, dialects
+from sqlqueue_orm import Transport, db, dialects, keeping
 from sqlqueue_orm.receiving import Endpoint, EndpointSettings, HandlerContext, TransactionMode
 from tests.conftest import only
 from tests.endpoint_app import Handled, Job, Meter, UserBase, handled_ids, send_jobs
@@ -165,6 +165,14 @@ def test_a_busy_worker_keeps_its_connection_and_an_idle_one_gives_it_back(databa
     )
     # before: one checkout per receive; now one each time the worker had been idle
     assert made < 60 // batch // 2, made
+
+
+def test_a_busy_worker_gives_its_connection_back_after_keep_most_receives(database, monkeypatch):
+    """Receives that keep coming do not keep one connection for ever: after KEEP_MOST receives
+    the worker gives it back and takes another, so the pool's own checks still see it."""
+    monkeypatch.setattr(keeping, "KEEP_MOST", 5)
+    made = _drain_counting_checkouts(database.transport(), "rotated", 60, wakeup="poll")
+    assert made >= 60 // 5, made  # at least 60 receives took a message, 5 per connection
 
 
 def test_a_none_mode_worker_keeps_its_connection_through_its_handlers_while_the_pool_has_room(

@@ -92,7 +92,7 @@ def test_the_thread_connection_goes_back_to_the_pool_as_it_came(database):
     transport.create_queue("back")
     transport.send("back", OutgoingMessage(b"one"))
     held = transport._connections._local.held
-    driver = held.fairy.driver_connection
+    driver = held.driver
     cursor = held.cursor
     assert cursor is not None  # kept between statements
     transport.send("back", OutgoingMessage(b"two"))
@@ -134,7 +134,7 @@ def test_a_killed_thread_connection_is_not_pooled_again(database, postgres_admin
         transport = Transport(engine)
         transport.create_queue("killed")
         transport.send("killed", OutgoingMessage(b"one"))
-        pid = transport._connections._local.held.fairy.driver_connection.info.backend_pid
+        pid = transport._connections._local.held.driver.info.backend_pid
         with postgres_admin.connect() as admin:
             admin.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
         with pytest.raises(exceptions.DatabaseError) as raised:
@@ -172,11 +172,11 @@ def test_a_peek_on_a_killed_thread_connection_reads_again_on_a_new_one(database,
         transport.create_queue("peeked")
         transport.send("peeked", OutgoingMessage(b"one"))
         assert transport.peek("peeked") == 1
-        pid = transport._connections._local.held.fairy.driver_connection.info.backend_pid
+        pid = transport._connections._local.held.driver.info.backend_pid
         with postgres_admin.connect() as admin:
             admin.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
         assert transport.peek("peeked") == 1
-        new_pid = transport._connections._local.held.fairy.driver_connection.info.backend_pid
+        new_pid = transport._connections._local.held.driver.info.backend_pid
         assert new_pid != pid
     finally:
         transport.close()

@@ -84,7 +84,7 @@ def test_poller_and_health_writer_share_one_kept_connection(database):
         wait_until(lambda: poller.paused, "the poller applying the pause", TIMEOUT)
 
         # a connection that failed is dropped, and the next poll connects anew
-        poller.ops._fairy.invalidate()
+        poller.ops._held.connection.invalidate()
         poller.poll()  # fails on the dead connection: the state is kept
         assert poller.paused
         control.resume(transport, "ops")

@@ -22,7 +22,7 @@ from tests.conftest import only
 
 def _held_driver_connection(transport: Transport) -> Any:
     """The DBAPI connection this thread keeps for the transport's own statements."""
-    return transport._connections._local.held.fairy.driver_connection
+    return transport._connections._local.held.driver
 
 
 @contextlib.contextmanager

@@ -22,7 +22,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from sqlqueue_orm import OutgoingMessage, Transport, db, exceptions
+from sqlqueue_orm import OutgoingMessage, Transport, db, exceptions, keeping
 from tests.conftest import only
 from tests.integration.support import bodies
 
@@ -98,6 +98,24 @@ def test_blocks_reuse_one_pooled_connection_and_drop_it_after_a_failure(database
             got.extend(transport.receive("reused", connection=connection))
     assert len(checkouts) == 2  # a block that raised gives its connection back
     assert sorted(bodies(got), key=int) == [b"%d" % number for number in range(20)]
+    transport.close()
+    assert database.engine.pool.checkedout() == 0
+
+
+def test_a_kept_connection_goes_back_to_the_pool_after_keep_most_blocks(database, monkeypatch):
+    """After KEEP_MOST blocks the kept connection is given back and the next block takes
+    another, so the pool's own checks (pre-ping, recycle) still see it under steady load."""
+    monkeypatch.setattr(keeping, "KEEP_MOST", 4)
+    transport = database.transport()
+    transport.create_queue("rotated")
+    transport.send_many("rotated", [OutgoingMessage(b"%d" % number) for number in range(10)])
+    checkouts = _checkouts(database.engine)
+    got = []
+    for _ in range(10):
+        with transport.begin() as connection:
+            got.extend(transport.receive("rotated", connection=connection))
+    assert len(checkouts) == 3  # blocks 1-4, 5-8 and 9-10
+    assert sorted(bodies(got), key=int) == [b"%d" % number for number in range(10)]
     transport.close()
     assert database.engine.pool.checkedout() == 0
 

@@ -210,10 +210,7 @@ class ReceiveMode:
                 receipt.commit(transaction)
                 receipt.outcome("expired")
                 return
-            if message.headers_error is not None:
-                self._dead_letter(connection, message)
-                receipt.commit(transaction)
-                receipt.outcome("poison")
+            if self._poison(receipt, connection, transaction, message):
                 return
             local = self._forward_delayed(worker, connection, message)
             if local is None:
@@ -336,6 +333,21 @@ class ReceiveMode:
         finally:
             if context.session_used is not None:
                 context.session_used.close()
+
+    def _poison(
+        self,
+        receipt: Receipt,
+        connection: Connection,
+        transaction: Transaction,
+        message: IncomingMessage,
+    ) -> bool:
+        """Whether *message* is a poison row; if so it is moved, committed with its receive."""
+        if message.headers_error is None:
+            return False
+        self._dead_letter(connection, message)
+        receipt.commit(transaction)
+        receipt.outcome("poison")
+        return True
 
     def _dead_letter(self, connection: Connection, message: IncomingMessage) -> None:
         """Move a poison row, as stored, to the error queue (in *connection*'s tx)."""

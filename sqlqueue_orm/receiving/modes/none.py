@@ -11,13 +11,14 @@ a send made before the session reached the database leaves at once, as elsewhere
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 from sqlqueue_orm import connections, dialects
-from sqlqueue_orm.receiving.modes.base import Receipt, ReceiveMode, Receiver, same_database
+from sqlqueue_orm.receiving.modes.base import Receipt, ReceiveMode, same_database
 from sqlqueue_orm.receiving.settings import TransactionMode
 
 if TYPE_CHECKING:
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
 
     from sqlqueue_orm import addressing
     from sqlqueue_orm.messages import OutgoingMessage
-    from sqlqueue_orm.receiving.handling import Handling
     from sqlqueue_orm.receiving.worker import WorkerState
     from sqlqueue_orm.transport import Transport
 
@@ -90,17 +90,13 @@ class NoTransaction(ReceiveMode):
 
     mode = TransactionMode.NONE
 
-    def __init__(
-        self,
-        handling: Handling,
-        receiver: Receiver,
-        queue: str | addressing.QueueAddress | None = None,
-    ) -> None:
-        super().__init__(handling, receiver, queue)
-        #: Whether sends share the session's transaction (its file's only write lock).
-        self._share_lock = dialects.for_dialect(
-            handling.transport.engine
-        ).single_writer and same_database(handling)
+    @functools.cached_property
+    def _share_lock(self) -> bool:
+        """Whether sends share the session's transaction (its file's only write lock)."""
+        handling = self.handling
+        return dialects.for_dialect(handling.transport.engine).single_writer and same_database(
+            handling
+        )
 
     def _process(self, receipt: Receipt, worker: WorkerState) -> None:
         """Receive (committed), then handle outside any transaction of the queue."""
@@ -117,10 +113,7 @@ class NoTransaction(ReceiveMode):
                 self._nothing_handled(transaction, messages)
                 return
             message = messages[0]
-            if message.headers_error is not None:
-                self._dead_letter(connection, message)
-                receipt.commit(transaction)
-                receipt.outcome("poison")
+            if self._poison(receipt, connection, transaction, message):
                 return
             local = self._forward_delayed(worker, connection, message)
             receipt.commit(transaction)  # the message is gone from here on

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import TYPE_CHECKING
 
@@ -14,10 +15,7 @@ from sqlqueue_orm.session import UnitOfWork
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
 
-    from sqlqueue_orm import addressing
     from sqlqueue_orm.messages import IncomingMessage
-    from sqlqueue_orm.receiving.handling import Handling
-    from sqlqueue_orm.receiving.modes.base import Receiver
     from sqlqueue_orm.receiving.worker import WorkerState
 
 log = logging.getLogger(__name__)
@@ -28,14 +26,14 @@ class OutboxMode(NativeTransaction):
 
     mode = TransactionMode.OUTBOX
 
-    def __init__(
-        self,
-        handling: Handling,
-        receiver: Receiver,
-        queue: str | addressing.QueueAddress | None = None,
-    ) -> None:
-        super().__init__(handling, receiver, queue)
-        self.outbox = handling.outbox or Outbox(handling.user_transport)
+    @functools.cached_property
+    def outbox(self) -> Outbox:
+        """The outbox of the handlers' unit of work: the endpoint's, else one of its own.
+
+        Made on first use, by :meth:`prepare` at start-up.
+        """
+        handling = self.handling
+        return handling.outbox or Outbox(handling.user_transport)
 
     def prepare(self) -> None:
         """Create the outbox table if it is missing."""

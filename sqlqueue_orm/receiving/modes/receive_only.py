@@ -14,6 +14,8 @@ if TYPE_CHECKING:
     from sqlqueue_orm.receiving.worker import WorkerState
 
 
+# Same shape as the other modes' modules on purpose: each mode is a class of its own that
+# sets ``mode`` and overrides ``_handle``; what they share lives in NativeTransaction.
 class ReceiveOnly(NativeTransaction):
     """RECEIVE_ONLY: the message returns on failure; sends leave at once (ghosts on failure)."""
 

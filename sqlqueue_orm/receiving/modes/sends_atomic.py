@@ -14,6 +14,8 @@ if TYPE_CHECKING:
     from sqlqueue_orm.receiving.worker import WorkerState
 
 
+# Same shape as the other modes' modules on purpose: each mode is a class of its own that
+# sets ``mode`` and overrides ``_handle``; what they share lives in NativeTransaction.
 class SendsAtomicWithReceive(NativeTransaction):
     """SENDS_ATOMIC_WITH_RECEIVE: sends in the receive's transaction; the session apart."""
 

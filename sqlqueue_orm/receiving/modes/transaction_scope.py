@@ -29,6 +29,8 @@ class TransactionScope(NativeTransaction):
             worker, connection, message, self._transactional_sender(worker, connection)
         )
 
+    # Same signature as ReceiveMode._handle_scoped, which it overrides: here the scope is
+    # the sender and the batch's handler runs the message.
     def _handle_scoped(
         self,
         worker: WorkerState,
