@@ -6,7 +6,6 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import mssql
 
 from sqlqueue_orm import config, exceptions
 from sqlqueue_orm.dialects import base, control, flow
@@ -205,6 +204,9 @@ class MssqlSupport(base.DialectSupport):
 
     def ddl_dialect(self, target_version: int | None = None) -> Dialect:
         """SQL Server's dialect, as of *target_version* (a year) if given."""
+        # Imported on first use: a process on another database never needs it.
+        from sqlalchemy.dialects import mssql
+
         dialect: Dialect = mssql.dialect(paramstyle="named")  # type: ignore[no-untyped-call]
         if target_version is not None:
             dialect.server_version_info = (SQL_SERVER_MAJOR.get(target_version, 16),)

@@ -5,8 +5,6 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.dialects import postgresql
-
 from sqlqueue_orm.dialects import base, control, flow
 
 if TYPE_CHECKING:
@@ -274,6 +272,9 @@ class PostgresqlSupport(base.DialectSupport):
 
     def ddl_dialect(self, target_version: int | None = None) -> Dialect:
         """PostgreSQL's dialect (*target_version* is for SQL Server only)."""
+        # Imported on first use: a process on another database never needs it.
+        from sqlalchemy.dialects import postgresql
+
         return postgresql.dialect(paramstyle="named")  # type: ignore[no-untyped-call]
 
     def statement_waiting(self, dbapi_connection: Any) -> bool:

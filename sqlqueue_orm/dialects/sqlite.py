@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event
-from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import characteristics
 
 from sqlqueue_orm.dialects import base, control
@@ -355,6 +354,9 @@ class SqliteSupport(base.DialectSupport):
 
     def ddl_dialect(self, target_version: int | None = None) -> Dialect:
         """SQLite's dialect (*target_version* is for SQL Server only)."""
+        # Imported on first use: a process on another database never needs it.
+        from sqlalchemy.dialects import sqlite
+
         return sqlite.dialect(paramstyle="named")
 
 

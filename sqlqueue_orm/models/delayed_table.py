@@ -26,7 +26,6 @@ from __future__ import annotations
 import threading
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import mssql
 
 from sqlqueue_orm import addressing, dialects
 from sqlqueue_orm.models.queue_table import (
@@ -42,7 +41,7 @@ from sqlqueue_orm.models.queue_table import (
 #: ``DelayedDeliveryOptions.TableSuffix``).
 DEFAULT_SUFFIX = "Delayed"
 #: Due: ``datetime`` on SQL Server, as NServiceBus (never datetime2).
-DUE_TYPE = sa.DateTime().with_variant(mssql.DATETIME(), "mssql")
+DUE_TYPE = sa.DateTime().with_variant(sa.DATETIME(), "mssql")
 
 _METADATA = {layout: sa.MetaData() for layout in dialects.QueueLayout}
 _lock = threading.Lock()
