@@ -444,7 +444,7 @@ def _trigger_drifts(
     table: sa.Table,
     shown: str,
     expected_here: bool,
-    wakeup: dialects.base.NotifyWakeup,
+    wakeup: dialects.statements.NotifyWakeup,
 ) -> list[Drift]:
     quoted = connection.dialect.identifier_preparer.format_table(table)
     row = connection.execute(

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from sqlqueue_orm import config, exceptions
-from sqlqueue_orm.dialects import base, control, flow
+from sqlqueue_orm.dialects import base, control, flow, statements
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Dialect, Engine
@@ -24,7 +24,7 @@ _EXPIRES = (
 )
 
 #: The hot path (NServiceBus's SqlServerConstants: send, receive, peek, purge).
-HOT_PATH = base.SqlText(
+HOT_PATH = statements.SqlText(
     expired_read=(
         "CASE WHEN {expires} IS NULL THEN 0 WHEN {expires} > GETUTCDATE() THEN 0 ELSE 1 END"
     ),
@@ -259,7 +259,7 @@ def _applock_granted(status: Any) -> bool:
 
 #: One Spark ingester per queue: ``sp_getapplock`` owned by the session, held across
 #: transactions.
-SESSION_LOCK = base.SessionLock(
+SESSION_LOCK = statements.SessionLock(
     acquire=(
         "DECLARE @status int; "
         "EXEC @status = sp_getapplock @Resource = :resource, @LockMode = 'Exclusive', "
@@ -271,8 +271,8 @@ SESSION_LOCK = base.SessionLock(
 
 #: A Spark stream's end offset: a range scan with READCOMMITTEDLOCK and without READPAST waits
 #: for rows still being inserted above the start.
-STREAM_FENCE = base.StreamFence(
-    kind=base.FenceKind.LOCKING_SCAN, scan_hint="WITH (READCOMMITTEDLOCK)"
+STREAM_FENCE = statements.StreamFence(
+    kind=statements.FenceKind.LOCKING_SCAN, scan_hint="WITH (READCOMMITTEDLOCK)"
 )
 
 # -- flow control (sqlqueue_orm.receiving.flow): sp_getapplock -------------------------------

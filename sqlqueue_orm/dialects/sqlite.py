@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import characteristics
 
-from sqlqueue_orm.dialects import base, control
+from sqlqueue_orm.dialects import base, control, statements
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Dialect, Engine
@@ -212,7 +212,7 @@ def stored_value(column: str, returned: object) -> object:
 
 
 #: The hot path: send, receive, peek, purge.
-HOT_PATH = base.SqlText(
+HOT_PATH = statements.SqlText(
     headers_read="CAST({headers} AS BLOB)",
     id_read=ID_READ,
     body_read=BODY_READ,
@@ -259,7 +259,7 @@ HOT_PATH = base.SqlText(
 
 #: A Spark stream's end offset: one writer at a time, so rows commit in RowVersion order and the
 #: highest committed RowVersion is a fence.
-STREAM_FENCE = base.StreamFence(kind=base.FenceKind.HIGHEST)
+STREAM_FENCE = statements.StreamFence(kind=statements.FenceKind.HIGHEST)
 
 # Delayed delivery: Due is UTC text 'YYYY-MM-DD HH:MM:SS.SSS' (as Expires), which sorts as it
 # compares. SQLite has no INSERT from a DELETE, so the move is two statements in the caller's
