@@ -419,6 +419,8 @@ class DialectSupport:
 
 
 #: A database this package does not know: the rules applied before dialects had a home.
+# Stated field by field in the same shape as each dialect module's SUPPORT, on purpose: the
+# rules of an unknown database are read here, not pieced together from a known one's.
 GENERIC = DialectSupport(
     name="",
     hot_path=None,

@@ -343,6 +343,9 @@ FLOW = flow.FlowStatements(
     claim_slot=FLOW_CLAIM_SLOT, claim_slots=FLOW_CLAIM_SLOTS, reserve=FLOW_RESERVE
 )
 
+# Every field stated by name, in the same shape as the other dialect modules' SUPPORT and
+# base.GENERIC, on purpose: each database states its own tables, statements and errors, so
+# none takes another's value by omission (tests/unit/test_every_dialect_states_its_layout.py).
 SUPPORT = MssqlSupport(
     hot_path=HOT_PATH,
     connect_defaults=CONNECT_DEFAULTS,

@@ -439,6 +439,9 @@ FLOW = flow.FlowStatements(
 )
 
 
+# Every field stated by name, in the same shape as the other dialect modules' SUPPORT and
+# base.GENERIC, on purpose: each database states its own tables, statements and errors, so
+# none takes another's value by omission (tests/unit/test_every_dialect_states_its_layout.py).
 SUPPORT = PostgresqlSupport(
     hot_path=HOT_PATH,
     body_contains="position(:needle IN {body}) > 0",

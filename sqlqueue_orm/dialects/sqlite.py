@@ -450,6 +450,9 @@ class _ReadsOnly(characteristics.ConnectionCharacteristic):
         return getattr(dbapi_conn, "begin_statement", BEGIN) == BEGIN_READ
 
 
+# Every field stated by name, in the same shape as the other dialect modules' SUPPORT and
+# base.GENERIC, on purpose: each database states its own tables, statements and errors, so
+# none takes another's value by omission (tests/unit/test_every_dialect_states_its_layout.py).
 SUPPORT = SqliteSupport(
     hot_path=HOT_PATH,
     body_contains="instr({body}, :needle) > 0",
