@@ -64,7 +64,7 @@ import hashlib
 import threading
 import uuid
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Dialect, Engine
@@ -202,7 +202,9 @@ def append_indexes(
     only = only_dialect(dialect)
     for names, build in indexes:
         if only is None or only in names:
-            table.append_constraint(build().ddl_if(dialect=names))  # type: ignore[arg-type]
+            # One dialect by its name alone, as ddl_if is usually given (and read back).
+            limit: Any = names[0] if len(names) == 1 else names
+            table.append_constraint(build().ddl_if(dialect=limit))
 
 
 def build_queue_table(

@@ -1,4 +1,5 @@
-"""``sqlqueue peek`` loads SQLAlchemy's package of its own database only, and not the ORM.
+"""``sqlqueue peek`` loads SQLAlchemy's package of its own database only, and not the ORM; so
+does making a delayed table.
 
 A command that reaches one database needs that dialect and SQLAlchemy's core: the other
 dialects' packages and the ORM (which only the shared tables' models and the endpoint's
@@ -17,27 +18,45 @@ import textwrap
 from tests.conftest import DIALECTS
 
 
-def test_peek_loads_only_its_own_dialect_and_not_the_orm(database):
-    database.transport().create_queue("billing")
-    probe = textwrap.dedent(
-        f"""
+def _unneeded(dialect: str, code: str) -> list[str]:
+    """What of SQLAlchemy a fresh process running *code* on *dialect* loads without needing it:
+    the ORM and the other dialects' packages (it must load its own)."""
+    probe = code + textwrap.dedent(
+        """
         import json, sys
-        from sqlqueue_orm.cli import main
-        status = main(["--url", {database.url!r}, "peek", "billing"])
-        loaded = sorted(name for name in sys.modules if name.startswith("sqlalchemy."))
-        print(json.dumps({{"status": status, "loaded": loaded}}))
+        print(json.dumps(sorted(name for name in sys.modules if name.startswith("sqlalchemy."))))
         """
     )
     result = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
     )
-    report = json.loads(result.stdout.strip().splitlines()[-1])
-    assert report["status"] == 0
-    assert f"sqlalchemy.dialects.{database.dialect}" in report["loaded"]
-    others = [f"sqlalchemy.dialects.{name}" for name in DIALECTS if name != database.dialect]
-    unneeded = [
-        name for name in report["loaded"]
+    loaded = json.loads(result.stdout.strip().splitlines()[-1])
+    assert f"sqlalchemy.dialects.{dialect}" in loaded
+    others = [f"sqlalchemy.dialects.{name}" for name in DIALECTS if name != dialect]
+    return [
+        name for name in loaded
         if any(name == package or name.startswith(f"{package}.")
                for package in (*others, "sqlalchemy.orm"))
     ]
-    assert unneeded == []
+
+
+def test_peek_loads_only_its_own_dialect_and_not_the_orm(database):
+    database.transport().create_queue("billing")
+    code = textwrap.dedent(
+        f"""
+        from sqlqueue_orm.cli import main
+        assert main(["--url", {database.url!r}, "peek", "billing"]) == 0
+        """
+    )
+    assert _unneeded(database.dialect, code) == []
+
+
+def test_a_delayed_table_is_made_loading_only_its_own_dialect(database):
+    code = textwrap.dedent(
+        f"""
+        from sqlqueue_orm import Transport
+        with Transport({database.url!r}) as transport:
+            assert transport.create_delayed_table("billing")
+        """
+    )
+    assert _unneeded(database.dialect, code) == []
