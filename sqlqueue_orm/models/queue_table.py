@@ -347,6 +347,9 @@ def index_name(table: str, base: str, dialect: str = "postgresql") -> str:
 def queue_table(name: str, schema: str | None = None, dialect: DialectLike = None) -> sa.Table:
     """The cached :class:`~sqlalchemy.Table` of queue *name* in *schema* (thread-safe).
 
+    A table asked for with a dialect this package knows is that dialect's, with its indexes
+    alone (see :func:`append_indexes`); with ``None``, every dialect's indexes.
+
     :param dialect: the database's dialect (name, Dialect, Engine or Connection): PostgreSQL
         tables have NServiceBus's PostgreSQL layout; ``None`` gives the SQL Server layout.
     """
