@@ -38,9 +38,8 @@ from alembic.ddl import base as alembic_ddl
 from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.sql.elements import quoted_name
 
-from sqlqueue_orm import addressing, dialects, exceptions, schema, sqlalchemy_internals
+from sqlqueue_orm import addressing, dialects, exceptions, models, schema, sqlalchemy_internals
 from sqlqueue_orm.models import ddl
-from sqlqueue_orm.models.base import Base
 from sqlqueue_orm.models.delayed_table import build_delayed_table
 from sqlqueue_orm.models.queue_table import SQL_SERVER_LAYOUTS, build_queue_table
 from sqlqueue_orm.models.subscription import TABLE_NAME as SUBSCRIPTION_TABLE
@@ -445,7 +444,7 @@ def _trigger_drifts(
     table: sa.Table,
     shown: str,
     expected_here: bool,
-    wakeup: dialects.base.NotifyWakeup,
+    wakeup: dialects.statements.NotifyWakeup,
 ) -> list[Drift]:
     quoted = connection.dialect.identifier_preparer.format_table(table)
     row = connection.execute(
@@ -545,8 +544,9 @@ def _expected_table(
     """The table this version would create for table *name*, or None if it is not ours."""
     support = dialects.for_dialect(connection)
     quoted_schema = None if schema_name is None else quoted_name(schema_name, quote=True)
-    if name in Base.metadata.tables:
-        table = Base.metadata.tables[name]
+    shared = models.Base.metadata.tables  # every model module imported: all shared tables
+    if name in shared:
+        table = shared[name]
         if quoted_schema is None:
             return table
         return table.to_metadata(sa.MetaData(), schema=quoted_schema)

@@ -12,7 +12,6 @@ messages (a message retried at once counts once), with how many wait for a delay
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
 import importlib
 import logging
@@ -194,6 +193,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         from sqlqueue_orm.aio import AsyncEndpoint
 
         if isinstance(endpoint, AsyncEndpoint):
+            import asyncio  # here: every other command starts without it
+
             asyncio.run(endpoint.run(once=args.once))
         else:
             endpoint.run(once=args.once)

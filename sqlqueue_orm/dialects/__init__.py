@@ -1,8 +1,9 @@
 """One home per dialect: what each database needs at run time, looked up by ``dialect.name``.
 
 :mod:`~sqlqueue_orm.dialects.base` lists what a dialect provides (:class:`DialectSupport`),
-with the statement groups of flow control in :mod:`~sqlqueue_orm.dialects.flow` and of live
-control in :mod:`~sqlqueue_orm.dialects.control`;
+with the statement groups of the hot path, the wake-up, locks and the stream's fence in
+:mod:`~sqlqueue_orm.dialects.statements`, of flow control in
+:mod:`~sqlqueue_orm.dialects.flow` and of live control in :mod:`~sqlqueue_orm.dialects.control`;
 :mod:`~sqlqueue_orm.dialects.mssql`, :mod:`~sqlqueue_orm.dialects.postgresql` and
 :mod:`~sqlqueue_orm.dialects.sqlite` hold one frozen instance each, with every statement the
 dialect runs at run time: the hot path, delayed delivery, subscriptions, the wake-up trigger,
@@ -23,9 +24,9 @@ from sqlqueue_orm.dialects.base import (
     SQLSERVER_SIGNATURE,
     AddressForm,
     DialectSupport,
-    FenceKind,
     QueueLayout,
 )
+from sqlqueue_orm.dialects.statements import FenceKind
 
 __all__ = [
     "ALL",

@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 
 
+# Its fields are declared with their comments as DialectSupport's are (dialects/base.py): the
+# same shape by the house style of a frozen group of statements, not shared code.
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class FlowStatements:
     """Flow control's statements on one database: slot claims, key leases, the rate schedule.

@@ -6,10 +6,9 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import mssql
 
 from sqlqueue_orm import config, exceptions
-from sqlqueue_orm.dialects import base, control, flow
+from sqlqueue_orm.dialects import base, control, flow, statements
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Dialect, Engine
@@ -25,7 +24,7 @@ _EXPIRES = (
 )
 
 #: The hot path (NServiceBus's SqlServerConstants: send, receive, peek, purge).
-HOT_PATH = base.SqlText(
+HOT_PATH = statements.SqlText(
     expired_read=(
         "CASE WHEN {expires} IS NULL THEN 0 WHEN {expires} > GETUTCDATE() THEN 0 ELSE 1 END"
     ),
@@ -205,6 +204,9 @@ class MssqlSupport(base.DialectSupport):
 
     def ddl_dialect(self, target_version: int | None = None) -> Dialect:
         """SQL Server's dialect, as of *target_version* (a year) if given."""
+        # Imported on first use: a process on another database never needs it.
+        from sqlalchemy.dialects import mssql
+
         dialect: Dialect = mssql.dialect(paramstyle="named")  # type: ignore[no-untyped-call]
         if target_version is not None:
             dialect.server_version_info = (SQL_SERVER_MAJOR.get(target_version, 16),)
@@ -257,7 +259,7 @@ def _applock_granted(status: Any) -> bool:
 
 #: One Spark ingester per queue: ``sp_getapplock`` owned by the session, held across
 #: transactions.
-SESSION_LOCK = base.SessionLock(
+SESSION_LOCK = statements.SessionLock(
     acquire=(
         "DECLARE @status int; "
         "EXEC @status = sp_getapplock @Resource = :resource, @LockMode = 'Exclusive', "
@@ -269,8 +271,8 @@ SESSION_LOCK = base.SessionLock(
 
 #: A Spark stream's end offset: a range scan with READCOMMITTEDLOCK and without READPAST waits
 #: for rows still being inserted above the start.
-STREAM_FENCE = base.StreamFence(
-    kind=base.FenceKind.LOCKING_SCAN, scan_hint="WITH (READCOMMITTEDLOCK)"
+STREAM_FENCE = statements.StreamFence(
+    kind=statements.FenceKind.LOCKING_SCAN, scan_hint="WITH (READCOMMITTEDLOCK)"
 )
 
 # -- flow control (sqlqueue_orm.receiving.flow): sp_getapplock -------------------------------
@@ -341,6 +343,9 @@ FLOW = flow.FlowStatements(
     claim_slot=FLOW_CLAIM_SLOT, claim_slots=FLOW_CLAIM_SLOTS, reserve=FLOW_RESERVE
 )
 
+# Every field stated by name, in the same shape as the other dialect modules' SUPPORT and
+# base.GENERIC, on purpose: each database states its own tables, statements and errors, so
+# none takes another's value by omission (tests/unit/test_every_dialect_states_its_layout.py).
 SUPPORT = MssqlSupport(
     hot_path=HOT_PATH,
     connect_defaults=CONNECT_DEFAULTS,

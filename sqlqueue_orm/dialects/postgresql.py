@@ -5,9 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.dialects import postgresql
-
-from sqlqueue_orm.dialects import base, control, flow
+from sqlqueue_orm.dialects import base, control, flow, statements
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Dialect
@@ -55,7 +53,7 @@ _PG_SEND = (
 _PG_FLOOR = "seq >= CAST(:floor AS bigint)"
 
 #: The hot path (NServiceBus's PostgreSqlConstants: send, receive, peek, purge).
-HOT_PATH = base.SqlText(
+HOT_PATH = statements.SqlText(
     expired_read=f"({{expires}} IS NOT NULL AND {{expires}} <= {_PG_NOW})",
     send=_PG_SEND,
     send_without_recoverable=_PG_SEND,
@@ -127,7 +125,7 @@ _NOTIFY_CALL = f"pg_notify('{_CHANNEL}', TG_TABLE_NAME)"
 #: listens and a notification wakes them all, so one registration is enough, and any
 #: non-constant ``WHEN`` costs each sending statement a few microseconds, a second lock try
 #: as much again (``scripts/wakeup_trigger_cost.py``).
-NOTIFY_WAKEUP = base.NotifyWakeup(
+NOTIFY_WAKEUP = statements.NotifyWakeup(
     channel=_CHANNEL,
     trigger=_TRIGGER,
     function=_FUNCTION,
@@ -171,7 +169,7 @@ $$""",
 
 # -- one Spark ingester per queue, and its stream's offsets ------------------------------------
 #: Session advisory locks on a 64-bit hash of the resource name.
-SESSION_LOCK = base.SessionLock(
+SESSION_LOCK = statements.SessionLock(
     acquire="SELECT pg_try_advisory_lock(hashtextextended(:resource, 0))",
     release="SELECT pg_advisory_unlock(hashtextextended(:resource, 0))",
     granted=lambda status: status is True,
@@ -179,8 +177,8 @@ SESSION_LOCK = base.SessionLock(
 
 #: A seq seen becomes the stream's end offset once every transaction in progress when it was seen
 #: (the ``xip`` of a ``pg_current_snapshot()`` taken after it) has ended (``pg_xact_status``).
-STREAM_FENCE = base.StreamFence(
-    kind=base.FenceKind.SNAPSHOT,
+STREAM_FENCE = statements.StreamFence(
+    kind=statements.FenceKind.SNAPSHOT,
     snapshot="SELECT CAST(pg_current_snapshot() AS text)",
     in_progress=(
         "SELECT count(*) FROM pg_snapshot_xip(CAST(:snapshot AS pg_snapshot)) AS x(xid) "
@@ -274,6 +272,9 @@ class PostgresqlSupport(base.DialectSupport):
 
     def ddl_dialect(self, target_version: int | None = None) -> Dialect:
         """PostgreSQL's dialect (*target_version* is for SQL Server only)."""
+        # Imported on first use: a process on another database never needs it.
+        from sqlalchemy.dialects import postgresql
+
         return postgresql.dialect(paramstyle="named")  # type: ignore[no-untyped-call]
 
     def statement_waiting(self, dbapi_connection: Any) -> bool:
@@ -438,6 +439,9 @@ FLOW = flow.FlowStatements(
 )
 
 
+# Every field stated by name, in the same shape as the other dialect modules' SUPPORT and
+# base.GENERIC, on purpose: each database states its own tables, statements and errors, so
+# none takes another's value by omission (tests/unit/test_every_dialect_states_its_layout.py).
 SUPPORT = PostgresqlSupport(
     hot_path=HOT_PATH,
     body_contains="position(:needle IN {body}) > 0",

@@ -19,10 +19,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event
-from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import characteristics
 
-from sqlqueue_orm.dialects import base, control
+from sqlqueue_orm.dialects import base, control, statements
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Dialect, Engine
@@ -213,7 +212,7 @@ def stored_value(column: str, returned: object) -> object:
 
 
 #: The hot path: send, receive, peek, purge.
-HOT_PATH = base.SqlText(
+HOT_PATH = statements.SqlText(
     headers_read="CAST({headers} AS BLOB)",
     id_read=ID_READ,
     body_read=BODY_READ,
@@ -260,7 +259,7 @@ HOT_PATH = base.SqlText(
 
 #: A Spark stream's end offset: one writer at a time, so rows commit in RowVersion order and the
 #: highest committed RowVersion is a fence.
-STREAM_FENCE = base.StreamFence(kind=base.FenceKind.HIGHEST)
+STREAM_FENCE = statements.StreamFence(kind=statements.FenceKind.HIGHEST)
 
 # Delayed delivery: Due is UTC text 'YYYY-MM-DD HH:MM:SS.SSS' (as Expires), which sorts as it
 # compares. SQLite has no INSERT from a DELETE, so the move is two statements in the caller's
@@ -355,6 +354,9 @@ class SqliteSupport(base.DialectSupport):
 
     def ddl_dialect(self, target_version: int | None = None) -> Dialect:
         """SQLite's dialect (*target_version* is for SQL Server only)."""
+        # Imported on first use: a process on another database never needs it.
+        from sqlalchemy.dialects import sqlite
+
         return sqlite.dialect(paramstyle="named")
 
 
@@ -448,6 +450,9 @@ class _ReadsOnly(characteristics.ConnectionCharacteristic):
         return getattr(dbapi_conn, "begin_statement", BEGIN) == BEGIN_READ
 
 
+# Every field stated by name, in the same shape as the other dialect modules' SUPPORT and
+# base.GENERIC, on purpose: each database states its own tables, statements and errors, so
+# none takes another's value by omission (tests/unit/test_every_dialect_states_its_layout.py).
 SUPPORT = SqliteSupport(
     hot_path=HOT_PATH,
     body_contains="instr({body}, :needle) > 0",

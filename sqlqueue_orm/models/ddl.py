@@ -1,8 +1,9 @@
 """DDL extensions SQLAlchemy lacks, in one place.
 
 * ``mssql_with={"OPTIMIZE_FOR_SEQUENTIAL_KEY": "ON", "ONLINE": "ON"}`` on an :class:`Index`
-  renders ``WITH (...)`` after ``CREATE INDEX`` on SQL Server. ``OPTIMIZE_FOR_SEQUENTIAL_KEY`` is
-  left out when the server is known to be older than SQL Server 2019 (major version 15).
+  (built with :func:`sql_server_index`) renders ``WITH (...)`` after ``CREATE INDEX`` on SQL
+  Server. ``OPTIMIZE_FOR_SEQUENTIAL_KEY`` is left out when the server is known to be older than
+  SQL Server 2019 (major version 15).
 
 The optional ``BodyString`` column's DDL is each dialect's ``body_string_ddl``
 (:mod:`sqlqueue_orm.dialects`).
@@ -10,6 +11,7 @@ The optional ``BodyString`` column's DDL is each dialect's ``body_string_ddl``
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from sqlalchemy import Index
@@ -19,8 +21,6 @@ from sqlalchemy.schema import CreateIndex, ExecutableDDLElement
 from sqlalchemy.sql.compiler import DDLCompiler
 
 from sqlqueue_orm import dialects
-
-Index.argument_for("mssql", "with", None)
 
 #: SQL Server 2019 is major version 15: the first with OPTIMIZE_FOR_SEQUENTIAL_KEY.
 SQL_SERVER_2019 = 15
@@ -40,6 +40,21 @@ def mssql_index_options(options: dict[str, str], server_version: tuple[int, ...]
     if not kept:
         return ""
     return " WITH (" + ", ".join(f"{key} = {value}" for key, value in kept.items()) + ")"
+
+
+@functools.cache
+def _accept_mssql_with() -> None:
+    Index.argument_for("mssql", "with", None)
+
+
+def sql_server_index(name: str, *columns: Any, **options: Any) -> Index:
+    """An index with SQL Server *options* (``mssql_clustered=...``, ``mssql_with=...``).
+
+    ``mssql_with`` is made known to SQLAlchemy here, on first use, not on import: that imports
+    SQLAlchemy's SQL Server dialect, which a process on another database never needs.
+    """
+    _accept_mssql_with()
+    return Index(name, *columns, **options)
 
 
 def compile_ddl(element: ExecutableDDLElement, dialect: Dialect) -> str:

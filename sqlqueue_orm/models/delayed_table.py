@@ -26,15 +26,17 @@ from __future__ import annotations
 import threading
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import mssql
 
 from sqlqueue_orm import addressing, dialects
+from sqlqueue_orm.models import ddl
 from sqlqueue_orm.models.queue_table import (
     BODY_TYPE,
     HEADERS_TYPE,
     DialectLike,
+    append_indexes,
     index_name,
     layout_of,
+    only_dialect,
     row_version_column,
 )
 
@@ -42,9 +44,11 @@ from sqlqueue_orm.models.queue_table import (
 #: ``DelayedDeliveryOptions.TableSuffix``).
 DEFAULT_SUFFIX = "Delayed"
 #: Due: ``datetime`` on SQL Server, as NServiceBus (never datetime2).
-DUE_TYPE = sa.DateTime().with_variant(mssql.DATETIME(), "mssql")
+DUE_TYPE = sa.DateTime().with_variant(sa.DATETIME(), "mssql")
 
-_METADATA = {layout: sa.MetaData() for layout in dialects.QueueLayout}
+#: The MetaData of each layout and the one dialect its tables are for (None: every dialect), made
+#: on first use (see :func:`~sqlqueue_orm.models.queue_table.only_dialect`).
+_METADATA: dict[tuple[dialects.QueueLayout, str | None], sa.MetaData] = {}
 _lock = threading.Lock()
 
 
@@ -95,23 +99,28 @@ def build_delayed_table(
     primary_key = sa.PrimaryKeyConstraint(table.c.RowVersion, name=None)
     primary_key.ddl_if(dialect="sqlite")
     table.append_constraint(primary_key)
-    table.append_constraint(
-        sa.Index("Index_Due", table.c.Due, mssql_clustered=False).ddl_if(dialect="mssql")
-    )
-    table.append_constraint(
-        sa.Index(index_name(name, "Index_Due"), table.c.Due).ddl_if(dialect="sqlite")
+    append_indexes(
+        table,
+        [
+            (("mssql",), lambda: ddl.sql_server_index(
+                "Index_Due", table.c.Due, mssql_clustered=False
+            )),
+            (("sqlite",), lambda: sa.Index(index_name(name, "Index_Due"), table.c.Due)),
+        ],
+        dialect,
     )
     return table
 
 
 def delayed_table(name: str, schema: str | None = None, dialect: DialectLike = None) -> sa.Table:
     """The cached :class:`~sqlalchemy.Table` of delayed table *name* (thread-safe)."""
-    metadata = _METADATA[layout_of(dialect)]
+    layout, only = layout_of(dialect), only_dialect(dialect)
     key = name if schema is None else f"{schema}.{name}"
     with _lock:
+        metadata = _METADATA.setdefault((layout, only), sa.MetaData())
         table = metadata.tables.get(key)
         if table is None:
-            table = build_delayed_table(metadata, name, schema, dialect)
+            table = build_delayed_table(metadata, name, schema, only or dialect)
         return table
 
 

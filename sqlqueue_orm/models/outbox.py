@@ -29,13 +29,12 @@ from __future__ import annotations
 import datetime as dt
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import mssql
 from sqlalchemy.orm import Mapped, mapped_column
 
 from sqlqueue_orm.models.base import Base
 
 #: Operations: nvarchar(max) on SQL Server (UnicodeText would render the deprecated NTEXT).
-OPERATIONS_TYPE = sa.Text().with_variant(mssql.NVARCHAR(), "mssql")
+OPERATIONS_TYPE = sa.Text().with_variant(sa.NVARCHAR(), "mssql")
 #: Name of the table, as NServiceBus SQL persistence names it with an empty prefix.
 TABLE_NAME = "OutboxData"
 

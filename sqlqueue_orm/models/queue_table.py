@@ -63,28 +63,40 @@ import datetime as dt
 import hashlib
 import threading
 import uuid
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import mssql
 from sqlalchemy.engine import Connection, Dialect, Engine
-from sqlalchemy.orm import registry
 from sqlalchemy.sql.elements import quoted_name
 
 from sqlqueue_orm import addressing, config, dialects
-from sqlqueue_orm.models import ddl as _ddl  # noqa: F401  (registers the mssql_with index option)
+from sqlqueue_orm.models import ddl
 
-#: Queue tables live here, apart from Base.metadata (Alembic must not see them as its own).
+if TYPE_CHECKING:
+    from sqlalchemy.orm import registry
+
+#: Queue tables live here, apart from Base.metadata (Alembic must not see them as its own): those
+#: built for every dialect; a table built for one dialect (see :func:`only_dialect`) lives in a
+#: MetaData of that dialect's.
 QUEUE_METADATA = sa.MetaData()
 #: Queue tables in NServiceBus's PostgreSQL layout (same names as in QUEUE_METADATA, other
 #: columns, so they need a MetaData of their own).
 POSTGRESQL_QUEUE_METADATA = sa.MetaData()
 
-_registries = {
-    dialects.QueueLayout.ROW_VERSION: registry(metadata=QUEUE_METADATA),
-    dialects.QueueLayout.SEQ: registry(metadata=POSTGRESQL_QUEUE_METADATA),
+#: A cached table's key: its layout, the one dialect it is for (None: every one), schema, name.
+_Key = tuple[dialects.QueueLayout, str | None, str | None, str]
+#: The MetaData of each layout and dialect (None: every dialect), made on first use.
+_METADATA: dict[tuple[dialects.QueueLayout, str | None], sa.MetaData] = {
+    (dialects.QueueLayout.ROW_VERSION, None): QUEUE_METADATA,
+    (dialects.QueueLayout.SEQ, None): POSTGRESQL_QUEUE_METADATA,
 }
 _lock = threading.Lock()
-_models: dict[tuple[dialects.QueueLayout, str | None, str], type[QueueMessage]] = {}
+_tables: dict[_Key, sa.Table] = {}
+_models: dict[_Key, type[QueueMessage]] = {}
+#: The ORM registry of each MetaData, made by the first :func:`queue_model` (the ORM is imported
+#: by programs that map a queue, not by those that only use its table).
+_registries: dict[tuple[dialects.QueueLayout, str | None], registry] = {}
 
 #: The SQL names of NServiceBus's PostgreSQL queue table, by column key.
 POSTGRESQL_COLUMNS = dict(
@@ -118,11 +130,13 @@ COLUMN_NAMES = (
     "RowVersion",
 )
 
+# The SQL Server variants below are SQLAlchemy's generic upper-case types, which SQL Server's
+# compiler renders as wanted, so no process imports SQLAlchemy's SQL Server dialect to build them.
 #: Headers: nvarchar(max) on SQL Server (UnicodeText would render the deprecated NTEXT).
-HEADERS_TYPE = sa.Text().with_variant(mssql.NVARCHAR(), "mssql")
-#: Body: varbinary(max) on SQL Server (LargeBinary would render the deprecated IMAGE).
-_VARBINARY_MAX = mssql.VARBINARY("max")  # type: ignore[no-untyped-call]
-BODY_TYPE = sa.LargeBinary().with_variant(_VARBINARY_MAX, "mssql")
+HEADERS_TYPE = sa.Text().with_variant(sa.NVARCHAR(), "mssql")
+#: Body: varbinary(max) on SQL Server (LargeBinary would render the deprecated IMAGE; a
+#: VARBINARY without a length is rendered ``VARBINARY(max)``).
+BODY_TYPE = sa.LargeBinary().with_variant(sa.VARBINARY(), "mssql")
 #: SQL Server table layouts: Index_RowVersion clustered (default), or a heap as NServiceBus 8+.
 SQL_SERVER_LAYOUTS = config.SQL_SERVER_LAYOUTS
 #: RowVersion: BIGINT, but SQLite only autoincrements a column typed exactly INTEGER.
@@ -159,6 +173,38 @@ def row_version_column() -> sa.Column[int]:
 def _quoted(name: str) -> str:
     # quote=True: always quoted, and SQL Server's dialect then never splits it on dots/brackets.
     return quoted_name(name, quote=True)
+
+
+def only_dialect(dialect: LayoutLike) -> str | None:
+    """The one dialect a table built for *dialect* is for, or None: for every dialect.
+
+    A dialect name, Dialect, Engine or Connection of a dialect this package knows names that
+    dialect; ``None``, a layout, or a dialect unknown here, every dialect.
+    """
+    if dialect is None or isinstance(dialect, dialects.QueueLayout):
+        return None
+    name = dialects.for_dialect(dialect).name
+    return name if name in dialects.ALL else None
+
+
+def append_indexes(
+    table: sa.Table,
+    indexes: Sequence[tuple[tuple[str, ...], Callable[[], sa.Index]]],
+    dialect: LayoutLike,
+) -> None:
+    """Append to *table* each of *indexes* (its dialects, and how to build it) it is for.
+
+    Each is created on its dialects only (``ddl_if``); a table for one dialect gets that
+    dialect's indexes alone, and the others are never built: SQLAlchemy imports a dialect's
+    package to check the options an index gives for it, which a process on another database
+    never needs.
+    """
+    only = only_dialect(dialect)
+    for names, build in indexes:
+        if only is None or only in names:
+            # One dialect by its name alone, as ddl_if is usually given (and read back).
+            limit: Any = names[0] if len(names) == 1 else names
+            table.append_constraint(build().ddl_if(dialect=limit))
 
 
 def build_queue_table(
@@ -199,42 +245,37 @@ def build_queue_table(
     table.append_constraint(primary_key)
     # Index names: NServiceBus's on SQL Server, where they are per table. PostgreSQL and SQLite
     # keep index names per schema, so there they carry the table's name (see index_name).
-    row_version_indexes = [
-        sa.Index(
-            "Index_RowVersion",
-            table.c.RowVersion,
-            mssql_clustered=True,
-            mssql_with={"OPTIMIZE_FOR_SEQUENTIAL_KEY": "ON"},
-        ).ddl_if(dialect="mssql")
-        if sql_server_layout != "heap"
-        else sa.Index("Index_RowVersion", table.c.RowVersion, mssql_clustered=False).ddl_if(
-            dialect="mssql"
-        ),
-        sa.Index(index_name(name, "Index_RowVersion"), table.c.RowVersion).ddl_if(
-            dialect="postgresql"
-        ),
-    ]
-    for index in row_version_indexes:
-        table.append_constraint(index)
     expires_filter = table.c.Expires.is_not(None)
-    table.append_constraint(
-        sa.Index(
+    row_version_options: dict[str, object] = (
+        {"mssql_clustered": True, "mssql_with": {"OPTIMIZE_FOR_SEQUENTIAL_KEY": "ON"}}
+        if sql_server_layout != "heap"
+        else {"mssql_clustered": False}
+    )
+    indexes: list[tuple[tuple[str, ...], Callable[[], sa.Index]]] = [
+        (("mssql",), lambda: ddl.sql_server_index(
+            "Index_RowVersion", table.c.RowVersion, **row_version_options
+        )),
+        (("mssql",), lambda: ddl.sql_server_index(
             "Index_Expires",
             table.c.Expires,
             mssql_clustered=False,
             mssql_include=["Id", "RowVersion"],
             mssql_where=expires_filter,
-        ).ddl_if(dialect="mssql")
-    )
-    table.append_constraint(
-        sa.Index(
+        )),
+        (("postgresql",), lambda: sa.Index(
+            index_name(name, "Index_RowVersion"), table.c.RowVersion
+        )),
+        (("postgresql",), lambda: sa.Index(
             index_name(name, "Index_Expires"),
             table.c.Expires,
             postgresql_include=["Id", "RowVersion"],
             postgresql_where=expires_filter,
-            sqlite_where=expires_filter,
-        ).ddl_if(dialect=("postgresql", "sqlite"))  # type: ignore[arg-type]
-    )
+        )),
+        (("sqlite",), lambda: sa.Index(
+            index_name(name, "Index_Expires"), table.c.Expires, sqlite_where=expires_filter
+        )),
+    ]
+    append_indexes(table, indexes, dialect)
     return table
 
 
@@ -306,11 +347,28 @@ def index_name(table: str, base: str, dialect: str = "postgresql") -> str:
 def queue_table(name: str, schema: str | None = None, dialect: DialectLike = None) -> sa.Table:
     """The cached :class:`~sqlalchemy.Table` of queue *name* in *schema* (thread-safe).
 
+    A table asked for with a dialect this package knows is that dialect's, with its indexes
+    alone (see :func:`append_indexes`); with ``None``, every dialect's indexes.
+
     :param dialect: the database's dialect (name, Dialect, Engine or Connection): PostgreSQL
         tables have NServiceBus's PostgreSQL layout; ``None`` gives the SQL Server layout.
     """
-    model = queue_model(name, schema, dialect)
-    return model.__table__  # type: ignore[attr-defined,no-any-return]
+    key = _key(name, schema, dialect)
+    table = _tables.get(key)
+    if table is not None:
+        return table
+    layout, only = key[:2]
+    with _lock:
+        table = _tables.get(key)
+        if table is None:
+            metadata = _METADATA.setdefault((layout, only), sa.MetaData())
+            table = build_queue_table(metadata, name, schema, only or layout)
+            _tables[key] = table
+    return table
+
+
+def _key(name: str, schema: str | None, dialect: LayoutLike) -> _Key:
+    return (layout_of(dialect), only_dialect(dialect), schema, name)
 
 
 def queue_model(
@@ -327,16 +385,15 @@ def queue_model(
 
     :param dialect: as for :func:`queue_table`.
     """
-    layout = layout_of(dialect)
-    key = (layout, schema, name)
+    key = _key(name, schema, dialect)
     model = _models.get(key)
     if model is not None:
         return model
+    table = queue_table(name, schema, dialect)
+    layout, only = key[:2]
     with _lock:
         model = _models.get(key)
         if model is None:
-            metadata = _registries[layout].metadata
-            table = build_queue_table(metadata, name, schema, layout)
             digest = hashlib.sha1(repr(key).encode(), usedforsecurity=False).hexdigest()[:12]
             namespace: dict[str, object] = {"__table__": table}
             properties = {
@@ -348,7 +405,11 @@ def queue_model(
                 if attribute not in properties:
                     namespace[attribute] = default
             model = type(f"QueueMessage_{digest}", (QueueMessage,), namespace)
-            _registries[layout].map_imperatively(model, table, properties=properties)
+            if (layout, only) not in _registries:
+                from sqlalchemy.orm import registry
+
+                _registries[layout, only] = registry(metadata=_METADATA[layout, only])
+            _registries[layout, only].map_imperatively(model, table, properties=properties)
             _models[key] = model
     return model
 

@@ -1,6 +1,6 @@
 """Rendering the hot path's statements (send, receive, peek, purge) for one queue and driver.
 
-The statements themselves are each dialect's :class:`~sqlqueue_orm.dialects.base.SqlText`
+The statements themselves are each dialect's :class:`~sqlqueue_orm.dialects.statements.SqlText`
 (``dialects.for_dialect(dialect).hot_path``, like NServiceBus's ``ISqlConstants``). Templates use
 ``{table}`` for the queue table and ``:name`` for parameters. :func:`render` substitutes the table
 name *as SQLAlchemy's identifier preparer quotes it* (which also doubles ``%`` for pyformat
@@ -20,7 +20,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.elements import quoted_name
 
 from sqlqueue_orm import addressing, dialects, exceptions
-from sqlqueue_orm.dialects.base import SqlText as SqlText
+from sqlqueue_orm.dialects.statements import SqlText as SqlText
 
 
 def for_dialect(dialect: Dialect) -> SqlText:

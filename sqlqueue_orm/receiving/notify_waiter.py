@@ -2,7 +2,7 @@
 
 One connection per pump, of its own (never handed back to the pool), both ``LISTEN``s and
 holds the registration: a session-level exclusive advisory lock on the queue's waiting slot
-(:class:`~sqlqueue_orm.dialects.base.NotifyWakeup`). The queue table's trigger tests the slot
+(:class:`~sqlqueue_orm.dialects.statements.NotifyWakeup`). The queue table's trigger tests the slot
 in its ``WHEN`` with shared transaction-level locks and notifies only when one is held, so
 under load, with nobody waiting, a send runs no ``pg_notify``. A killed process's session
 ends with its connection, and its registration with it.
@@ -35,7 +35,7 @@ from sqlalchemy.engine import Engine
 
 if TYPE_CHECKING:
     from sqlqueue_orm import addressing
-    from sqlqueue_orm.dialects.base import NotifyWakeup
+    from sqlqueue_orm.dialects.statements import NotifyWakeup
 
 log = logging.getLogger(__name__)
 

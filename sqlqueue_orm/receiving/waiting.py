@@ -60,7 +60,7 @@ class PollingOnly:
         """Nothing to do."""
 
 
-def behind_pooler(engine: Engine, statements: dialects.base.NotifyWakeup) -> str | None:
+def behind_pooler(engine: Engine, statements: dialects.statements.NotifyWakeup) -> str | None:
     """Why *engine*'s connections are pooled per transaction, or None when they are not.
 
     A session (a client connection) is then not one server connection: the server process a

@@ -41,7 +41,7 @@ from sqlqueue_orm.models.queue_table import queue_table
 log = logging.getLogger(__name__)
 
 
-def _statements(engine: Engine) -> dialects.base.NotifyWakeup:
+def _statements(engine: Engine) -> dialects.statements.NotifyWakeup:
     """The dialect's ``LISTEN``/``NOTIFY`` statements (:class:`ConfigurationError` if none)."""
     statements = dialects.for_dialect(engine).notify_wakeup
     if statements is None:

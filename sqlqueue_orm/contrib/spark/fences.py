@@ -32,10 +32,10 @@ class OffsetFence:
     The base class reads the highest committed value (:attr:`FenceKind.HIGHEST`).
 
     :param table: the queue table.
-    :param statements: the dialect's :class:`~sqlqueue_orm.dialects.base.StreamFence`.
+    :param statements: the dialect's :class:`~sqlqueue_orm.dialects.statements.StreamFence`.
     """
 
-    def __init__(self, table: sa.Table, statements: dialects.base.StreamFence) -> None:
+    def __init__(self, table: sa.Table, statements: dialects.statements.StreamFence) -> None:
         self.table = table
         self.statements = statements
 
@@ -76,7 +76,7 @@ class SnapshotFence(OffsetFence):
     #: Candidates waiting for their transactions (more are merged into the newest).
     MAX_PENDING = 64
 
-    def __init__(self, table: sa.Table, statements: dialects.base.StreamFence) -> None:
+    def __init__(self, table: sa.Table, statements: dialects.statements.StreamFence) -> None:
         super().__init__(table, statements)
         self.snapshot = sa.text(statements.snapshot or "")
         self.in_progress = sa.text(statements.in_progress or "")

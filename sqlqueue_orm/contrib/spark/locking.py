@@ -117,7 +117,7 @@ class FileLock(IngestLock):
 class SessionLock(IngestLock):
     """A server lock owned by a connection (session) held for the whole ingestion.
 
-    :param statements: the dialect's :class:`~sqlqueue_orm.dialects.base.SessionLock`.
+    :param statements: the dialect's :class:`~sqlqueue_orm.dialects.statements.SessionLock`.
     """
 
     _connection: sa.Connection | None = None
@@ -127,7 +127,7 @@ class SessionLock(IngestLock):
         engine: sa.Engine,
         url: sa.URL,
         address: addressing.QueueAddress,
-        statements: dialects.base.SessionLock,
+        statements: dialects.statements.SessionLock,
     ) -> None:
         super().__init__(engine, url, address)
         self.statements = statements
