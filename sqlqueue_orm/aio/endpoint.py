@@ -44,7 +44,7 @@ from sqlqueue_orm.aio.transport import AsyncTransport, connecting
 from sqlqueue_orm.receiving import mover, tasks, wakeup
 from sqlqueue_orm.receiving.circuit_breaker import DATABASE_ERRORS
 from sqlqueue_orm.receiving.endpoint import Endpoint
-from sqlqueue_orm.receiving.handling import HandlerContext, Outgoing, ScopedContext
+from sqlqueue_orm.receiving.handling import HandlerContext, Outgoing
 from sqlqueue_orm.receiving.pump import MessagePump
 from sqlqueue_orm.receiving.stats import PumpStats
 
@@ -106,16 +106,8 @@ class AsyncHandlerContext:
         """
         session = self._session
         if session is None:
-            context = self._context
-            sync = context.session_used
-            if sync is None:
-                # made here without a statement: the event loop runs this, not the bridge
-                if isinstance(context, ScopedContext):
-                    sync = context._scope.deferred_session()
-                else:
-                    sync = context.session
-                context.session_used = sync
-            made: Session = sync
+            # made here without a statement: the event loop runs this, not the bridge
+            made: Session = self._context.deferred_session()
             session = self._session = AsyncSession(
                 sync_session_class=lambda **_: made  # type: ignore[arg-type]
             )
@@ -319,11 +311,8 @@ class AsyncEndpoint:
                 f"endpoint {self.name!r}: instance_name is not supported by AsyncEndpoint; "
                 "run an Endpoint for an instance-specific queue"
             )
-        endpoint._handling.settings = settings
         with connecting():  # in the bridge: the first connection tells the default schema
-            mode = await sqlalchemy_internals.greenlet_spawn(endpoint._mode_for, None)
-            await sqlalchemy_internals.greenlet_spawn(endpoint._install, mode, [self.name])
-        self._pump = MessagePump(endpoint._handling, mode)
+            [self._pump] = await sqlalchemy_internals.greenlet_spawn(endpoint.prepare_pumps)
         self._semaphore = asyncio.Semaphore(self._pump.concurrency)
         self._wake, self._stopped = asyncio.Event(), asyncio.Event()
         self._stopping = False
@@ -339,7 +328,7 @@ class AsyncEndpoint:
         self._loop_task = asyncio.create_task(self._loop(once), name=f"{self.name} pump")
         if settings.delayed_delivery:
             self._mover_task = asyncio.create_task(
-                self._move(mover.DelayedMessageMover(endpoint._handling)),
+                self._move(mover.DelayedMessageMover(self._pump.handling)),
                 name=f"{self.name} mover",
             )
         log.info(
@@ -437,9 +426,9 @@ class AsyncEndpoint:
                 await self._sleep(self.settings.peek_delay)
                 continue
             await semaphore.acquire()  # a free place: never more than concurrency in flight
-            worker = self._idle.pop() if self._idle else tasks.Worker(self.name, pump._holding)
+            worker = self._idle.pop() if self._idle else pump.worker()
             received = _Received()
-            receipt = tasks.Receipt(received, worker, pump._count)
+            receipt = pump.receipt(received, worker)
             task = asyncio.create_task(self._one(receipt, worker))
             self._in_flight.add(task)
             task.add_done_callback(self._in_flight.discard)
@@ -487,7 +476,7 @@ class AsyncEndpoint:
             failure = error
         except Exception:  # a bug: said loudly; the next message is received as usual
             log.error("queue %s: processing failed", self.name, exc_info=True)
-            pump._rewind()  # its receive rolled back: receives scan the queue from 0 again
+            pump.rewind()  # its receive rolled back: receives scan the queue from 0 again
         finally:
             receipt.received(False)  # no-op if the receive reported already
             receipt.settle()
@@ -498,7 +487,7 @@ class AsyncEndpoint:
                     await sqlalchemy_internals.greenlet_spawn(worker.release)
             semaphore.release()
         if failure is not None:
-            pump._rewind()
+            pump.rewind()
             # the breaker's back-off sleeps: on a thread, this task keeping its place
             await asyncio.to_thread(pump.receive_breaker.failure, failure)
         else:

@@ -359,6 +359,10 @@ class HandlerContext:
             session = self.session_used = self._session_factory()
         return session
 
+    def deferred_session(self) -> Session:
+        """:attr:`session`, made without a statement (where none can run: on the event loop)."""
+        return self.session
+
     def send(
         self,
         destination: str | addressing.QueueAddress,
@@ -506,4 +510,11 @@ class ScopedContext(HandlerContext):
         session = self.session_used
         if session is None:
             session = self.session_used = self._scope.session()
+        return session
+
+    def deferred_session(self) -> Session:
+        """:attr:`session`, its SAVEPOINT opened when it first reaches the database."""
+        session = self.session_used
+        if session is None:
+            session = self.session_used = self._scope.deferred_session()
         return session
