@@ -16,14 +16,23 @@ One core: each message in flight is one task running the synchronous endpoint's 
 receive, the transaction mode, the retries, the error queue, the audit copy, the counts) on
 the asyncio engine's connections through SQLAlchemy's greenlet bridge; where the mode runs the
 handlers, the handler coroutine is awaited on the event loop, with an ``AsyncSession`` over
-the session the mode gives (in TRANSACTION_SCOPE: inside the receive's transaction). A
-semaphore admits ``concurrency`` tasks at once: never more handlers run.
+the session the mode gives (in TRANSACTION_SCOPE: inside the receive's transaction). A new
+task starts only while fewer than the concurrency in force run (read at each start: the
+operator may change it live), so never more handlers run; after a shrink, those begun before
+it finish.
 
 The loop receives again at once while receives find messages; when one finds none it waits
 ``peek_delay`` seconds, or until a send of this process to the queue wakes it. A stop waits up
 to ``shutdown_timeout`` for the tasks in flight, then cancels the rest: the cancellation
 unwinds the receive, whose connection closes with its transaction rolled back, so the message
 returns to the queue.
+
+For the operator, the synchronous endpoint's own threads run beside the loop, each on its own
+connection of a synchronous engine of the database (:meth:`AsyncTransport.for_threads`): the
+:class:`~sqlqueue_orm.receiving.control.ControlPoller` (``sqlqueue control``'s pause, resume
+and concurrency reach the loop through :class:`_Controlled`) and, with ``heartbeat_interval``,
+the :class:`~sqlqueue_orm.receiving.health.HealthWriter` (the heartbeat and the queue's
+samples, read from the pump's counters; a clean stop writes the last and says stopped).
 """
 
 from __future__ import annotations
@@ -41,7 +50,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from sqlqueue_orm import addressing, exceptions, sqlalchemy_internals
 from sqlqueue_orm.aio.transport import AsyncTransport, connecting
-from sqlqueue_orm.receiving import mover, tasks, wakeup
+from sqlqueue_orm.receiving import control, health, mover, tasks, wakeup
 from sqlqueue_orm.receiving.circuit_breaker import DATABASE_ERRORS
 from sqlqueue_orm.receiving.endpoint import Endpoint
 from sqlqueue_orm.receiving.handling import HandlerContext, Outgoing
@@ -182,6 +191,29 @@ class _Received(tasks.Batch):
         self.event.set()
 
 
+class _Controlled:
+    """The pump as the control poller drives it from its thread; each change wakes the loop."""
+
+    def __init__(self, pump: MessagePump, changed: Callable[[], object]) -> None:
+        self.pump = pump
+        self.changed = changed
+
+    @property
+    def concurrency(self) -> int:
+        """Async handlers run at once at most, now."""
+        return self.pump.concurrency
+
+    def resize(self, concurrency: int) -> None:
+        """Run at most *concurrency* handlers at once; those begun before a shrink finish."""
+        self.pump.resize(concurrency)  # not started: only its concurrency, which the loop reads
+        self.changed()
+
+    def set_paused(self, paused: bool) -> None:
+        """Start no receive (the handlers in flight finish), or receive again at once."""
+        self.pump.set_paused(paused)
+        self.changed()
+
+
 class AsyncEndpoint:
     """An input queue and its async handlers, run on the event loop that awaits :meth:`run`.
 
@@ -190,10 +222,10 @@ class AsyncEndpoint:
     :param settings: :class:`EndpointSettings`; keyword arguments override single settings.
     :param on_critical_error: as the :class:`Endpoint`'s.
 
-    The handlers' session is the endpoint's database (no ``user_database``). Not here (see
-    ``docs/asyncio.md``, Limits): the health beats, the operator's control (pause and resize
-    from the CLI or the dashboard), the instance-specific queue, the wake-up by other
-    processes' sends (the loop waits ``peek_delay`` at most) and the watchdog.
+    The handlers' session is the endpoint's database (no ``user_database``). The health beats
+    and the operator's control run as the :class:`Endpoint`'s. Not here (see
+    ``docs/asyncio.md``, Limits): the instance-specific queue, the wake-up by other processes'
+    sends (the loop waits ``peek_delay`` at most) and the watchdog.
     """
 
     def __init__(
@@ -218,11 +250,15 @@ class AsyncEndpoint:
             **overrides,
         )
         self.name = name
-        #: Paused: no receive starts; handlers in flight finish (:meth:`pause`).
-        self.paused = False
+        self._paused_here = False
         self._pump: MessagePump | None = None
-        self._semaphore: asyncio.Semaphore | None = None
+        #: Handlers in flight (tasks started and not yet done with their receive).
+        self._running = 0
+        #: Set when a handler ends or the operator changes the concurrency or the pause.
+        self._place: asyncio.Event | None = None
         self._wake: asyncio.Event | None = None
+        self._control: control.ControlPoller | None = None
+        self._health: health.HealthWriter | None = None
         self._stopping = False
         self._in_flight: set[asyncio.Task[None]] = set()
         self._idle: list[tasks.Worker] = []
@@ -284,15 +320,32 @@ class AsyncEndpoint:
         """Counters of the running (or last) run: received, handled, failed, in flight, ..."""
         return self._pump.stats if self._pump is not None else PumpStats()
 
+    @property
+    def paused(self) -> bool:
+        """No receive starts (handlers in flight finish): :meth:`pause`, or the operator's."""
+        pump = self._pump
+        return self._paused_here or (pump is not None and pump.paused)
+
+    @property
+    def concurrency(self) -> int:
+        """Handlers run at once at most, now: the setting, or the operator's override."""
+        pump = self._pump
+        return self.settings.concurrency if pump is None else pump.concurrency
+
     def pause(self) -> None:
         """Start no receive until :meth:`resume`; the handlers in flight finish."""
-        self.paused = True
+        self._paused_here = True
 
     def resume(self) -> None:
-        """Receive again after :meth:`pause`."""
-        self.paused = False
-        if self._wake is not None:
-            self._wake.set()
+        """Receive again after :meth:`pause` (not after the operator's pause)."""
+        self._paused_here = False
+        self._changed()
+
+    def _changed(self) -> None:
+        """The pause or the concurrency changed: the loop looks again."""
+        for event in (self._wake, self._place):
+            if event is not None:
+                event.set()
 
     async def start(self, *, once: bool = False) -> None:
         """Check the settings, create the queues if asked, and start receiving in tasks.
@@ -312,11 +365,12 @@ class AsyncEndpoint:
                 "run an Endpoint for an instance-specific queue"
             )
         with connecting():  # in the bridge: the first connection tells the default schema
-            [self._pump] = await sqlalchemy_internals.greenlet_spawn(endpoint.prepare_pumps)
-        self._semaphore = asyncio.Semaphore(self._pump.concurrency)
-        self._wake, self._stopped = asyncio.Event(), asyncio.Event()
+            [pump] = await sqlalchemy_internals.greenlet_spawn(endpoint.prepare_pumps)
+        self._pump, self._running = pump, 0
+        self._wake, self._place, self._stopped = asyncio.Event(), asyncio.Event(), asyncio.Event()
         self._stopping = False
         loop = asyncio.get_running_loop()
+        await self._start_operations(loop)
         wake = self._wake
 
         def waker() -> None:  # a send of this process committed, on any thread
@@ -337,6 +391,47 @@ class AsyncEndpoint:
             settings.transaction_mode.value,
             self._pump.concurrency,
         )
+
+    async def _start_operations(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start the control poller (its first read before the loop) and the health writer."""
+        pump, settings = self._pump, self.settings
+        assert pump is not None
+        try:
+            threads = self.transport.for_threads()
+        except exceptions.ConfigurationError as error:  # no synchronous driver installed
+            log.warning(
+                "queue %s: no live control and no health beats: %s", self.name, error
+            )
+            return
+        poller = control.ControlPoller(
+            self.name,
+            threads.engine,
+            _Controlled(pump, lambda: loop.call_soon_threadsafe(self._changed)),
+            [],
+        )
+        # the operator's pause and concurrency, read before the loop starts
+        await asyncio.to_thread(poller.prepare, settings.create_queues)
+        poller.start()
+        self._control = poller
+        if settings.heartbeat_interval is not None:
+            self._health = health.HealthWriter(self.name, threads, [pump], settings, poller.ops)
+            self._health.start()
+
+    async def _stop_operations(self) -> None:
+        """After the handlers: the poller, the last sample and the stopped beat, the connection.
+
+        After the handlers, whose receives (SQLite's write lock) a beat may be waiting for; a
+        resume read meanwhile starts nothing, the loop is stopping. Each a synchronous call:
+        on a thread, never on the event loop.
+        """
+        poller, self._control = self._control, None
+        if poller is not None:
+            await asyncio.to_thread(poller.stop)
+        beating, self._health = self._health, None
+        if beating is not None:
+            await asyncio.to_thread(beating.stop)
+        if poller is not None:
+            await asyncio.to_thread(poller.ops.close)
 
     async def run(self, *, once: bool = False) -> None:
         """Start, then run until SIGTERM, SIGINT or :meth:`stop` (*once*: until drained).
@@ -382,6 +477,7 @@ class AsyncEndpoint:
         for worker in self._idle:
             await sqlalchemy_internals.greenlet_spawn(worker.release)
         self._idle.clear()
+        await self._stop_operations()
         self._stopped.set()
         log.info("queue %s: async endpoint stopped (%d handled)", self.name, pump.stats.handled)
         return finished
@@ -419,16 +515,21 @@ class AsyncEndpoint:
 
     # -- the loop ----------------------------------------------------------------------------
     async def _loop(self, once: bool) -> None:
-        pump, semaphore, wake = self._pump, self._semaphore, self._wake
-        assert pump is not None and semaphore is not None and wake is not None
+        pump, place = self._pump, self._place
+        assert pump is not None and place is not None
         while not self._stopping:
             if self.paused:
                 await self._sleep(self.settings.peek_delay)
                 continue
-            await semaphore.acquire()  # a free place: never more than concurrency in flight
+            if self._running >= pump.concurrency:  # read now: a live resize changes it
+                place.clear()
+                await place.wait()  # a handler ends, or the operator changes something
+                continue
+            self._running += 1  # a free place: never more than concurrency in flight
             worker = self._idle.pop() if self._idle else pump.worker()
             received = _Received()
             receipt = pump.receipt(received, worker)
+            beside = bool(self._in_flight)  # a handler then may return its message after
             task = asyncio.create_task(self._one(receipt, worker))
             self._in_flight.add(task)
             task.add_done_callback(self._in_flight.discard)
@@ -441,10 +542,11 @@ class AsyncEndpoint:
             if once:
                 await asyncio.wait({task})  # its empty receive ends
                 others = set(self._in_flight)
-                if not others:
-                    return  # drained: nothing found, no handler in flight
-                await asyncio.wait(others)  # a failed one may return its message
-                continue
+                if not others and not beside:
+                    return  # drained: nothing found, no handler in flight since the receive
+                if others:
+                    await asyncio.wait(others)  # a failed one may return its message
+                continue  # one more receive, with none in flight beside it
             await self._sleep(self.settings.peek_delay)
 
     async def _sleep(self, timeout: float) -> None:
@@ -467,8 +569,8 @@ class AsyncEndpoint:
 
     async def _one(self, receipt: tasks.Receipt, worker: tasks.Worker) -> None:
         """One message in flight: its receive, its handlers, its commit (or its rollback)."""
-        pump, semaphore = self._pump, self._semaphore
-        assert pump is not None and semaphore is not None
+        pump, place = self._pump, self._place
+        assert pump is not None and place is not None
         failure: BaseException | None = None
         try:
             await sqlalchemy_internals.greenlet_spawn(self._process, receipt, worker)
@@ -485,7 +587,8 @@ class AsyncEndpoint:
             elif worker.connection is not None:
                 with contextlib.suppress(Exception):
                     await sqlalchemy_internals.greenlet_spawn(worker.release)
-            semaphore.release()
+            self._running -= 1
+            place.set()
         if failure is not None:
             pump.rewind()
             # the breaker's back-off sleeps: on a thread, this task keeping its place
