@@ -5,9 +5,9 @@ database transaction under a transaction object that stays open (:func:`begin_ag
 :func:`commit_kept`), telling whether events or SQL echo would see a statement (cheaply, on
 every transaction), a pool's overflow limit, a connection made as the pool makes one but
 outside it, the dialects an index's ``ddl_if`` names, a column copied off its table,
-synchronous code awaited on an asyncio engine (:func:`greenlet_spawn`) and a coroutine awaited
-from it (:func:`await_in_greenlet`). The rest of the package calls the functions here and never
-reaches into SQLAlchemy itself.
+synchronous code awaited on an asyncio engine (:func:`greenlet_spawn`), a coroutine awaited
+from it (:func:`await_in_greenlet`) and a sleep there (:func:`sleep`). The rest of the package
+calls the functions here and never reaches into SQLAlchemy itself.
 
 The names and signatures this module relies on are checked against the installed SQLAlchemy by
 ``tests/unit/test_sqlalchemy_internals.py``; ``pyproject.toml`` bounds SQLAlchemy to the series
@@ -17,6 +17,8 @@ transaction.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeGuard, TypeVar
 
@@ -143,6 +145,21 @@ def await_in_greenlet(awaitable: Awaitable[T]) -> T:
     from sqlalchemy.util import await_
 
     return await_(awaitable)
+
+
+def sleep(seconds: float) -> None:
+    """Wait *seconds*; in code :func:`greenlet_spawn` runs, with the event loop running on.
+
+    There ``asyncio.sleep`` is awaited (SQLAlchemy's ``in_greenlet`` tells where), elsewhere
+    ``time.sleep`` is called: flow control's waits run on a pump's worker thread, or in the
+    asyncio endpoint's bridge, where a blocking sleep would stop every task of the loop.
+    """
+    from sqlalchemy.util.concurrency import in_greenlet
+
+    if in_greenlet():
+        await_in_greenlet(asyncio.sleep(seconds))
+    else:
+        time.sleep(seconds)
 
 
 def max_overflow(pool: QueuePool) -> int:

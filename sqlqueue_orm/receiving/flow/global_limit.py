@@ -29,7 +29,7 @@ import random
 import time
 from typing import TYPE_CHECKING
 
-from sqlqueue_orm import dialects
+from sqlqueue_orm import dialects, sqlalchemy_internals
 from sqlqueue_orm.receiving.flow import local, slots
 from sqlqueue_orm.receiving.modes.base import Receiver
 
@@ -149,4 +149,4 @@ class GlobalConcurrency(Receiver):
                     slots.SLOT_WAIT,
                 )
                 return False
-            time.sleep(random.uniform(0.005, 0.02))  # noqa: S311  (jitter, not secrets)
+            sqlalchemy_internals.sleep(random.uniform(0.005, 0.02))  # noqa: S311  (jitter, not secrets)
