@@ -382,3 +382,36 @@ def test_flow_control_limits_async_handlers_and_its_waits_leave_the_event_loop_r
         assert count(database.engine, "billing") == 0
 
     each_driver(database, body)
+
+
+def test_a_fast_rate_limit_and_a_global_limit_run_async_handlers_through(database):
+    """The limits' locks of the process, which a task holds across a statement, never stop the
+    event loop: another task waiting for one lets the loop run on (blocking, it never ended)."""
+
+    async def body(transport: AsyncTransport) -> None:
+        total = 120
+        await transport.send_many("billing", [OutgoingMessage(b"x") for _ in range(total)])
+        ep = endpoint(transport, concurrency=4, rate_limit=400, global_concurrency=2)
+        running, most, handled = 0, 0, 0
+
+        @ep.handle_raw
+        async def handler(body: bytes, context: AsyncHandlerContext) -> None:
+            nonlocal running, most, handled
+            running += 1
+            most = max(most, running)
+            await asyncio.sleep(0.005)
+            running -= 1
+            handled += 1
+
+        await ep.start()
+        try:
+            deadline = time.monotonic() + 60
+            while handled < total:
+                assert time.monotonic() < deadline, handled
+                await asyncio.sleep(0.05)
+        finally:
+            assert await ep.stop(10)
+        assert most <= 2
+        assert count(database.engine, "billing") == 0
+
+    each_driver(database, body)

@@ -79,7 +79,8 @@ class GlobalConcurrency(Receiver):
         """SQLite: take a slot of this process (wait up to ``SLOT_WAIT``); else True."""
         if self._semaphore is None:
             return True
-        return self._semaphore.acquire(timeout=slots.SLOT_WAIT)
+        # a task of the event loop holding a slot across its handler runs on while another waits
+        return sqlalchemy_internals.acquire(self._semaphore, timeout=slots.SLOT_WAIT)
 
     def leave(self, worker: WorkerState) -> None:
         """SQLite: give the slot :meth:`enter` took back."""

@@ -135,7 +135,9 @@ class RateLimit:
         A new block is reserved when it is used up or too old: at least :attr:`block` starts,
         or *wanted* if more.
         """
-        with self._lock:
+        # held across the reservation's statement: a task of the event loop waiting for it
+        # lets the loop run on (the asyncio endpoint), or the holder's statement never ends
+        with sqlalchemy_internals.holding(self._lock):
             now = time.time()
             if not self._block_left or now > self._block_until:
                 size = max(self.block, wanted)
