@@ -53,7 +53,7 @@ from sqlqueue_orm.aio.transport import AsyncTransport, connecting
 from sqlqueue_orm.receiving import control, health, mover, tasks, wakeup
 from sqlqueue_orm.receiving.circuit_breaker import DATABASE_ERRORS
 from sqlqueue_orm.receiving.endpoint import Endpoint
-from sqlqueue_orm.receiving.handling import HandlerContext, Outgoing
+from sqlqueue_orm.receiving.handling import HandlerContext, MessageView, Outgoing
 from sqlqueue_orm.receiving.pump import MessagePump
 from sqlqueue_orm.receiving.stats import PumpStats
 
@@ -63,7 +63,6 @@ if TYPE_CHECKING:
     import pydantic
     from sqlalchemy.orm import Session
 
-    from sqlqueue_orm.messages import IncomingMessage
     from sqlqueue_orm.receiving.settings import EndpointSettings
 
 __all__ = ["AsyncEndpoint", "AsyncHandlerContext"]
@@ -77,33 +76,20 @@ AsyncHandler = Callable[[Any, "AsyncHandlerContext"], Awaitable[object]]
 _MOVE_EVERY = 1.0
 
 
-class AsyncHandlerContext:
+class AsyncHandlerContext(MessageView):
     """What an async handler gets besides its message: ids, headers, session, send and reply.
 
     The :class:`~sqlqueue_orm.receiving.handling.HandlerContext` of the message's mode, with
     an ``AsyncSession`` and coroutines: each call runs the synchronous context's own.
     """
 
-    __slots__ = ("_context", "_session")
+    __slots__ = ("_context", "_session", "message")
 
     def __init__(self, context: HandlerContext) -> None:
         self._context = context
+        #: The message being handled, as it was received.
+        self.message = context.message
         self._session: AsyncSession | None = None
-
-    @property
-    def message(self) -> IncomingMessage:
-        """The message being handled, as it was received."""
-        return self._context.message
-
-    @property
-    def message_id(self) -> str:
-        """``NServiceBus.MessageId`` of the message being handled."""
-        return self._context.message_id
-
-    @property
-    def headers(self) -> dict[str, str | None]:
-        """The headers of the message being handled."""
-        return self._context.headers
 
     @property
     def session(self) -> AsyncSession:
@@ -144,6 +130,7 @@ class AsyncHandlerContext:
         """Publish *event* to its subscribers as the mode sends (:meth:`HandlerContext.publish`)."""
         return await sqlalchemy_internals.greenlet_spawn(self._context.publish, event)
 
+    # The arguments repeat HandlerContext.defer's on purpose: they are handed to it as they are.
     async def defer(
         self,
         message: Outgoing,
@@ -323,14 +310,12 @@ class AsyncEndpoint:
     @property
     def paused(self) -> bool:
         """No receive starts (handlers in flight finish): :meth:`pause`, or the operator's."""
-        pump = self._pump
-        return self._paused_here or (pump is not None and pump.paused)
+        return self._paused_here or (self._pump is not None and self._pump.paused)
 
     @property
     def concurrency(self) -> int:
         """Handlers run at once at most, now: the setting, or the operator's override."""
-        pump = self._pump
-        return self.settings.concurrency if pump is None else pump.concurrency
+        return self.settings.concurrency if self._pump is None else self._pump.concurrency
 
     def pause(self) -> None:
         """Start no receive until :meth:`resume`; the handlers in flight finish."""

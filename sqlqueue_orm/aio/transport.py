@@ -211,6 +211,8 @@ class AsyncTransport:
         return self.transport.address_text(queue)
 
     # -- sending -----------------------------------------------------------------------------
+    # Each coroutine takes the arguments of the Transport method it runs, so the signatures
+    # repeat theirs on purpose (tests/unit/test_async_public_api.py holds them equal).
     async def send(
         self,
         queue: QueueRef,

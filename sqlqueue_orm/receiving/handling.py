@@ -317,7 +317,30 @@ class Handling:
                     awaitable_returned(raw, result)
 
 
-class HandlerContext:
+class MessageView:
+    """The id and headers of :attr:`message`, the message a handler's context is about.
+
+    Shared by the :class:`HandlerContext` and the asyncio endpoint's context, which reads its
+    message from the synchronous one.
+    """
+
+    __slots__ = ()
+
+    #: The message being handled, as it was received (set by the subclass).
+    message: IncomingMessage
+
+    @property
+    def message_id(self) -> str:
+        """``NServiceBus.MessageId`` of the message being handled."""
+        return self.message.message_id
+
+    @property
+    def headers(self) -> dict[str, str | None]:
+        """The headers of the message being handled."""
+        return self.message.headers
+
+
+class HandlerContext(MessageView):
     """What a handler gets besides its message: ids, headers, session, send and reply.
 
     ``session`` is an ORM :class:`~sqlalchemy.orm.Session` bound as the transaction mode
@@ -340,16 +363,6 @@ class HandlerContext:
         self._session_factory = session_factory
         #: The session if a handler used it, else None (for the transaction modes).
         self.session_used: Session | None = None
-
-    @property
-    def message_id(self) -> str:
-        """``NServiceBus.MessageId`` of the message being handled."""
-        return self.message.message_id
-
-    @property
-    def headers(self) -> dict[str, str | None]:
-        """The headers of the message being handled."""
-        return self.message.headers
 
     @property
     def session(self) -> Session:
