@@ -22,7 +22,9 @@ operator may change it live), so never more handlers run; after a shrink, those 
 it finish.
 
 The loop receives again at once while receives find messages; when one finds none it waits
-``peek_delay`` seconds, or until a send of this process to the queue wakes it. A stop waits up
+``peek_delay`` seconds, or until a send to the queue wakes it: this process's, or another
+writer's heard by the waiter an Endpoint would use (PostgreSQL's NOTIFY, SQLite's commit
+watcher: :mod:`~sqlqueue_orm.receiving.waiting`, on its own thread). A stop waits up
 to ``shutdown_timeout`` for the tasks in flight, then cancels the rest: the cancellation
 unwinds the receive, whose connection closes with its transaction rolled back, so the message
 returns to the queue.
@@ -32,7 +34,8 @@ connection of a synchronous engine of the database (:meth:`AsyncTransport.for_th
 :class:`~sqlqueue_orm.receiving.control.ControlPoller` (``sqlqueue control``'s pause, resume
 and concurrency reach the loop through :class:`_Controlled`) and, with ``heartbeat_interval``,
 the :class:`~sqlqueue_orm.receiving.health.HealthWriter` (the heartbeat and the queue's
-samples, read from the pump's counters; a clean stop writes the last and says stopped).
+samples, read from the pump's counters; a clean stop writes the last and says stopped), and
+the waiter of other processes' sends.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from sqlqueue_orm import addressing, exceptions, sqlalchemy_internals
 from sqlqueue_orm.aio.transport import AsyncTransport, connecting
-from sqlqueue_orm.receiving import control, health, mover, tasks, wakeup
+from sqlqueue_orm.receiving import control, health, mover, tasks, waiting, wakeup
 from sqlqueue_orm.receiving.circuit_breaker import DATABASE_ERRORS
 from sqlqueue_orm.receiving.endpoint import Endpoint
 from sqlqueue_orm.receiving.handling import HandlerContext, MessageView, Outgoing
@@ -90,6 +93,7 @@ class AsyncHandlerContext(MessageView):
         #: The message being handled, as it was received.
         self.message = context.message
         self._session: AsyncSession | None = None
+
 
     @property
     def session(self) -> AsyncSession:
@@ -209,10 +213,10 @@ class AsyncEndpoint:
     :param settings: :class:`EndpointSettings`; keyword arguments override single settings.
     :param on_critical_error: as the :class:`Endpoint`'s.
 
-    The handlers' session is the endpoint's database (no ``user_database``). The health beats
-    and the operator's control run as the :class:`Endpoint`'s. Not here (see
-    ``docs/asyncio.md``, Limits): the instance-specific queue, the wake-up by other processes'
-    sends (the loop waits ``peek_delay`` at most) and the watchdog.
+    The handlers' session is the endpoint's database (no ``user_database``). The health beats,
+    the operator's control and the wake-up by other processes' sends run as the
+    :class:`Endpoint`'s. Not here (see ``docs/asyncio.md``, Limits): the instance-specific
+    queue and the watchdog.
     """
 
     def __init__(
@@ -246,6 +250,9 @@ class AsyncEndpoint:
         self._wake: asyncio.Event | None = None
         self._control: control.ControlPoller | None = None
         self._health: health.HealthWriter | None = None
+        self._waiter: wakeup.IdleWaiter | None = None
+        #: The waiter was told the loop is idle (its ``idle`` registered it).
+        self._registered = False
         self._stopping = False
         self._in_flight: set[asyncio.Task[None]] = set()
         self._idle: list[tasks.Worker] = []
@@ -378,9 +385,13 @@ class AsyncEndpoint:
         )
 
     async def _start_operations(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Start the control poller (its first read before the loop) and the health writer."""
-        pump, settings = self._pump, self.settings
-        assert pump is not None
+        """Start the control poller, the health writer and the waiter of other processes' sends.
+
+        The poller reads the control row once before the loop starts; the waiter is the one
+        :mod:`~sqlqueue_orm.receiving.waiting` chooses for the database, as an Endpoint's.
+        """
+        pump, settings, wake = self._pump, self.settings, self._wake
+        assert pump is not None and wake is not None
         try:
             threads = self.transport.for_threads()
         except exceptions.ConfigurationError as error:  # no synchronous driver installed
@@ -402,6 +413,18 @@ class AsyncEndpoint:
             self._health = health.HealthWriter(self.name, threads, [pump], settings, poller.ops)
             self._health.start()
 
+        def woken() -> None:  # on the waiter's thread
+            loop.call_soon_threadsafe(wake.set)
+
+        def listen() -> wakeup.IdleWaiter | None:
+            address = threads.queues.address(self.name)
+            waiter = waiting.prepare(threads.engine, address, settings)
+            if waiter is not None:
+                waiter.start(woken, woken)
+            return waiter
+
+        self._waiter, self._registered = await asyncio.to_thread(listen), False
+
     async def _stop_operations(self) -> None:
         """After the handlers: the poller, the last sample and the stopped beat, the connection.
 
@@ -409,6 +432,9 @@ class AsyncEndpoint:
         resume read meanwhile starts nothing, the loop is stopping. Each a synchronous call:
         on a thread, never on the event loop.
         """
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None:
+            await asyncio.to_thread(waiter.stop)
         poller, self._control = self._control, None
         if poller is not None:
             await asyncio.to_thread(poller.stop)
@@ -520,6 +546,7 @@ class AsyncEndpoint:
             task.add_done_callback(self._in_flight.discard)
             await received.event.wait()
             if received.found:
+                await self._busy()
                 continue  # more may wait: receive again at once
             for idle in self._idle:  # nothing waiting: no connection kept idle
                 await sqlalchemy_internals.greenlet_spawn(idle.release)
@@ -532,7 +559,31 @@ class AsyncEndpoint:
                 if others:
                     await asyncio.wait(others)  # a failed one may return its message
                 continue  # one more receive, with none in flight beside it
-            await self._sleep(self.settings.peek_delay)
+            await self._wait_idle()
+
+    async def _wait_idle(self) -> None:
+        """After an empty receive: wait ``peek_delay``, or until a send wakes the loop.
+
+        The waiter hears other processes' sends; its first ``idle`` registers the loop as
+        waiting and asks for one more receive first (a send may have come before it listened).
+        Its calls may run a statement: on a thread, never on the event loop.
+        """
+        delay = self.settings.peek_delay
+        waiter = self._waiter
+        if waiter is not None:
+            waited = await asyncio.to_thread(waiter.idle, delay)
+            if waited is None:
+                self._registered = True
+                return
+            delay = waited
+        await self._sleep(delay)
+
+    async def _busy(self) -> None:
+        """A receive found a message: the waiter need not be told of sends meanwhile."""
+        waiter = self._waiter
+        if self._registered and waiter is not None:
+            self._registered = False
+            await asyncio.to_thread(waiter.busy)
 
     async def _sleep(self, timeout: float) -> None:
         """Wait up to *timeout* s, or until a send of this process (or a stop) wakes the loop."""

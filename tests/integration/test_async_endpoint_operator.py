@@ -3,7 +3,8 @@
 A running AsyncEndpoint writes its instance's heartbeat (counts, concurrency) and its queue's
 samples, and a clean stop writes the last sample and says stopped; ``sqlqueue control``'s
 pause, resume and concurrency reach it within a poll, and no more async handlers run at once
-than the concurrency in force, across a live change. Each test runs once per async driver
+than the concurrency in force, across a live change; an idle one is woken by another
+writer's send, long before its peek delay. Each test runs once per async driver
 (``each_driver``), on an endpoint named afresh so the health rows of one driver's run are
 told from another's.
 """
@@ -17,7 +18,7 @@ import uuid
 from collections.abc import Callable
 from typing import TypeVar
 
-from sqlqueue_orm import OutgoingMessage, control, health
+from sqlqueue_orm import OutgoingMessage, Transport, control, db, health
 from sqlqueue_orm.aio import AsyncEndpoint, AsyncHandlerContext, AsyncTransport
 from tests.endpoint_app import Job
 from tests.health_app import BEAT
@@ -143,5 +144,32 @@ def test_an_async_endpoint_is_paused_resumed_and_resized_by_the_operator(databas
         assert over == []
         assert len(set(handled)) == len(handled) == 42
         assert count(database.engine, name) == 0
+
+    each_driver(database, body)
+
+
+def test_a_send_by_another_writer_wakes_an_idle_async_endpoint(database):
+    """Not this transport's send (no in-process hook): the database tells, as to an Endpoint."""
+
+    async def body(transport: AsyncTransport) -> None:
+        handled = asyncio.Event()
+        endpoint = AsyncEndpoint("billing", transport, peek_delay=10.0)
+
+        @endpoint.handle_raw
+        async def handler(body: bytes, context: AsyncHandlerContext) -> None:
+            handled.set()
+
+        other_engine = db.create_engine(database.url)
+        await endpoint.start()
+        try:
+            await asyncio.sleep(2.0)  # its receives found nothing: it waits its peek delay
+            other = Transport(other_engine)
+            began = time.monotonic()
+            await asyncio.to_thread(other.send, "billing", OutgoingMessage(b"woken"))
+            await asyncio.wait_for(handled.wait(), 8.0)  # the peek delay is 10 s
+            assert time.monotonic() - began < 4.0
+        finally:
+            assert await endpoint.stop()
+            other_engine.dispose()
 
     each_driver(database, body)
