@@ -42,29 +42,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 import signal
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-from sqlqueue_orm import addressing, exceptions, sqlalchemy_internals
+from sqlqueue_orm import exceptions, sqlalchemy_internals
+from sqlqueue_orm.aio.context import AsyncHandlerContext, bridged
 from sqlqueue_orm.aio.transport import AsyncTransport, connecting
 from sqlqueue_orm.receiving import control, health, mover, tasks, waiting, wakeup
 from sqlqueue_orm.receiving.circuit_breaker import DATABASE_ERRORS
 from sqlqueue_orm.receiving.endpoint import Endpoint
-from sqlqueue_orm.receiving.handling import HandlerContext, MessageView, Outgoing
 from sqlqueue_orm.receiving.pump import MessagePump
 from sqlqueue_orm.receiving.stats import PumpStats
 
 if TYPE_CHECKING:
-    import datetime as dt
 
     import pydantic
-    from sqlalchemy.orm import Session
 
     from sqlqueue_orm.receiving.settings import EndpointSettings
 
@@ -73,98 +70,9 @@ __all__ = ["AsyncEndpoint", "AsyncHandlerContext"]
 log = logging.getLogger(__name__)
 
 ModelT = TypeVar("ModelT", bound="pydantic.BaseModel")
-AsyncHandler = Callable[[Any, "AsyncHandlerContext"], Awaitable[object]]
 
 #: Longest wait (seconds) of the delayed-message mover between two runs.
 _MOVE_EVERY = 1.0
-
-
-class AsyncHandlerContext(MessageView):
-    """What an async handler gets besides its message: ids, headers, session, send and reply.
-
-    The :class:`~sqlqueue_orm.receiving.handling.HandlerContext` of the message's mode, with
-    an ``AsyncSession`` and coroutines: each call runs the synchronous context's own.
-    """
-
-    __slots__ = ("_context", "_session", "message")
-
-    def __init__(self, context: HandlerContext) -> None:
-        self._context = context
-        #: The message being handled, as it was received.
-        self.message = context.message
-        self._session: AsyncSession | None = None
-
-
-    @property
-    def session(self) -> AsyncSession:
-        """The ``AsyncSession`` of this message's handling, bound as the mode says.
-
-        Over the mode's ORM session (made on first use): in TRANSACTION_SCOPE it is in the
-        receive's transaction, inside the message's SAVEPOINT, opened when it first reaches the
-        database. The mode commits (or rolls back) and closes it after the handlers.
-        """
-        session = self._session
-        if session is None:
-            # made here without a statement: the event loop runs this, not the bridge
-            made: Session = self._context.deferred_session()
-            session = self._session = AsyncSession(
-                sync_session_class=lambda **_: made  # type: ignore[arg-type]
-            )
-        return session
-
-    async def send(
-        self,
-        destination: str | addressing.QueueAddress,
-        message: Outgoing,
-        *,
-        reply_to_this_instance: bool = False,
-    ) -> str:
-        """Send *message* as the mode sends (:meth:`HandlerContext.send`); return its id."""
-        return await sqlalchemy_internals.greenlet_spawn(
-            lambda: self._context.send(
-                destination, message, reply_to_this_instance=reply_to_this_instance
-            )
-        )
-
-    async def reply(self, message: Outgoing) -> str:
-        """Send *message* to the incoming ``ReplyToAddress`` (:meth:`HandlerContext.reply`)."""
-        return await sqlalchemy_internals.greenlet_spawn(self._context.reply, message)
-
-    async def publish(self, event: Outgoing) -> str:
-        """Publish *event* to its subscribers as the mode sends (:meth:`HandlerContext.publish`)."""
-        return await sqlalchemy_internals.greenlet_spawn(self._context.publish, event)
-
-    # The arguments repeat HandlerContext.defer's on purpose: they are handed to it as they are.
-    async def defer(
-        self,
-        message: Outgoing,
-        *,
-        delay: dt.timedelta | float | None = None,
-        deliver_at: dt.datetime | None = None,
-        destination: str | addressing.QueueAddress | None = None,
-    ) -> str:
-        """Send *message* later (:meth:`HandlerContext.defer`); return its message id."""
-        return await sqlalchemy_internals.greenlet_spawn(
-            lambda: self._context.defer(
-                message, delay=delay, deliver_at=deliver_at, destination=destination
-            )
-        )
-
-
-def _bridged(handler: AsyncHandler) -> Callable[[Any, HandlerContext], None]:
-    """*handler* as the synchronous core calls handlers: awaited on the event loop."""
-    if not inspect.iscoroutinefunction(handler):
-        raise exceptions.ConfigurationError(
-            f"AsyncEndpoint handlers are async def functions, not {handler!r}: its receive, "
-            "session and sends run on the event loop's connection, which a synchronous "
-            "handler on a thread cannot join; make it async (a blocking call inside it: "
-            "await asyncio.to_thread(...)), or run it on an Endpoint"
-        )
-
-    def run(body: Any, context: HandlerContext) -> None:
-        sqlalchemy_internals.await_in_greenlet(handler(body, AsyncHandlerContext(context)))
-
-    return run
 
 
 class _Received(tasks.Batch):
@@ -290,7 +198,7 @@ class AsyncEndpoint:
         def register(
             function: Callable[[ModelT, AsyncHandlerContext], Awaitable[object]],
         ) -> Any:
-            self.endpoint.handle(model, _bridged(function), type_name=type_name, event=event)
+            self.endpoint.handle(model, bridged(function), type_name=type_name, event=event)
             return function
 
         if handler is not None:
@@ -301,7 +209,7 @@ class AsyncEndpoint:
         self, handler: Callable[[bytes, AsyncHandlerContext], Awaitable[object]]
     ) -> Callable[[bytes, AsyncHandlerContext], Awaitable[object]]:
         """Register the ``async def`` *handler* for every message (body bytes and context)."""
-        self.endpoint.handle_raw(_bridged(handler))
+        self.endpoint.handle_raw(bridged(handler))
         return handler
 
     def map_type(self, model: type[Any], type_name: str) -> None:
