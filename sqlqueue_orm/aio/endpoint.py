@@ -11,40 +11,36 @@
 
     await endpoint.run()      # until SIGTERM / SIGINT / await endpoint.stop()
 
-One core: each message in flight is one task running the synchronous endpoint's own receive
-(:meth:`ReceiveMode.process <sqlqueue_orm.receiving.modes.base.ReceiveMode.process>`: the
-receive, the transaction mode, the retries, the error queue, the audit copy, the counts) on
-the asyncio engine's connections through SQLAlchemy's greenlet bridge; where the mode runs the
-handlers, the handler coroutine is awaited on the event loop, with an ``AsyncSession`` over
-the session the mode gives (in TRANSACTION_SCOPE: inside the receive's transaction). A new
-task starts only while fewer than the concurrency in force run (read at each start: the
-operator may change it live), so never more handlers run; after a shrink, those begun before
-it finish.
-
-The loop receives again at once while receives find messages; when one finds none it waits
-``peek_delay`` seconds, or until a send to the queue wakes it: this process's, or another
-writer's heard by the waiter an Endpoint would use (PostgreSQL's NOTIFY, SQLite's commit
-watcher: :mod:`~sqlqueue_orm.receiving.waiting`, on its own thread). A stop waits up
-to ``shutdown_timeout`` for the tasks in flight, then cancels the rest: the cancellation
-unwinds the receive, whose connection closes with its transaction rolled back, so the message
-returns to the queue.
+One core: each queue the endpoint receives from (its input queue, and its instance-specific
+queue with an ``instance_name``) is a :class:`~sqlqueue_orm.aio.pumping.QueueLoop` on the
+event loop, driving the pump the synchronous endpoint prepared for it
+(:meth:`Endpoint.prepare_pumps <sqlqueue_orm.receiving.endpoint.Endpoint.prepare_pumps>`):
+each message in flight is one task running the synchronous endpoint's own receive (the
+transaction mode, the retries, the error queue, the audit copy, the counts) on the asyncio
+engine's connections through SQLAlchemy's greenlet bridge; where the mode runs the handlers,
+the handler coroutine is awaited on the event loop, with an ``AsyncSession`` over the session
+the mode gives (in TRANSACTION_SCOPE: inside the receive's transaction). Never more handlers
+run than the concurrency in force; a stop waits up to ``shutdown_timeout`` for them, then
+cancels the rest, whose receives roll back.
 
 For the operator, the synchronous endpoint's own threads run beside the loop, each on its own
 connection of a synchronous engine of the database (:meth:`AsyncTransport.for_threads`): the
 :class:`~sqlqueue_orm.receiving.control.ControlPoller` (``sqlqueue control``'s pause, resume
 and concurrency reach the loop through :class:`_Controlled`) and, with ``heartbeat_interval``,
 the :class:`~sqlqueue_orm.receiving.health.HealthWriter` (the heartbeat and the queue's
-samples, read from the pump's counters; a clean stop writes the last and says stopped), and
-the waiter of other processes' sends.
+samples, read from the pumps' counters; a clean stop writes the last and says stopped), and
+per queue the waiter of other processes' sends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import signal
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -52,17 +48,18 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sqlqueue_orm import exceptions, sqlalchemy_internals
 from sqlqueue_orm.aio.context import AsyncHandlerContext, bridged
+from sqlqueue_orm.aio.pumping import QueueLoop
 from sqlqueue_orm.aio.transport import AsyncTransport, connecting
-from sqlqueue_orm.receiving import control, health, mover, tasks, waiting, wakeup
+from sqlqueue_orm.receiving import control, health, mover, waiting, wakeup
 from sqlqueue_orm.receiving.circuit_breaker import DATABASE_ERRORS
 from sqlqueue_orm.receiving.endpoint import Endpoint
 from sqlqueue_orm.receiving.pump import MessagePump
 from sqlqueue_orm.receiving.stats import PumpStats
 
 if TYPE_CHECKING:
-
     import pydantic
 
+    from sqlqueue_orm import addressing
     from sqlqueue_orm.receiving.settings import EndpointSettings
 
 __all__ = ["AsyncEndpoint", "AsyncHandlerContext"]
@@ -73,21 +70,6 @@ ModelT = TypeVar("ModelT", bound="pydantic.BaseModel")
 
 #: Longest wait (seconds) of the delayed-message mover between two runs.
 _MOVE_EVERY = 1.0
-
-
-class _Received(tasks.Batch):
-    """One receive's ticket: the loop awaits :attr:`event`, set once the receive ran."""
-
-    def __init__(self) -> None:
-        super().__init__(1)
-        self.event = asyncio.Event()
-        self.found = False
-
-    def mark(self, found: bool) -> None:
-        """The receive ran (on the event loop's thread, in the bridge): *found* a message."""
-        super().mark(found)
-        self.found = found
-        self.event.set()
 
 
 class _Controlled:
@@ -122,9 +104,9 @@ class AsyncEndpoint:
     :param on_critical_error: as the :class:`Endpoint`'s.
 
     The handlers' session is the endpoint's database (no ``user_database``). The health beats,
-    the operator's control and the wake-up by other processes' sends run as the
-    :class:`Endpoint`'s. Not here (see ``docs/asyncio.md``, Limits): the instance-specific
-    queue and the watchdog.
+    the operator's control, the wake-up by other processes' sends and the instance-specific
+    queue run as the :class:`Endpoint`'s. Not here (see ``docs/asyncio.md``, Limits): the
+    watchdog.
     """
 
     def __init__(
@@ -150,23 +132,12 @@ class AsyncEndpoint:
         )
         self.name = name
         self._paused_here = False
-        self._pump: MessagePump | None = None
-        #: Handlers in flight (tasks started and not yet done with their receive).
-        self._running = 0
-        #: Set when a handler ends or the operator changes the concurrency or the pause.
-        self._place: asyncio.Event | None = None
-        self._wake: asyncio.Event | None = None
+        #: The input queue's loop, then the instance-specific queue's (with an instance_name).
+        self._loops: list[QueueLoop] = []
         self._control: control.ControlPoller | None = None
         self._health: health.HealthWriter | None = None
-        self._waiter: wakeup.IdleWaiter | None = None
-        #: The waiter was told the loop is idle (its ``idle`` registered it).
-        self._registered = False
         self._stopping = False
-        self._in_flight: set[asyncio.Task[None]] = set()
-        self._idle: list[tasks.Worker] = []
-        self._loop_task: asyncio.Task[None] | None = None
         self._mover_task: asyncio.Task[None] | None = None
-        self._waker: Callable[[], None] | None = None
         self._stopped: asyncio.Event | None = None
 
     def __repr__(self) -> str:
@@ -220,17 +191,27 @@ class AsyncEndpoint:
     @property
     def stats(self) -> PumpStats:
         """Counters of the running (or last) run: received, handled, failed, in flight, ..."""
-        return self._pump.stats if self._pump is not None else PumpStats()
+        return self._loops[0].pump.stats if self._loops else PumpStats()
+
+    @property
+    def instance_stats(self) -> PumpStats:
+        """The same counters for the instance-specific queue (zero without one)."""
+        return self._loops[1].pump.stats if len(self._loops) > 1 else PumpStats()
+
+    @property
+    def instance_address(self) -> addressing.QueueAddress | None:
+        """The instance-specific queue (:attr:`Endpoint.instance_address`; None without one)."""
+        return self.endpoint.instance_address
 
     @property
     def paused(self) -> bool:
         """No receive starts (handlers in flight finish): :meth:`pause`, or the operator's."""
-        return self._paused_here or (self._pump is not None and self._pump.paused)
+        return self._paused_here or (bool(self._loops) and self._loops[0].pump.paused)
 
     @property
     def concurrency(self) -> int:
         """Handlers run at once at most, now: the setting, or the operator's override."""
-        return self.settings.concurrency if self._pump is None else self._pump.concurrency
+        return self._loops[0].pump.concurrency if self._loops else self.settings.concurrency
 
     def pause(self) -> None:
         """Start no receive until :meth:`resume`; the handlers in flight finish."""
@@ -239,99 +220,97 @@ class AsyncEndpoint:
     def resume(self) -> None:
         """Receive again after :meth:`pause` (not after the operator's pause)."""
         self._paused_here = False
-        self._changed()
+        for each in self._loops:
+            each.changed()
 
-    def _changed(self) -> None:
-        """The pause or the concurrency changed: the loop looks again."""
-        for event in (self._wake, self._place):
-            if event is not None:
-                event.set()
+    def _pause_of(self, pump: MessagePump) -> Callable[[], bool]:
+        """Whether *pump*'s loop may start no receive: this process's pause, or the operator's."""
+        return lambda: self._paused_here or pump.paused
 
     async def start(self, *, once: bool = False) -> None:
         """Check the settings, create the queues if asked, and start receiving in tasks.
 
-        *once*: the loop ends when the queue is drained (see :meth:`run`).
+        *once*: the loops end when their queues are drained (see :meth:`run`).
 
-        :raises ConfigurationError: a mode the database cannot honour, or a setting the
-            asyncio endpoint does not run (an ``instance_name``).
+        :raises ConfigurationError: a mode the database cannot honour.
         """
         endpoint = self.endpoint
         settings = endpoint.settings
-        if self._loop_task is not None and not self._loop_task.done():
+        if any(each.task is not None and not each.task.done() for each in self._loops):
             raise exceptions.SqlQueueError(f"endpoint {self.name!r} is already running")
-        if settings.instance_name is not None:
-            raise exceptions.ConfigurationError(
-                f"endpoint {self.name!r}: instance_name is not supported by AsyncEndpoint; "
-                "run an Endpoint for an instance-specific queue"
-            )
         with connecting():  # in the bridge: the first connection tells the default schema
-            [pump] = await sqlalchemy_internals.greenlet_spawn(endpoint.prepare_pumps)
-        self._pump, self._running = pump, 0
-        self._wake, self._place, self._stopped = asyncio.Event(), asyncio.Event(), asyncio.Event()
-        self._stopping = False
-        loop = asyncio.get_running_loop()
-        await self._start_operations(loop)
-        wake = self._wake
-
-        def waker() -> None:  # a send of this process committed, on any thread
-            loop.call_soon_threadsafe(wake.set)
-
-        self._waker = waker
-        table = self.transport.transport.queues.address(self.name).table
-        wakeup.local_wakeups(self.transport.transport).register(table, waker)
-        self._loop_task = asyncio.create_task(self._loop(once), name=f"{self.name} pump")
+            pumps = await sqlalchemy_internals.greenlet_spawn(endpoint.prepare_pumps)
+        core = self.transport.transport
+        self._loops = [QueueLoop(pump, core, self._pause_of(pump)) for pump in pumps]
+        self._stopped, self._stopping = asyncio.Event(), False
+        waiters = await self._start_operations(asyncio.get_running_loop())
+        for each, waiter in zip(self._loops, waiters, strict=True):
+            each.start(once, waiter)
         if settings.delayed_delivery:
             self._mover_task = asyncio.create_task(
-                self._move(mover.DelayedMessageMover(self._pump.handling)),
+                self._move(mover.DelayedMessageMover(pumps[0].handling)),
                 name=f"{self.name} mover",
             )
         log.info(
             "queue %s: async endpoint started (%s, concurrency %d)",
             self.name,
             settings.transaction_mode.value,
-            self._pump.concurrency,
+            pumps[0].concurrency,
         )
+        if len(pumps) > 1:
+            log.info(
+                "queue %s: instance-specific queue %s started (concurrency %d)",
+                self.name,
+                pumps[1].queue,
+                pumps[1].concurrency,
+            )
 
-    async def _start_operations(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Start the control poller, the health writer and the waiter of other processes' sends.
+    async def _start_operations(
+        self, loop: asyncio.AbstractEventLoop
+    ) -> list[wakeup.IdleWaiter | None]:
+        """Start the control poller, the health writer and each queue's waiter of other sends.
 
-        The poller reads the control row once before the loop starts; the waiter is the one
+        The waiters are returned started, in the order of the loops. The poller reads the
+        control row once before the loops start; each waiter is the one
         :mod:`~sqlqueue_orm.receiving.waiting` chooses for the database, as an Endpoint's.
         """
-        pump, settings, wake = self._pump, self.settings, self._wake
-        assert pump is not None and wake is not None
+        loops, settings = self._loops, self.settings
         try:
             threads = self.transport.for_threads()
         except exceptions.ConfigurationError as error:  # no synchronous driver installed
             log.warning(
-                "queue %s: no live control and no health beats: %s", self.name, error
+                "queue %s: no live control, no health beats and no wake-up by other "
+                "processes' sends: %s",
+                self.name,
+                error,
             )
-            return
-        poller = control.ControlPoller(
-            self.name,
-            threads.engine,
-            _Controlled(pump, lambda: loop.call_soon_threadsafe(self._changed)),
-            [],
-        )
-        # the operator's pause and concurrency, read before the loop starts
+            return [None for _ in loops]
+        controlled = [
+            _Controlled(each.pump, functools.partial(loop.call_soon_threadsafe, each.changed))
+            for each in loops
+        ]
+        poller = control.ControlPoller(self.name, threads.engine, controlled[0], controlled[1:])
+        # the operator's pause and concurrency, read before the loops start
         await asyncio.to_thread(poller.prepare, settings.create_queues)
         poller.start()
         self._control = poller
         if settings.heartbeat_interval is not None:
-            self._health = health.HealthWriter(self.name, threads, [pump], settings, poller.ops)
+            pumps = [each.pump for each in loops]
+            self._health = health.HealthWriter(self.name, threads, pumps, settings, poller.ops)
             self._health.start()
 
-        def woken() -> None:  # on the waiter's thread
-            loop.call_soon_threadsafe(wake.set)
-
-        def listen() -> wakeup.IdleWaiter | None:
-            address = threads.queues.address(self.name)
+        def listen(each: QueueLoop) -> wakeup.IdleWaiter | None:
+            address = threads.queues.address(each.queue)
             waiter = waiting.prepare(threads.engine, address, settings)
             if waiter is not None:
+
+                def woken() -> None:  # on the waiter's thread
+                    loop.call_soon_threadsafe(each.wake.set)
+
                 waiter.start(woken, woken)
             return waiter
 
-        self._waiter, self._registered = await asyncio.to_thread(listen), False
+        return [await asyncio.to_thread(listen, each) for each in loops]
 
     async def _stop_operations(self) -> None:
         """After the handlers: the poller, the last sample and the stopped beat, the connection.
@@ -340,9 +319,6 @@ class AsyncEndpoint:
         resume read meanwhile starts nothing, the loop is stopping. Each a synchronous call:
         on a thread, never on the event loop.
         """
-        waiter, self._waiter = self._waiter, None
-        if waiter is not None:
-            await asyncio.to_thread(waiter.stop)
         poller, self._control = self._control, None
         if poller is not None:
             await asyncio.to_thread(poller.stop)
@@ -360,10 +336,10 @@ class AsyncEndpoint:
         handlers are installed only in the main thread, and removed on return.
         """
         await self.start(once=once)
-        assert self._loop_task is not None and self._stopped is not None
+        assert self._stopped is not None
         with self._signals():
             with contextlib.suppress(asyncio.CancelledError):
-                await self._loop_task
+                await asyncio.gather(*(each.task for each in self._loops if each.task is not None))
             if once:
                 await self.stop()
             await self._stopped.wait()
@@ -379,46 +355,24 @@ class AsyncEndpoint:
                 await self._stopped.wait()
             return True
         self._stopping = True
-        pump = self._pump
-        assert pump is not None and self._wake is not None
-        pump.stop_taking()  # the circuit breakers' back-off ends
-        if self._waker is not None:
-            table = self.transport.transport.queues.address(self.name).table
-            wakeup.local_wakeups(self.transport.transport).unregister(table, self._waker)
-        self._wake.set()
-        for background in (self._loop_task, self._mover_task):
-            if background is not None and not background.done():
-                background.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await background
+        for each in self._loops:  # every queue stops taking before any waits
+            await each.stop_taking()
+        moving = self._mover_task
+        if moving is not None and not moving.done():
+            moving.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await moving
         limit = self.settings.shutdown_timeout if timeout is None else timeout
-        finished = await self._finish(limit)
-        for worker in self._idle:
-            await sqlalchemy_internals.greenlet_spawn(worker.release)
-        self._idle.clear()
+        deadline = time.monotonic() + limit
+        finished = True
+        for each in self._loops:
+            left = max(0.0, deadline - time.monotonic())
+            finished = await each.finish(left) and finished
         await self._stop_operations()
         self._stopped.set()
-        log.info("queue %s: async endpoint stopped (%d handled)", self.name, pump.stats.handled)
+        handled = sum(each.pump.stats.handled for each in self._loops)
+        log.info("queue %s: async endpoint stopped (%d handled)", self.name, handled)
         return finished
-
-    async def _finish(self, limit: float) -> bool:
-        """Wait up to *limit* s for the tasks in flight; cancel (roll back) the rest."""
-        running = set(self._in_flight)
-        if not running:
-            return True
-        _, late = await asyncio.wait(running, timeout=limit)
-        if late:
-            log.warning(
-                "queue %s: %d handler(s) still running after %.1f s; cancelling them "
-                "(their receives roll back, their messages return to the queue)",
-                self.name,
-                len(late),
-                limit,
-            )
-            for task in late:
-                task.cancel()
-            await asyncio.gather(*late, return_exceptions=True)
-        return not late
 
     async def close(self) -> None:
         """Stop (if running) and close the transport if this endpoint made it."""
@@ -432,118 +386,9 @@ class AsyncEndpoint:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
-    # -- the loop ----------------------------------------------------------------------------
-    async def _loop(self, once: bool) -> None:
-        pump, place = self._pump, self._place
-        assert pump is not None and place is not None
-        while not self._stopping:
-            if self.paused:
-                await self._sleep(self.settings.peek_delay)
-                continue
-            if self._running >= pump.concurrency:  # read now: a live resize changes it
-                place.clear()
-                await place.wait()  # a handler ends, or the operator changes something
-                continue
-            self._running += 1  # a free place: never more than concurrency in flight
-            worker = self._idle.pop() if self._idle else pump.worker()
-            received = _Received()
-            receipt = pump.receipt(received, worker)
-            beside = bool(self._in_flight)  # a handler then may return its message after
-            task = asyncio.create_task(self._one(receipt, worker))
-            self._in_flight.add(task)
-            task.add_done_callback(self._in_flight.discard)
-            await received.event.wait()
-            if received.found:
-                await self._busy()
-                continue  # more may wait: receive again at once
-            for idle in self._idle:  # nothing waiting: no connection kept idle
-                await sqlalchemy_internals.greenlet_spawn(idle.release)
-            self._idle.clear()
-            if once:
-                await asyncio.wait({task})  # its empty receive ends
-                others = set(self._in_flight)
-                if not others and not beside:
-                    return  # drained: nothing found, no handler in flight since the receive
-                if others:
-                    await asyncio.wait(others)  # a failed one may return its message
-                continue  # one more receive, with none in flight beside it
-            await self._wait_idle()
-
-    async def _wait_idle(self) -> None:
-        """After an empty receive: wait ``peek_delay``, or until a send wakes the loop.
-
-        The waiter hears other processes' sends; its first ``idle`` registers the loop as
-        waiting and asks for one more receive first (a send may have come before it listened).
-        Its calls may run a statement: on a thread, never on the event loop.
-        """
-        delay = self.settings.peek_delay
-        waiter = self._waiter
-        if waiter is not None:
-            waited = await asyncio.to_thread(waiter.idle, delay)
-            if waited is None:
-                self._registered = True
-                return
-            delay = waited
-        await self._sleep(delay)
-
-    async def _busy(self) -> None:
-        """A receive found a message: the waiter need not be told of sends meanwhile."""
-        waiter = self._waiter
-        if self._registered and waiter is not None:
-            self._registered = False
-            await asyncio.to_thread(waiter.busy)
-
-    async def _sleep(self, timeout: float) -> None:
-        """Wait up to *timeout* s, or until a send of this process (or a stop) wakes the loop."""
-        wake = self._wake
-        assert wake is not None
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(wake.wait(), timeout)
-        wake.clear()
-
-    def _process(self, receipt: tasks.Receipt, worker: tasks.Worker) -> None:
-        """The synchronous endpoint's receive of one message (run in the bridge)."""
-        pump = self._pump
-        assert pump is not None
-        try:
-            pump.mode.process(receipt, worker)
-        finally:
-            if not receipt.found:
-                worker.release()
-
-    async def _one(self, receipt: tasks.Receipt, worker: tasks.Worker) -> None:
-        """One message in flight: its receive, its handlers, its commit (or its rollback)."""
-        pump, place = self._pump, self._place
-        assert pump is not None and place is not None
-        failure: BaseException | None = None
-        try:
-            await sqlalchemy_internals.greenlet_spawn(self._process, receipt, worker)
-        except DATABASE_ERRORS as error:
-            failure = error
-        except Exception:  # a bug: said loudly; the next message is received as usual
-            log.error("queue %s: processing failed", self.name, exc_info=True)
-            pump.rewind()  # its receive rolled back: receives scan the queue from 0 again
-        finally:
-            receipt.received(False)  # no-op if the receive reported already
-            receipt.settle()
-            if receipt.found and worker.connection is not None and not self._stopping:
-                self._idle.append(worker)  # its connection kept for the next receive
-            elif worker.connection is not None:
-                with contextlib.suppress(Exception):
-                    await sqlalchemy_internals.greenlet_spawn(worker.release)
-            self._running -= 1
-            place.set()
-        if failure is not None:
-            pump.rewind()
-            # the breaker's back-off sleeps: on a thread, this task keeping its place
-            await asyncio.to_thread(pump.receive_breaker.failure, failure)
-        else:
-            pump.receive_breaker.success()
-
     async def _move(self, moving: mover.DelayedMessageMover) -> None:
         """Move matured delayed messages (delayed retries, deferred sends) to the queue."""
-        wake = self._wake
-        assert wake is not None
+        wake = self._loops[0].wake  # the input queue's loop
         while True:
             try:
                 with connecting():
@@ -570,8 +415,9 @@ class AsyncEndpoint:
                 log.info("queue %s: stopping on a signal", self.name)
                 stopping.append(loop.create_task(self.stop()))
             else:  # a second signal: the handlers in flight roll back now
-                for task in set(self._in_flight):
-                    task.cancel()
+                for each in self._loops:
+                    for task in set(each.in_flight):
+                        task.cancel()
 
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, on_signal)

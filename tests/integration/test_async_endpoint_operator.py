@@ -4,7 +4,8 @@ A running AsyncEndpoint writes its instance's heartbeat (counts, concurrency) an
 samples, and a clean stop writes the last sample and says stopped; ``sqlqueue control``'s
 pause, resume and concurrency reach it within a poll, and no more async handlers run at once
 than the concurrency in force, across a live change; an idle one is woken by another
-writer's send, long before its peek delay. Each test runs once per async driver
+writer's send, long before its peek delay; with an ``instance_name`` it also receives from its
+instance-specific queue. Each test runs once per async driver
 (``each_driver``), on an endpoint named afresh so the health rows of one driver's run are
 told from another's.
 """
@@ -171,5 +172,38 @@ def test_a_send_by_another_writer_wakes_an_idle_async_endpoint(database):
         finally:
             assert await endpoint.stop()
             other_engine.dispose()
+
+    each_driver(database, body)
+
+
+def test_an_async_endpoint_receives_from_its_instance_specific_queue(database):
+    """``instance_name``: a second queue of this instance, pumped beside the input queue."""
+
+    async def body(transport: AsyncTransport) -> None:
+        endpoint = AsyncEndpoint(
+            "billing", transport, peek_delay=0.1, instance_name="i1", instance_concurrency=1
+        )
+        handled: list[tuple[str, str]] = []
+
+        @endpoint.handle_raw
+        async def handler(body: bytes, context: AsyncHandlerContext) -> None:
+            handled.append((body.decode(), str(context.message.queue)))
+
+        await endpoint.start()
+        try:
+            instance = endpoint.instance_address
+            assert instance is not None
+            await transport.send(instance, OutgoingMessage(b"to the instance"))
+            await transport.send("billing", OutgoingMessage(b"to the endpoint"))
+            deadline = time.monotonic() + 30
+            while len(handled) < 2:
+                assert time.monotonic() < deadline, handled
+                await asyncio.sleep(0.05)
+        finally:
+            assert await endpoint.stop()
+        assert sorted(text for text, _ in handled) == ["to the endpoint", "to the instance"]
+        assert endpoint.stats.handled == 1 and endpoint.instance_stats.handled == 1
+        assert await transport.peek(instance) == 0
+        await transport.purge_all(instance)
 
     each_driver(database, body)
