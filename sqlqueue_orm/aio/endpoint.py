@@ -50,7 +50,7 @@ from sqlqueue_orm import exceptions, sqlalchemy_internals
 from sqlqueue_orm.aio.context import AsyncHandlerContext, bridged
 from sqlqueue_orm.aio.pumping import QueueLoop
 from sqlqueue_orm.aio.transport import AsyncTransport, connecting
-from sqlqueue_orm.receiving import control, health, mover, waiting, wakeup
+from sqlqueue_orm.receiving import control, health, mover, unanswered, waiting, wakeup
 from sqlqueue_orm.receiving.circuit_breaker import DATABASE_ERRORS
 from sqlqueue_orm.receiving.endpoint import Endpoint
 from sqlqueue_orm.receiving.pump import MessagePump
@@ -61,6 +61,7 @@ if TYPE_CHECKING:
 
     from sqlqueue_orm import addressing
     from sqlqueue_orm.receiving.settings import EndpointSettings
+    from sqlqueue_orm.transport import Transport
 
 __all__ = ["AsyncEndpoint", "AsyncHandlerContext"]
 
@@ -104,9 +105,9 @@ class AsyncEndpoint:
     :param on_critical_error: as the :class:`Endpoint`'s.
 
     The handlers' session is the endpoint's database (no ``user_database``). The health beats,
-    the operator's control, the wake-up by other processes' sends and the instance-specific
-    queue run as the :class:`Endpoint`'s. Not here (see ``docs/asyncio.md``, Limits): the
-    watchdog.
+    the operator's control, the wake-up by other processes' sends, the instance-specific queue
+    and the watchdog (``unanswered_after``; on psycopg's asyncio driver, not asyncpg's) run as
+    the :class:`Endpoint`'s (see ``docs/asyncio.md``, Limits).
     """
 
     def __init__(
@@ -136,6 +137,7 @@ class AsyncEndpoint:
         self._loops: list[QueueLoop] = []
         self._control: control.ControlPoller | None = None
         self._health: health.HealthWriter | None = None
+        self._watchdog: unanswered.Watchdog | None = None
         self._stopping = False
         self._mover_task: asyncio.Task[None] | None = None
         self._stopped: asyncio.Event | None = None
@@ -238,12 +240,19 @@ class AsyncEndpoint:
         settings = endpoint.settings
         if any(each.task is not None and not each.task.done() for each in self._loops):
             raise exceptions.SqlQueueError(f"endpoint {self.name!r} is already running")
+        threads = self._threads()
+        if settings.unanswered_after is not None and threads is not None:
+            # first: every connection the endpoint checks out from here on is watched
+            self._watchdog = unanswered.Watchdog(
+                self.transport.engine.sync_engine, settings.unanswered_after, threads.engine
+            )
+            self._watchdog.start()
         with connecting():  # in the bridge: the first connection tells the default schema
             pumps = await sqlalchemy_internals.greenlet_spawn(endpoint.prepare_pumps)
         core = self.transport.transport
         self._loops = [QueueLoop(pump, core, self._pause_of(pump)) for pump in pumps]
         self._stopped, self._stopping = asyncio.Event(), False
-        waiters = await self._start_operations(asyncio.get_running_loop())
+        waiters = await self._start_operations(asyncio.get_running_loop(), threads)
         for each, waiter in zip(self._loops, waiters, strict=True):
             each.start(once, waiter)
         if settings.delayed_delivery:
@@ -265,8 +274,21 @@ class AsyncEndpoint:
                 pumps[1].concurrency,
             )
 
+    def _threads(self) -> Transport | None:
+        """The synchronous transport of the threads (None, said once: no synchronous driver)."""
+        try:
+            return self.transport.for_threads()
+        except exceptions.ConfigurationError as error:
+            log.warning(
+                "queue %s: no live control, no health beats, no watchdog and no wake-up by "
+                "other processes' sends: %s",
+                self.name,
+                error,
+            )
+            return None
+
     async def _start_operations(
-        self, loop: asyncio.AbstractEventLoop
+        self, loop: asyncio.AbstractEventLoop, threads: Transport | None
     ) -> list[wakeup.IdleWaiter | None]:
         """Start the control poller, the health writer and each queue's waiter of other sends.
 
@@ -275,15 +297,7 @@ class AsyncEndpoint:
         :mod:`~sqlqueue_orm.receiving.waiting` chooses for the database, as an Endpoint's.
         """
         loops, settings = self._loops, self.settings
-        try:
-            threads = self.transport.for_threads()
-        except exceptions.ConfigurationError as error:  # no synchronous driver installed
-            log.warning(
-                "queue %s: no live control, no health beats and no wake-up by other "
-                "processes' sends: %s",
-                self.name,
-                error,
-            )
+        if threads is None:
             return [None for _ in loops]
         controlled = [
             _Controlled(each.pump, functools.partial(loop.call_soon_threadsafe, each.changed))
@@ -327,6 +341,9 @@ class AsyncEndpoint:
             await asyncio.to_thread(beating.stop)
         if poller is not None:
             await asyncio.to_thread(poller.ops.close)
+        watchdog, self._watchdog = self._watchdog, None
+        if watchdog is not None:
+            await asyncio.to_thread(watchdog.stop)
 
     async def run(self, *, once: bool = False) -> None:
         """Start, then run until SIGTERM, SIGINT or :meth:`stop` (*once*: until drained).
