@@ -98,7 +98,8 @@ def test_an_async_endpoint_is_paused_resumed_and_resized_by_the_operator(databas
         await transport.create_queue(name)
         endpoint = AsyncEndpoint(name, transport, peek_delay=0.1, concurrency=2)
         running, most = 0, 0
-        over: list[tuple[int, int]] = []
+        #: (when, how many ran then) at each handler's start
+        starts: list[tuple[float, int]] = []
         handled: list[str] = []
 
         @endpoint.handle_raw
@@ -106,8 +107,7 @@ def test_an_async_endpoint_is_paused_resumed_and_resized_by_the_operator(databas
             nonlocal running, most
             running += 1
             most = max(most, running)
-            if running > endpoint.concurrency:  # more at once than the limit in force
-                over.append((running, endpoint.concurrency))
+            starts.append((time.monotonic(), running))
             await asyncio.sleep(0.1)
             handled.append(context.message_id)
             running -= 1
@@ -136,13 +136,20 @@ def test_an_async_endpoint_is_paused_resumed_and_resized_by_the_operator(databas
             await eventually(lambda: running, lambda now: now > 0, "handlers running")
             await asyncio.to_thread(control.set_concurrency, operator, name, 1)
             await eventually(lambda: endpoint.concurrency, lambda now: now == 1, "shrunk")
+            # the (at most 4) tasks begun before the shrink finish first, before any begun
+            # after it: 4 more handled, and every handler starting later runs alone
+            shrunk_at = len(handled)
+            await eventually(lambda: len(handled), lambda done: done >= min(42, shrunk_at + 4),
+                             "the tasks begun before the shrink done")
+            settled = time.monotonic()
             await eventually(lambda: len(handled), lambda done: done == 42, "handled shrunk")
+            assert [n for at, n in starts if at > settled and n > 1] == []
 
             await asyncio.to_thread(control.set_concurrency, operator, name, None)
             await eventually(lambda: endpoint.concurrency, lambda now: now == 2, "configured")
         finally:
             assert await endpoint.stop()
-        assert over == []
+        assert max(n for _, n in starts) <= 4  # never beyond the largest limit in force
         assert len(set(handled)) == len(handled) == 42
         assert count(database.engine, name) == 0
 
