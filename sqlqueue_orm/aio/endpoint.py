@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sqlqueue_orm import exceptions, sqlalchemy_internals
+from sqlqueue_orm import health as health_tables
 from sqlqueue_orm.aio.context import AsyncHandlerContext, bridged
 from sqlqueue_orm.aio.pumping import QueueLoop
 from sqlqueue_orm.aio.transport import AsyncTransport, connecting
@@ -309,6 +310,9 @@ class AsyncEndpoint:
         poller.start()
         self._control = poller
         if settings.heartbeat_interval is not None:
+            # its tables first, before any receive: on SQLite their CREATE beside a receive
+            # taking the write lock held that receive up to the busy timeout
+            await asyncio.to_thread(health_tables.create_tables, threads.engine)
             pumps = [each.pump for each in loops]
             self._health = health.HealthWriter(self.name, threads, pumps, settings, poller.ops)
             self._health.start()
