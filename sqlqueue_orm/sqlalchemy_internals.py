@@ -5,9 +5,10 @@ database transaction under a transaction object that stays open (:func:`begin_ag
 :func:`commit_kept`), telling whether events or SQL echo would see a statement (cheaply, on
 every transaction), a pool's overflow limit, a connection made as the pool makes one but
 outside it, the dialects an index's ``ddl_if`` names, a column copied off its table,
-synchronous code awaited on an asyncio engine (:func:`greenlet_spawn`) and a coroutine awaited
-from it (:func:`await_in_greenlet`). The rest of the package calls the functions here and never
-reaches into SQLAlchemy itself.
+synchronous code awaited on an asyncio engine (:func:`greenlet_spawn`), a coroutine awaited
+from it (:func:`await_in_greenlet`), and a sleep and a lock's wait there (:func:`sleep`,
+:func:`acquire`). The rest of the package calls the functions here and never reaches into
+SQLAlchemy itself.
 
 The names and signatures this module relies on are checked against the installed SQLAlchemy by
 ``tests/unit/test_sqlalchemy_internals.py``; ``pyproject.toml`` bounds SQLAlchemy to the series
@@ -17,7 +18,11 @@ transaction.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeGuard, TypeVar
 
 import sqlalchemy as sa
@@ -38,6 +43,9 @@ RELIED_ON: dict[str, tuple[str, ...]] = {
     "Column": ("_copy",),
 }
 
+
+#: Seconds between two tries of a lock that a task of the event loop waits for (:func:`acquire`).
+_LOCK_POLL = 0.001
 
 def observed(connection: Connection) -> bool:
     """Whether SQLAlchemy's BEGIN and COMMIT do more here than the dialect's (events, echo)."""
@@ -143,6 +151,50 @@ def await_in_greenlet(awaitable: Awaitable[T]) -> T:
     from sqlalchemy.util import await_
 
     return await_(awaitable)
+
+
+def sleep(seconds: float) -> None:
+    """Wait *seconds*; in code :func:`greenlet_spawn` runs, with the event loop running on.
+
+    There ``asyncio.sleep`` is awaited (SQLAlchemy's ``in_greenlet`` tells where), elsewhere
+    ``time.sleep`` is called: flow control's waits run on a pump's worker thread, or in the
+    asyncio endpoint's bridge, where a blocking sleep would stop every task of the loop.
+    """
+    from sqlalchemy.util.concurrency import in_greenlet
+
+    if in_greenlet():
+        await_in_greenlet(asyncio.sleep(seconds))
+    else:
+        time.sleep(seconds)
+
+
+def acquire(lock: threading.Lock | threading.Semaphore, timeout: float | None = None) -> bool:
+    """Take *lock* (waiting up to *timeout* s, None: as long as it takes); return whether taken.
+
+    In code :func:`greenlet_spawn` runs, another task of the event loop may hold it across a
+    statement it awaits: waiting there is a poll that lets the loop run on (a blocking wait
+    would stop the loop, so the holder's statement, and the wait, would never end).
+    """
+    from sqlalchemy.util.concurrency import in_greenlet
+
+    if not in_greenlet():
+        return lock.acquire(timeout=-1 if timeout is None else timeout)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while not lock.acquire(blocking=False):
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
+        await_in_greenlet(asyncio.sleep(_LOCK_POLL))
+    return True
+
+
+@contextlib.contextmanager
+def holding(lock: threading.Lock) -> Iterator[None]:
+    """``with lock:``, taken by :func:`acquire` (the event loop runs on while it waits)."""
+    acquire(lock)
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def max_overflow(pool: QueuePool) -> int:

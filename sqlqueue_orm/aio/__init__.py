@@ -6,13 +6,15 @@ On asyncpg, psycopg's async driver, aiosqlite and aioodbc (``AsyncConnection`` a
 * ``transport``: :class:`AsyncTransport`, the :class:`~sqlqueue_orm.transport.Transport`'s
   methods as coroutines, and :func:`create_async_engine`;
 * ``session``: :class:`AsyncUnitOfWork`, an ``AsyncSession`` and sends that commit together;
-* ``endpoint``: :class:`AsyncEndpoint`, an endpoint whose handlers are ``async def``.
+* ``endpoint``: :class:`AsyncEndpoint`, an endpoint whose handlers are ``async def``;
+* ``context``: :class:`AsyncHandlerContext`, what those handlers get.
 
 One core, not two: each coroutine runs the synchronous transport's own code on the asyncio
 connection through SQLAlchemy's ``run_sync`` (see ``docs/asyncio.md``).
 """
 
-from sqlqueue_orm.aio.endpoint import AsyncEndpoint, AsyncHandlerContext
+from sqlqueue_orm.aio.context import AsyncHandlerContext
+from sqlqueue_orm.aio.endpoint import AsyncEndpoint
 from sqlqueue_orm.aio.session import AsyncUnitOfWork
 from sqlqueue_orm.aio.transport import AsyncTransport, create_async_engine
 

@@ -11,183 +11,90 @@
 
     await endpoint.run()      # until SIGTERM / SIGINT / await endpoint.stop()
 
-One core: each message in flight is one task running the synchronous endpoint's own receive
-(:meth:`ReceiveMode.process <sqlqueue_orm.receiving.modes.base.ReceiveMode.process>`: the
-receive, the transaction mode, the retries, the error queue, the audit copy, the counts) on
-the asyncio engine's connections through SQLAlchemy's greenlet bridge; where the mode runs the
-handlers, the handler coroutine is awaited on the event loop, with an ``AsyncSession`` over
-the session the mode gives (in TRANSACTION_SCOPE: inside the receive's transaction). A
-semaphore admits ``concurrency`` tasks at once: never more handlers run.
+One core: each queue the endpoint receives from (its input queue, and its instance-specific
+queue with an ``instance_name``) is a :class:`~sqlqueue_orm.aio.pumping.QueueLoop` on the
+event loop, driving the pump the synchronous endpoint prepared for it
+(:meth:`Endpoint.prepare_pumps <sqlqueue_orm.receiving.endpoint.Endpoint.prepare_pumps>`):
+each message in flight is one task running the synchronous endpoint's own receive (the
+transaction mode, the retries, the error queue, the audit copy, the counts) on the asyncio
+engine's connections through SQLAlchemy's greenlet bridge; where the mode runs the handlers,
+the handler coroutine is awaited on the event loop, with an ``AsyncSession`` over the session
+the mode gives (in TRANSACTION_SCOPE: inside the receive's transaction). Never more handlers
+run than the concurrency in force; a stop waits up to ``shutdown_timeout`` for them, then
+cancels the rest, whose receives roll back.
 
-The loop receives again at once while receives find messages; when one finds none it waits
-``peek_delay`` seconds, or until a send of this process to the queue wakes it. A stop waits up
-to ``shutdown_timeout`` for the tasks in flight, then cancels the rest: the cancellation
-unwinds the receive, whose connection closes with its transaction rolled back, so the message
-returns to the queue.
+For the operator, the synchronous endpoint's own threads run beside the loop, each on its own
+connection of a synchronous engine of the database (:meth:`AsyncTransport.for_threads`): the
+:class:`~sqlqueue_orm.receiving.control.ControlPoller` (``sqlqueue control``'s pause, resume
+and concurrency reach the loop through :class:`_Controlled`) and, with ``heartbeat_interval``,
+the :class:`~sqlqueue_orm.receiving.health.HealthWriter` (the heartbeat and the queue's
+samples, read from the pumps' counters; a clean stop writes the last and says stopped), and
+per queue the waiter of other processes' sends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
+import functools
 import logging
 import signal
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-from sqlqueue_orm import addressing, exceptions, sqlalchemy_internals
+from sqlqueue_orm import exceptions, sqlalchemy_internals
+from sqlqueue_orm import health as health_tables
+from sqlqueue_orm.aio.context import AsyncHandlerContext, bridged
+from sqlqueue_orm.aio.pumping import QueueLoop
 from sqlqueue_orm.aio.transport import AsyncTransport, connecting
-from sqlqueue_orm.receiving import mover, tasks, wakeup
+from sqlqueue_orm.receiving import control, health, mover, unanswered, waiting, wakeup
 from sqlqueue_orm.receiving.circuit_breaker import DATABASE_ERRORS
 from sqlqueue_orm.receiving.endpoint import Endpoint
-from sqlqueue_orm.receiving.handling import HandlerContext, Outgoing, ScopedContext
 from sqlqueue_orm.receiving.pump import MessagePump
 from sqlqueue_orm.receiving.stats import PumpStats
 
 if TYPE_CHECKING:
-    import datetime as dt
-
     import pydantic
-    from sqlalchemy.orm import Session
 
-    from sqlqueue_orm.messages import IncomingMessage
+    from sqlqueue_orm import addressing
     from sqlqueue_orm.receiving.settings import EndpointSettings
+    from sqlqueue_orm.transport import Transport
 
 __all__ = ["AsyncEndpoint", "AsyncHandlerContext"]
 
 log = logging.getLogger(__name__)
 
 ModelT = TypeVar("ModelT", bound="pydantic.BaseModel")
-AsyncHandler = Callable[[Any, "AsyncHandlerContext"], Awaitable[object]]
 
 #: Longest wait (seconds) of the delayed-message mover between two runs.
 _MOVE_EVERY = 1.0
 
 
-class AsyncHandlerContext:
-    """What an async handler gets besides its message: ids, headers, session, send and reply.
+class _Controlled:
+    """The pump as the control poller drives it from its thread; each change wakes the loop."""
 
-    The :class:`~sqlqueue_orm.receiving.handling.HandlerContext` of the message's mode, with
-    an ``AsyncSession`` and coroutines: each call runs the synchronous context's own.
-    """
-
-    __slots__ = ("_context", "_session")
-
-    def __init__(self, context: HandlerContext) -> None:
-        self._context = context
-        self._session: AsyncSession | None = None
+    def __init__(self, pump: MessagePump, changed: Callable[[], object]) -> None:
+        self.pump = pump
+        self.changed = changed
 
     @property
-    def message(self) -> IncomingMessage:
-        """The message being handled, as it was received."""
-        return self._context.message
+    def concurrency(self) -> int:
+        """Async handlers run at once at most, now."""
+        return self.pump.concurrency
 
-    @property
-    def message_id(self) -> str:
-        """``NServiceBus.MessageId`` of the message being handled."""
-        return self._context.message_id
+    def resize(self, concurrency: int) -> None:
+        """Run at most *concurrency* handlers at once; those begun before a shrink finish."""
+        self.pump.resize(concurrency)  # not started: only its concurrency, which the loop reads
+        self.changed()
 
-    @property
-    def headers(self) -> dict[str, str | None]:
-        """The headers of the message being handled."""
-        return self._context.headers
-
-    @property
-    def session(self) -> AsyncSession:
-        """The ``AsyncSession`` of this message's handling, bound as the mode says.
-
-        Over the mode's ORM session (made on first use): in TRANSACTION_SCOPE it is in the
-        receive's transaction, inside the message's SAVEPOINT, opened when it first reaches the
-        database. The mode commits (or rolls back) and closes it after the handlers.
-        """
-        session = self._session
-        if session is None:
-            context = self._context
-            sync = context.session_used
-            if sync is None:
-                # made here without a statement: the event loop runs this, not the bridge
-                if isinstance(context, ScopedContext):
-                    sync = context._scope.deferred_session()
-                else:
-                    sync = context.session
-                context.session_used = sync
-            made: Session = sync
-            session = self._session = AsyncSession(
-                sync_session_class=lambda **_: made  # type: ignore[arg-type]
-            )
-        return session
-
-    async def send(
-        self,
-        destination: str | addressing.QueueAddress,
-        message: Outgoing,
-        *,
-        reply_to_this_instance: bool = False,
-    ) -> str:
-        """Send *message* as the mode sends (:meth:`HandlerContext.send`); return its id."""
-        return await sqlalchemy_internals.greenlet_spawn(
-            lambda: self._context.send(
-                destination, message, reply_to_this_instance=reply_to_this_instance
-            )
-        )
-
-    async def reply(self, message: Outgoing) -> str:
-        """Send *message* to the incoming ``ReplyToAddress`` (:meth:`HandlerContext.reply`)."""
-        return await sqlalchemy_internals.greenlet_spawn(self._context.reply, message)
-
-    async def publish(self, event: Outgoing) -> str:
-        """Publish *event* to its subscribers as the mode sends (:meth:`HandlerContext.publish`)."""
-        return await sqlalchemy_internals.greenlet_spawn(self._context.publish, event)
-
-    async def defer(
-        self,
-        message: Outgoing,
-        *,
-        delay: dt.timedelta | float | None = None,
-        deliver_at: dt.datetime | None = None,
-        destination: str | addressing.QueueAddress | None = None,
-    ) -> str:
-        """Send *message* later (:meth:`HandlerContext.defer`); return its message id."""
-        return await sqlalchemy_internals.greenlet_spawn(
-            lambda: self._context.defer(
-                message, delay=delay, deliver_at=deliver_at, destination=destination
-            )
-        )
-
-
-def _bridged(handler: AsyncHandler) -> Callable[[Any, HandlerContext], None]:
-    """*handler* as the synchronous core calls handlers: awaited on the event loop."""
-    if not inspect.iscoroutinefunction(handler):
-        raise exceptions.ConfigurationError(
-            f"AsyncEndpoint handlers are async def functions, not {handler!r}: its receive, "
-            "session and sends run on the event loop's connection, which a synchronous "
-            "handler on a thread cannot join; make it async (a blocking call inside it: "
-            "await asyncio.to_thread(...)), or run it on an Endpoint"
-        )
-
-    def run(body: Any, context: HandlerContext) -> None:
-        sqlalchemy_internals.await_in_greenlet(handler(body, AsyncHandlerContext(context)))
-
-    return run
-
-
-class _Received(tasks.Batch):
-    """One receive's ticket: the loop awaits :attr:`event`, set once the receive ran."""
-
-    def __init__(self) -> None:
-        super().__init__(1)
-        self.event = asyncio.Event()
-        self.found = False
-
-    def mark(self, found: bool) -> None:
-        """The receive ran (on the event loop's thread, in the bridge): *found* a message."""
-        super().mark(found)
-        self.found = found
-        self.event.set()
+    def set_paused(self, paused: bool) -> None:
+        """Start no receive (the handlers in flight finish), or receive again at once."""
+        self.pump.set_paused(paused)
+        self.changed()
 
 
 class AsyncEndpoint:
@@ -198,10 +105,10 @@ class AsyncEndpoint:
     :param settings: :class:`EndpointSettings`; keyword arguments override single settings.
     :param on_critical_error: as the :class:`Endpoint`'s.
 
-    The handlers' session is the endpoint's database (no ``user_database``). Not here (see
-    ``docs/asyncio.md``, Limits): the health beats, the operator's control (pause and resize
-    from the CLI or the dashboard), the instance-specific queue, the wake-up by other
-    processes' sends (the loop waits ``peek_delay`` at most) and the watchdog.
+    The handlers' session is the endpoint's database (no ``user_database``). The health beats,
+    the operator's control, the wake-up by other processes' sends, the instance-specific queue
+    and the watchdog (``unanswered_after``; on psycopg's asyncio driver, not asyncpg's) run as
+    the :class:`Endpoint`'s (see ``docs/asyncio.md``, Limits).
     """
 
     def __init__(
@@ -226,17 +133,14 @@ class AsyncEndpoint:
             **overrides,
         )
         self.name = name
-        #: Paused: no receive starts; handlers in flight finish (:meth:`pause`).
-        self.paused = False
-        self._pump: MessagePump | None = None
-        self._semaphore: asyncio.Semaphore | None = None
-        self._wake: asyncio.Event | None = None
+        self._paused_here = False
+        #: The input queue's loop, then the instance-specific queue's (with an instance_name).
+        self._loops: list[QueueLoop] = []
+        self._control: control.ControlPoller | None = None
+        self._health: health.HealthWriter | None = None
+        self._watchdog: unanswered.Watchdog | None = None
         self._stopping = False
-        self._in_flight: set[asyncio.Task[None]] = set()
-        self._idle: list[tasks.Worker] = []
-        self._loop_task: asyncio.Task[None] | None = None
         self._mover_task: asyncio.Task[None] | None = None
-        self._waker: Callable[[], None] | None = None
         self._stopped: asyncio.Event | None = None
 
     def __repr__(self) -> str:
@@ -268,7 +172,7 @@ class AsyncEndpoint:
         def register(
             function: Callable[[ModelT, AsyncHandlerContext], Awaitable[object]],
         ) -> Any:
-            self.endpoint.handle(model, _bridged(function), type_name=type_name, event=event)
+            self.endpoint.handle(model, bridged(function), type_name=type_name, event=event)
             return function
 
         if handler is not None:
@@ -279,7 +183,7 @@ class AsyncEndpoint:
         self, handler: Callable[[bytes, AsyncHandlerContext], Awaitable[object]]
     ) -> Callable[[bytes, AsyncHandlerContext], Awaitable[object]]:
         """Register the ``async def`` *handler* for every message (body bytes and context)."""
-        self.endpoint.handle_raw(_bridged(handler))
+        self.endpoint.handle_raw(bridged(handler))
         return handler
 
     def map_type(self, model: type[Any], type_name: str) -> None:
@@ -290,64 +194,160 @@ class AsyncEndpoint:
     @property
     def stats(self) -> PumpStats:
         """Counters of the running (or last) run: received, handled, failed, in flight, ..."""
-        return self._pump.stats if self._pump is not None else PumpStats()
+        return self._loops[0].pump.stats if self._loops else PumpStats()
+
+    @property
+    def instance_stats(self) -> PumpStats:
+        """The same counters for the instance-specific queue (zero without one)."""
+        return self._loops[1].pump.stats if len(self._loops) > 1 else PumpStats()
+
+    @property
+    def instance_address(self) -> addressing.QueueAddress | None:
+        """The instance-specific queue (:attr:`Endpoint.instance_address`; None without one)."""
+        return self.endpoint.instance_address
+
+    @property
+    def paused(self) -> bool:
+        """No receive starts (handlers in flight finish): :meth:`pause`, or the operator's."""
+        return self._paused_here or (bool(self._loops) and self._loops[0].pump.paused)
+
+    @property
+    def concurrency(self) -> int:
+        """Handlers run at once at most, now: the setting, or the operator's override."""
+        return self._loops[0].pump.concurrency if self._loops else self.settings.concurrency
 
     def pause(self) -> None:
         """Start no receive until :meth:`resume`; the handlers in flight finish."""
-        self.paused = True
+        self._paused_here = True
 
     def resume(self) -> None:
-        """Receive again after :meth:`pause`."""
-        self.paused = False
-        if self._wake is not None:
-            self._wake.set()
+        """Receive again after :meth:`pause` (not after the operator's pause)."""
+        self._paused_here = False
+        for each in self._loops:
+            each.changed()
+
+    def _pause_of(self, pump: MessagePump) -> Callable[[], bool]:
+        """Whether *pump*'s loop may start no receive: this process's pause, or the operator's."""
+        return lambda: self._paused_here or pump.paused
 
     async def start(self, *, once: bool = False) -> None:
         """Check the settings, create the queues if asked, and start receiving in tasks.
 
-        *once*: the loop ends when the queue is drained (see :meth:`run`).
+        *once*: the loops end when their queues are drained (see :meth:`run`).
 
-        :raises ConfigurationError: a mode the database cannot honour, or a setting the
-            asyncio endpoint does not run (an ``instance_name``).
+        :raises ConfigurationError: a mode the database cannot honour.
         """
         endpoint = self.endpoint
         settings = endpoint.settings
-        if self._loop_task is not None and not self._loop_task.done():
+        if any(each.task is not None and not each.task.done() for each in self._loops):
             raise exceptions.SqlQueueError(f"endpoint {self.name!r} is already running")
-        if settings.instance_name is not None:
-            raise exceptions.ConfigurationError(
-                f"endpoint {self.name!r}: instance_name is not supported by AsyncEndpoint; "
-                "run an Endpoint for an instance-specific queue"
+        threads = self._threads()
+        if settings.unanswered_after is not None and threads is not None:
+            # first: every connection the endpoint checks out from here on is watched
+            self._watchdog = unanswered.Watchdog(
+                self.transport.engine.sync_engine, settings.unanswered_after, threads.engine
             )
-        endpoint._handling.settings = settings
+            self._watchdog.start()
         with connecting():  # in the bridge: the first connection tells the default schema
-            mode = await sqlalchemy_internals.greenlet_spawn(endpoint._mode_for, None)
-            await sqlalchemy_internals.greenlet_spawn(endpoint._install, mode, [self.name])
-        self._pump = MessagePump(endpoint._handling, mode)
-        self._semaphore = asyncio.Semaphore(self._pump.concurrency)
-        self._wake, self._stopped = asyncio.Event(), asyncio.Event()
-        self._stopping = False
-        loop = asyncio.get_running_loop()
-        wake = self._wake
-
-        def waker() -> None:  # a send of this process committed, on any thread
-            loop.call_soon_threadsafe(wake.set)
-
-        self._waker = waker
-        table = self.transport.transport.queues.address(self.name).table
-        wakeup.local_wakeups(self.transport.transport).register(table, waker)
-        self._loop_task = asyncio.create_task(self._loop(once), name=f"{self.name} pump")
+            pumps = await sqlalchemy_internals.greenlet_spawn(endpoint.prepare_pumps)
+        core = self.transport.transport
+        self._loops = [QueueLoop(pump, core, self._pause_of(pump)) for pump in pumps]
+        self._stopped, self._stopping = asyncio.Event(), False
+        waiters = await self._start_operations(asyncio.get_running_loop(), threads)
+        for each, waiter in zip(self._loops, waiters, strict=True):
+            each.start(once, waiter)
         if settings.delayed_delivery:
             self._mover_task = asyncio.create_task(
-                self._move(mover.DelayedMessageMover(endpoint._handling)),
+                self._move(mover.DelayedMessageMover(pumps[0].handling)),
                 name=f"{self.name} mover",
             )
         log.info(
             "queue %s: async endpoint started (%s, concurrency %d)",
             self.name,
             settings.transaction_mode.value,
-            self._pump.concurrency,
+            pumps[0].concurrency,
         )
+        if len(pumps) > 1:
+            log.info(
+                "queue %s: instance-specific queue %s started (concurrency %d)",
+                self.name,
+                pumps[1].queue,
+                pumps[1].concurrency,
+            )
+
+    def _threads(self) -> Transport | None:
+        """The synchronous transport of the threads (None, said once: no synchronous driver)."""
+        try:
+            return self.transport.for_threads()
+        except exceptions.ConfigurationError as error:
+            log.warning(
+                "queue %s: no live control, no health beats, no watchdog and no wake-up by "
+                "other processes' sends: %s",
+                self.name,
+                error,
+            )
+            return None
+
+    async def _start_operations(
+        self, loop: asyncio.AbstractEventLoop, threads: Transport | None
+    ) -> list[wakeup.IdleWaiter | None]:
+        """Start the control poller, the health writer and each queue's waiter of other sends.
+
+        The waiters are returned started, in the order of the loops. The poller reads the
+        control row once before the loops start; each waiter is the one
+        :mod:`~sqlqueue_orm.receiving.waiting` chooses for the database, as an Endpoint's.
+        """
+        loops, settings = self._loops, self.settings
+        if threads is None:
+            return [None for _ in loops]
+        controlled = [
+            _Controlled(each.pump, functools.partial(loop.call_soon_threadsafe, each.changed))
+            for each in loops
+        ]
+        poller = control.ControlPoller(self.name, threads.engine, controlled[0], controlled[1:])
+        # the operator's pause and concurrency, read before the loops start
+        await asyncio.to_thread(poller.prepare, settings.create_queues)
+        poller.start()
+        self._control = poller
+        if settings.heartbeat_interval is not None:
+            # its tables first, before any receive: on SQLite their CREATE beside a receive
+            # taking the write lock held that receive up to the busy timeout
+            await asyncio.to_thread(health_tables.create_tables, threads.engine)
+            pumps = [each.pump for each in loops]
+            self._health = health.HealthWriter(self.name, threads, pumps, settings, poller.ops)
+            self._health.start()
+
+        def listen(each: QueueLoop) -> wakeup.IdleWaiter | None:
+            address = threads.queues.address(each.queue)
+            waiter = waiting.prepare(threads.engine, address, settings)
+            if waiter is not None:
+
+                def woken() -> None:  # on the waiter's thread
+                    loop.call_soon_threadsafe(each.wake.set)
+
+                waiter.start(woken, woken)
+            return waiter
+
+        return [await asyncio.to_thread(listen, each) for each in loops]
+
+    async def _stop_operations(self) -> None:
+        """After the handlers: the poller, the last sample and the stopped beat, the connection.
+
+        After the handlers, whose receives (SQLite's write lock) a beat may be waiting for; a
+        resume read meanwhile starts nothing, the loop is stopping. Each a synchronous call:
+        on a thread, never on the event loop.
+        """
+        poller, self._control = self._control, None
+        if poller is not None:
+            await asyncio.to_thread(poller.stop)
+        beating, self._health = self._health, None
+        if beating is not None:
+            await asyncio.to_thread(beating.stop)
+        if poller is not None:
+            await asyncio.to_thread(poller.ops.close)
+        watchdog, self._watchdog = self._watchdog, None
+        if watchdog is not None:
+            await asyncio.to_thread(watchdog.stop)
 
     async def run(self, *, once: bool = False) -> None:
         """Start, then run until SIGTERM, SIGINT or :meth:`stop` (*once*: until drained).
@@ -357,10 +357,10 @@ class AsyncEndpoint:
         handlers are installed only in the main thread, and removed on return.
         """
         await self.start(once=once)
-        assert self._loop_task is not None and self._stopped is not None
+        assert self._stopped is not None
         with self._signals():
             with contextlib.suppress(asyncio.CancelledError):
-                await self._loop_task
+                await asyncio.gather(*(each.task for each in self._loops if each.task is not None))
             if once:
                 await self.stop()
             await self._stopped.wait()
@@ -376,45 +376,24 @@ class AsyncEndpoint:
                 await self._stopped.wait()
             return True
         self._stopping = True
-        pump = self._pump
-        assert pump is not None and self._wake is not None
-        pump.stop_taking()  # the circuit breakers' back-off ends
-        if self._waker is not None:
-            table = self.transport.transport.queues.address(self.name).table
-            wakeup.local_wakeups(self.transport.transport).unregister(table, self._waker)
-        self._wake.set()
-        for background in (self._loop_task, self._mover_task):
-            if background is not None and not background.done():
-                background.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await background
+        for each in self._loops:  # every queue stops taking before any waits
+            await each.stop_taking()
+        moving = self._mover_task
+        if moving is not None and not moving.done():
+            moving.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await moving
         limit = self.settings.shutdown_timeout if timeout is None else timeout
-        finished = await self._finish(limit)
-        for worker in self._idle:
-            await sqlalchemy_internals.greenlet_spawn(worker.release)
-        self._idle.clear()
+        deadline = time.monotonic() + limit
+        finished = True
+        for each in self._loops:
+            left = max(0.0, deadline - time.monotonic())
+            finished = await each.finish(left) and finished
+        await self._stop_operations()
         self._stopped.set()
-        log.info("queue %s: async endpoint stopped (%d handled)", self.name, pump.stats.handled)
+        handled = sum(each.pump.stats.handled for each in self._loops)
+        log.info("queue %s: async endpoint stopped (%d handled)", self.name, handled)
         return finished
-
-    async def _finish(self, limit: float) -> bool:
-        """Wait up to *limit* s for the tasks in flight; cancel (roll back) the rest."""
-        running = set(self._in_flight)
-        if not running:
-            return True
-        _, late = await asyncio.wait(running, timeout=limit)
-        if late:
-            log.warning(
-                "queue %s: %d handler(s) still running after %.1f s; cancelling them "
-                "(their receives roll back, their messages return to the queue)",
-                self.name,
-                len(late),
-                limit,
-            )
-            for task in late:
-                task.cancel()
-            await asyncio.gather(*late, return_exceptions=True)
-        return not late
 
     async def close(self) -> None:
         """Stop (if running) and close the transport if this endpoint made it."""
@@ -428,86 +407,9 @@ class AsyncEndpoint:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
-    # -- the loop ----------------------------------------------------------------------------
-    async def _loop(self, once: bool) -> None:
-        pump, semaphore, wake = self._pump, self._semaphore, self._wake
-        assert pump is not None and semaphore is not None and wake is not None
-        while not self._stopping:
-            if self.paused:
-                await self._sleep(self.settings.peek_delay)
-                continue
-            await semaphore.acquire()  # a free place: never more than concurrency in flight
-            worker = self._idle.pop() if self._idle else tasks.Worker(self.name, pump._holding)
-            received = _Received()
-            receipt = tasks.Receipt(received, worker, pump._count)
-            task = asyncio.create_task(self._one(receipt, worker))
-            self._in_flight.add(task)
-            task.add_done_callback(self._in_flight.discard)
-            await received.event.wait()
-            if received.found:
-                continue  # more may wait: receive again at once
-            for idle in self._idle:  # nothing waiting: no connection kept idle
-                await sqlalchemy_internals.greenlet_spawn(idle.release)
-            self._idle.clear()
-            if once:
-                await asyncio.wait({task})  # its empty receive ends
-                others = set(self._in_flight)
-                if not others:
-                    return  # drained: nothing found, no handler in flight
-                await asyncio.wait(others)  # a failed one may return its message
-                continue
-            await self._sleep(self.settings.peek_delay)
-
-    async def _sleep(self, timeout: float) -> None:
-        """Wait up to *timeout* s, or until a send of this process (or a stop) wakes the loop."""
-        wake = self._wake
-        assert wake is not None
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(wake.wait(), timeout)
-        wake.clear()
-
-    def _process(self, receipt: tasks.Receipt, worker: tasks.Worker) -> None:
-        """The synchronous endpoint's receive of one message (run in the bridge)."""
-        pump = self._pump
-        assert pump is not None
-        try:
-            pump.mode.process(receipt, worker)
-        finally:
-            if not receipt.found:
-                worker.release()
-
-    async def _one(self, receipt: tasks.Receipt, worker: tasks.Worker) -> None:
-        """One message in flight: its receive, its handlers, its commit (or its rollback)."""
-        pump, semaphore = self._pump, self._semaphore
-        assert pump is not None and semaphore is not None
-        failure: BaseException | None = None
-        try:
-            await sqlalchemy_internals.greenlet_spawn(self._process, receipt, worker)
-        except DATABASE_ERRORS as error:
-            failure = error
-        except Exception:  # a bug: said loudly; the next message is received as usual
-            log.error("queue %s: processing failed", self.name, exc_info=True)
-            pump._rewind()  # its receive rolled back: receives scan the queue from 0 again
-        finally:
-            receipt.received(False)  # no-op if the receive reported already
-            receipt.settle()
-            if receipt.found and worker.connection is not None and not self._stopping:
-                self._idle.append(worker)  # its connection kept for the next receive
-            elif worker.connection is not None:
-                with contextlib.suppress(Exception):
-                    await sqlalchemy_internals.greenlet_spawn(worker.release)
-            semaphore.release()
-        if failure is not None:
-            pump._rewind()
-            # the breaker's back-off sleeps: on a thread, this task keeping its place
-            await asyncio.to_thread(pump.receive_breaker.failure, failure)
-        else:
-            pump.receive_breaker.success()
-
     async def _move(self, moving: mover.DelayedMessageMover) -> None:
         """Move matured delayed messages (delayed retries, deferred sends) to the queue."""
-        wake = self._wake
-        assert wake is not None
+        wake = self._loops[0].wake  # the input queue's loop
         while True:
             try:
                 with connecting():
@@ -534,8 +436,9 @@ class AsyncEndpoint:
                 log.info("queue %s: stopping on a signal", self.name)
                 stopping.append(loop.create_task(self.stop()))
             else:  # a second signal: the handlers in flight roll back now
-                for task in set(self._in_flight):
-                    task.cancel()
+                for each in self._loops:
+                    for task in set(each.in_flight):
+                        task.cancel()
 
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, on_signal)

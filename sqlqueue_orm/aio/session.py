@@ -35,6 +35,8 @@ class AsyncUnitOfWork:
     ``async``) callable, called with this unit right after the commit.
     """
 
+    # The arguments repeat UnitOfWork's on purpose: they are handed to it as they are
+    # (tests/unit/test_async_public_api.py holds them equal).
     def __init__(
         self,
         transport: AsyncTransport,
@@ -65,6 +67,8 @@ class AsyncUnitOfWork:
         return repr(self._core).replace("<UnitOfWork", "<AsyncUnitOfWork", 1)
 
     # -- what the synchronous unit knows -----------------------------------------------------
+    # One property per fact, alike on purpose: each reads the synchronous unit's own and is
+    # documented here, where an asyncio user reads it.
     @property
     def mode(self) -> SendMode:
         """``"direct"`` or ``"outbox"``: how sends to queues of this database are made."""

@@ -14,6 +14,7 @@ statement and each guarantee lives once, in the synchronous core). ::
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime as dt
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
@@ -118,6 +119,8 @@ class AsyncTransport:
         #: The synchronous core on the engine's ``sync_engine``: every statement runs through
         #: it, inside ``run_sync`` (use it only there: its engine's connections are async).
         self.transport = Transport(self.engine.sync_engine, **options)
+        self._options = options
+        self._for_threads: Transport | None = None
 
     async def __aenter__(self) -> AsyncTransport:
         return self
@@ -132,8 +135,28 @@ class AsyncTransport:
         (:meth:`Transport.begin`); on an asyncio engine it belongs to the running event loop.
         """
         await sqlalchemy_internals.greenlet_spawn(self.transport.close)
+        threads, self._for_threads = self._for_threads, None
+        if threads is not None:
+            await asyncio.to_thread(threads.close)
         if self._owns_engine:
             await self.engine.dispose()
+
+    def for_threads(self) -> Transport:
+        """A synchronous :class:`Transport` of this database, for threads of their own.
+
+        The asyncio engine's connections belong to the event loop; an endpoint's health and
+        control threads read and write through this one, on the dialect's synchronous driver
+        (``postgresql+asyncpg://`` is read as ``postgresql://``), so no call of theirs waits on
+        the event loop nor blocks it. Made on first use (it connects only when used), closed by
+        :meth:`close`.
+        """
+        threads = self._for_threads
+        if threads is None:
+            url = self.engine.url
+            url = url.set(drivername=url.get_backend_name())
+            threads = Transport(url.render_as_string(hide_password=False), **self._options)
+            self._for_threads = threads
+        return threads
 
     # -- running the synchronous core --------------------------------------------------------
     async def run(
@@ -188,6 +211,8 @@ class AsyncTransport:
         return self.transport.address_text(queue)
 
     # -- sending -----------------------------------------------------------------------------
+    # Each coroutine takes the arguments of the Transport method it runs, so the signatures
+    # repeat theirs on purpose (tests/unit/test_async_public_api.py holds them equal).
     async def send(
         self,
         queue: QueueRef,

@@ -27,7 +27,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
 
 import sqlalchemy as sa
 
@@ -37,9 +38,7 @@ from sqlqueue_orm.ops_connection import OpsConnection
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
-    from sqlqueue_orm.receiving.pump import MessagePump
-
-__all__ = ["POLL_INTERVAL", "ControlPoller"]
+__all__ = ["POLL_INTERVAL", "ControlPoller", "Controlled"]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +48,23 @@ POLL_INTERVAL = 0.5
 #: Seconds between two looks for a control table that did not exist (a catalog look-up, not a
 #: failing query twice a second in the server's log).
 MISSING_TABLE_INTERVAL = 10.0
+
+class Controlled(Protocol):
+    """What the poller drives: a pump, or the loop of an :class:`~sqlqueue_orm.aio.AsyncEndpoint`.
+
+    :class:`~sqlqueue_orm.receiving.pump.MessagePump` is one as it is.
+    """
+
+    @property
+    def concurrency(self) -> int:
+        """Messages handled at once at most, now."""
+
+    def resize(self, concurrency: int) -> None:
+        """Handle at most *concurrency* messages at once from now on."""
+
+    def set_paused(self, paused: bool) -> None:
+        """Start no receive (handlers in flight finish), or receive again."""
+
 
 class ControlPoller:
     """Reads one endpoint's control row and applies it to its pumps (see the module docstring).
@@ -64,8 +80,8 @@ class ControlPoller:
         self,
         endpoint: str,
         engine: Engine,
-        main: MessagePump,
-        others: list[MessagePump],
+        main: Controlled,
+        others: Sequence[Controlled],
         interval: float = POLL_INTERVAL,
     ) -> None:
         self.endpoint = endpoint

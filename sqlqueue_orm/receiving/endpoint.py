@@ -345,32 +345,21 @@ class Endpoint:
         with self._lock:
             if self._pump is not None and self._pump.running:
                 raise exceptions.SqlQueueError(f"endpoint {self.name!r} is already running")
-            # settings replaced after construction (``sqlqueue run --concurrency``) apply
-            self._handling.settings = self.settings
             if self.settings.unanswered_after is not None and self._watchdog is None:
                 # first: every connection the endpoint checks out from here on is watched
                 self._watchdog = unanswered.Watchdog(
                     self.transport.engine, self.settings.unanswered_after
                 )
                 self._watchdog.start()
-            mode = self._mode_for(None)
             instance = self.instance_address
-            queues: list[str | addressing.QueueAddress] = [self.name]
-            if instance is not None:
-                queues.append(instance)
-            self._install(mode, queues)
-            waiters: list[wakeup.IdleWaiter | None] = []
-            for queue in queues:
-                address = self.transport.queues.address(queue)
-                waiters.append(waiting.prepare(self.transport.engine, address, self.settings))
-            self._pump = pump.MessagePump(self._handling, mode)
-            self._instance_pump = None
-            if instance is not None:
-                self._instance_pump = pump.MessagePump(
-                    self._handling,
-                    self._mode_for(instance),
-                    concurrency=self.settings.instance_concurrency,
+            pumps = self.prepare_pumps()
+            waiters: list[wakeup.IdleWaiter | None] = [
+                waiting.prepare(
+                    self.transport.engine, self.transport.queues.address(each.queue), self.settings
                 )
+                for each in pumps
+            ]
+            self._pump, self._instance_pump = pumps[0], (pumps[1] if len(pumps) > 1 else None)
             # the operator's pause and concurrency, read before the pumps start
             self._control = control.ControlPoller(
                 self.name, self.transport.engine, self._pump, self._pumps()[1:]
@@ -401,14 +390,41 @@ class Endpoint:
                 self.settings.instance_concurrency,
             )
 
+    def prepare_pumps(self) -> list[pump.MessagePump]:
+        """What a start does before receiving; return the pumps to run, not started.
+
+        The settings replaced since construction apply (``sqlqueue run --concurrency``); the
+        queues, tables, subscriptions and purge of :meth:`_install` are done; the pumps are the
+        input queue's, then the instance-specific queue's when the settings name an instance.
+        The :class:`~sqlqueue_orm.aio.AsyncEndpoint` starts through it too (in SQLAlchemy's
+        asyncio bridge), so both run one receive, one installer and one set of modes.
+        """
+        self._handling.settings = self.settings
+        mode = self._mode_for(None)
+        instance = self.instance_address
+        queues: list[str | addressing.QueueAddress] = [self.name]
+        if instance is not None:
+            queues.append(instance)
+        self._install(mode, queues)
+        pumps = [pump.MessagePump(self._handling, mode)]
+        if instance is not None:
+            pumps.append(
+                pump.MessagePump(
+                    self._handling,
+                    self._mode_for(instance),
+                    concurrency=self.settings.instance_concurrency,
+                )
+            )
+        return pumps
+
     def _install(
         self, mode: modes.ReceiveMode, queues: list[str | addressing.QueueAddress]
     ) -> None:
-        """What a start does before receiving: queues and tables, subscriptions, a purge.
+        """Queues and tables, what *mode* needs, subscriptions and a purge, before receiving.
 
         The queues (*queues*, the error, audit and delayed ones) and the subscription table
         when the settings create them, what *mode* needs, the auto-subscriptions, and the
-        purge of expired messages when asked (also the asyncio endpoint's start).
+        purge of expired messages when asked.
         """
         settings = self.settings
         if settings.create_queues:

@@ -322,7 +322,30 @@ class Handling:
                     awaitable_returned(raw, result)
 
 
-class HandlerContext:
+class MessageView:
+    """The id and headers of :attr:`message`, the message a handler's context is about.
+
+    Shared by the :class:`HandlerContext` and the asyncio endpoint's context, which reads its
+    message from the synchronous one.
+    """
+
+    __slots__ = ()
+
+    #: The message being handled, as it was received (set by the subclass).
+    message: IncomingMessage
+
+    @property
+    def message_id(self) -> str:
+        """``NServiceBus.MessageId`` of the message being handled."""
+        return self.message.message_id
+
+    @property
+    def headers(self) -> dict[str, str | None]:
+        """The headers of the message being handled."""
+        return self.message.headers
+
+
+class HandlerContext(MessageView):
     """What a handler gets besides its message: ids, headers, session, send and reply.
 
     ``session`` is an ORM :class:`~sqlalchemy.orm.Session` bound as the transaction mode
@@ -347,22 +370,16 @@ class HandlerContext:
         self.session_used: Session | None = None
 
     @property
-    def message_id(self) -> str:
-        """``NServiceBus.MessageId`` of the message being handled."""
-        return self.message.message_id
-
-    @property
-    def headers(self) -> dict[str, str | None]:
-        """The headers of the message being handled."""
-        return self.message.headers
-
-    @property
     def session(self) -> Session:
         """The ORM session of this message's handling (made on first use)."""
         session = self.session_used
         if session is None:
             session = self.session_used = self._session_factory()
         return session
+
+    def deferred_session(self) -> Session:
+        """:attr:`session`, made without a statement (where none can run: on the event loop)."""
+        return self.session
 
     def send(
         self,
@@ -511,4 +528,11 @@ class ScopedContext(HandlerContext):
         session = self.session_used
         if session is None:
             session = self.session_used = self._scope.session()
+        return session
+
+    def deferred_session(self) -> Session:
+        """:attr:`session`, its SAVEPOINT opened when it first reaches the database."""
+        session = self.session_used
+        if session is None:
+            session = self.session_used = self._scope.deferred_session()
         return session

@@ -373,8 +373,16 @@ class MessagePump:
                 self.drained.set()
         return False
 
+    def worker(self) -> tasks.Worker:
+        """A new worker whose kept connection this pump counts (its stop waits for it)."""
+        return tasks.Worker(self.queue, self._holding)
+
+    def receipt(self, batch: tasks.Batch, worker: tasks.Worker) -> tasks.Receipt:
+        """*worker*'s receipt of one receive of *batch*, its outcomes counted in :attr:`stats`."""
+        return tasks.Receipt(batch, worker, self._count)
+
     def _work(self) -> None:
-        worker = tasks.Worker(self.queue, self._holding)
+        worker = self.worker()
         retired = False
         try:
             retired = self._work_with(worker)
@@ -409,7 +417,7 @@ class MessagePump:
                     if self._retire():
                         return True
                 continue
-            receipt = tasks.Receipt(batch, worker, self._count)
+            receipt = self.receipt(batch, worker)
             with self._condition:
                 # decided as the receive is counted: a stop that saw none running and no
                 # connection held has returned, and no receive may begin after it; and a
@@ -460,7 +468,7 @@ class MessagePump:
         if raised:
             # its transaction rolled back, and which messages it held is not known here:
             # receives scan the queue from 0 again (docs/scale.md, the receive floor)
-            self._rewind()
+            self.rewind()
         if failure is not None and not receipt.abandoned:
             self.receive_breaker.failure(failure)
         elif failure is None:
@@ -488,7 +496,11 @@ class MessagePump:
             if not self._held:
                 self._condition.notify_all()
 
-    def _rewind(self) -> None:
+    def rewind(self) -> None:
+        """Receives scan the queue from its start again (a receive rolled back, rows unknown).
+
+        See docs/scale.md, the receive floor.
+        """
         floor = self._table_queue.floor
         if floor is not None:
             floor.reset()

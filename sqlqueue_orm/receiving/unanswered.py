@@ -53,11 +53,15 @@ class Watchdog:
 
     :param after: seconds a statement may wait for its result before the database is asked,
         with a new connection, whether it answers at all (``unanswered_after``).
+    :param probe: the engine that new connection comes from (default *engine*): a synchronous
+        one of the same database where *engine* is an asyncio engine's, whose driver
+        connects only on the event loop.
     """
 
-    def __init__(self, engine: Engine, after: float) -> None:
+    def __init__(self, engine: Engine, after: float, probe: Engine | None = None) -> None:
         self.engine = engine
         self.after = after
+        self.probe = engine if probe is None else probe
         self.support = dialects.for_dialect(engine)
         self.database = engine.url.render_as_string(hide_password=True)
         self._connections: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -90,8 +94,10 @@ class Watchdog:
             sa.event.remove(self.engine, "checkout", self._checked_out)
 
     def _checked_out(self, dbapi_connection: Any, record: Any, proxy: Any) -> None:
-        with self._lock:
-            self._connections.add(dbapi_connection)
+        # an asyncio engine's connection is SQLAlchemy's adapter: the driver's is watched
+        driver = getattr(dbapi_connection, "driver_connection", dbapi_connection)
+        with self._lock, contextlib.suppress(TypeError):  # no weak reference: not watched
+            self._connections.add(driver)
 
     def _run(self) -> None:
         interval = check_interval(self.after)
@@ -146,7 +152,7 @@ class Watchdog:
 
         def ask() -> None:
             try:
-                connection = sqlalchemy_internals.new_driver_connection(self.engine)
+                connection = sqlalchemy_internals.new_driver_connection(self.probe)
             except Exception as error:  # refused or failed: an answer, unless none came
                 if not any(word in str(error).lower() for word in _NO_ANSWER):
                     answered.set()

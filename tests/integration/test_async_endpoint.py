@@ -311,3 +311,107 @@ def test_the_modes_whose_session_is_apart_run_async_handlers(database, mode):
         await transport.purge_all("error")
 
     each_driver(database, body)
+
+
+def test_flow_control_limits_async_handlers_and_its_waits_leave_the_event_loop_running(database):
+    """One message per key at a time and the rate limit hold as for synchronous handlers.
+
+    The rate limit's wait for a message's start is awaited on the event loop: the other tasks
+    (here a ticker) run on through it, where a blocking sleep would stop them all.
+    """
+
+    async def body(transport: AsyncTransport) -> None:
+        keys = ["slow", "a"]
+        await transport.send_many(
+            "billing",
+            [
+                OutgoingMessage(Job(number=n), headers={"customer": key})
+                for n in range(3)
+                for key in keys
+            ],
+        )
+        # SQLite: NONE lets handlers run at once (one writer); a server holds key slots in
+        # the receive's transaction
+        mode = TransactionMode.NONE if database.dialect == "sqlite" else None
+        ep = endpoint(
+            transport,
+            concurrency=3,
+            key_header="customer",
+            rate_limit=2,
+            rate_burst=1,
+            **({"transaction_mode": mode} if mode is not None else {}),
+        )
+        running: dict[str, int] = {}
+        peak: dict[str, int] = {}
+        starts: list[float] = []
+
+        @ep.handle(Job)
+        async def handle(job: Job, context: AsyncHandlerContext) -> None:
+            key = context.headers["customer"] or ""
+            starts.append(time.monotonic())
+            running[key] = running.get(key, 0) + 1
+            peak[key] = max(peak.get(key, 0), running[key])
+            await asyncio.sleep(0.6 if key == "slow" else 0.01)
+            running[key] -= 1
+
+        gaps: list[float] = []
+
+        async def tick() -> None:
+            last = time.monotonic()
+            while True:
+                await asyncio.sleep(0.01)
+                now = time.monotonic()
+                gaps.append(now - last)
+                last = now
+
+        ticker = asyncio.create_task(tick())
+        await ep.start()
+        try:
+            deadline = time.monotonic() + 60
+            while len(starts) < 6 or any(running.values()):
+                assert time.monotonic() < deadline, starts
+                await asyncio.sleep(0.05)
+        finally:
+            await ep.stop()
+            ticker.cancel()
+        assert peak == dict.fromkeys(keys, 1)
+        # 2 a second, a burst of 1: six starts span at least 2.5 s (a margin for clocks)
+        assert starts[-1] - starts[0] >= 2.2
+        # each start waits about 0.5 s; awaited, the ticker never stops that long
+        assert max(gaps) < 0.3, max(gaps)
+        assert count(database.engine, "billing") == 0
+
+    each_driver(database, body)
+
+
+def test_a_fast_rate_limit_and_a_global_limit_run_async_handlers_through(database):
+    """The limits' locks of the process, which a task holds across a statement, never stop the
+    event loop: another task waiting for one lets the loop run on (blocking, it never ended)."""
+
+    async def body(transport: AsyncTransport) -> None:
+        total = 120
+        await transport.send_many("billing", [OutgoingMessage(b"x") for _ in range(total)])
+        ep = endpoint(transport, concurrency=4, rate_limit=400, global_concurrency=2)
+        running, most, handled = 0, 0, 0
+
+        @ep.handle_raw
+        async def handler(body: bytes, context: AsyncHandlerContext) -> None:
+            nonlocal running, most, handled
+            running += 1
+            most = max(most, running)
+            await asyncio.sleep(0.005)
+            running -= 1
+            handled += 1
+
+        await ep.start()
+        try:
+            deadline = time.monotonic() + 60
+            while handled < total:
+                assert time.monotonic() < deadline, handled
+                await asyncio.sleep(0.05)
+        finally:
+            assert await ep.stop(10)
+        assert most <= 2
+        assert count(database.engine, "billing") == 0
+
+    each_driver(database, body)

@@ -10,6 +10,7 @@ the database, past the relay, so messages keep arriving during the cut.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -19,6 +20,7 @@ import pytest
 import sqlalchemy as sa
 
 from sqlqueue_orm import OutgoingMessage, Transport, db
+from sqlqueue_orm.aio import AsyncEndpoint, AsyncHandlerContext
 from sqlqueue_orm.receiving import (
     Endpoint,
     EndpointSettings,
@@ -215,3 +217,51 @@ def test_a_long_statement_on_a_database_that_answers_is_left_alone(database, lin
         watchdog.stop()
     assert watchdog.cuts == 0
     assert not [line for at, line in lines.lines if "does not answer" in line]
+
+
+@pytest.mark.slow
+@only("postgresql")
+def test_an_async_endpoint_on_psycopg_says_the_database_does_not_answer_and_handles_after_the_heal(
+    database, relayed, lines
+):
+    """The watchdog of an AsyncEndpoint (psycopg's asyncio driver tells a statement waiting)."""
+    relay, _ = relayed
+    direct = database.transport()
+    direct.create_queue("idle")
+    url = sa.make_url(database.url).set(
+        drivername="postgresql+psycopg", host="127.0.0.1", port=relay.port
+    )
+
+    async def body() -> tuple[float, float]:
+        handled = asyncio.Event()
+        endpoint = AsyncEndpoint(
+            "idle", url.render_as_string(hide_password=False), concurrency=2,
+            peek_delay=0.2, unanswered_after=1.0,
+        )
+
+        @endpoint.handle(Job)
+        async def handle(job: Job, context: AsyncHandlerContext) -> None:
+            handled.set()
+
+        await endpoint.start()
+        try:
+            await asyncio.sleep(1)
+            relay.cut()
+            cut_at = time.monotonic()
+            await asyncio.sleep(IDLE_CUT)
+            relay.heal()
+            healed_at = time.monotonic()
+            await asyncio.to_thread(direct.send, "idle", OutgoingMessage(Job(number=1)))
+            await asyncio.wait_for(handled.wait(), 60)
+            again = time.monotonic() - healed_at
+        finally:
+            relay.heal()
+            await endpoint.close()
+        return cut_at, again
+
+    cut_at, again = asyncio.run(body())
+    warned = lines.first("does not answer", cut_at)
+    print(f"\nasync idle: warned {None if warned is None else round(warned - cut_at, 1)} s "
+          f"into the cut, handled {again:.1f} s after the heal")
+    assert warned is not None and warned - cut_at < WARNED_WITHIN
+    assert again < HANDLES_AGAIN_IDLE

@@ -35,15 +35,6 @@ ALLOWED = {
     "context._jsc": (
         "PySpark reaches the JVM SparkContext (for Hadoop's configuration) only through it"
     ),
-    # The asyncio endpoint (aio/endpoint.py) drives the synchronous endpoint's core.
-    **dict.fromkeys(
-        (
-            "endpoint._handling", "endpoint._mode_for", "endpoint._install", "pump._count",
-            "pump._rewind", "pump._holding", "context._scope",
-        ),
-        "the asyncio endpoint runs the synchronous endpoint's own receive, modes, installers "
-        "and counts (one core, not a copy); a public seam between the two is still to be drawn",
-    ),
     "scope._connection": (
         "the deferred session binds the receive's connection without opening the SAVEPOINT "
         "that MessageScope.connection opens"

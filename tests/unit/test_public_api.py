@@ -96,6 +96,7 @@ ENDPOINT_METHODS = {
         "reply_to_this_instance=False)"
     ),
     "start": "(self)",
+    "prepare_pumps": "(self)",
     "stop": "(self, timeout=None)",
     "wait": "(self, timeout=None)",
     "run": "(self, *, once=False)",
@@ -103,7 +104,8 @@ ENDPOINT_METHODS = {
 }
 
 #: Every public name of Endpoint: the methods above and its two counters and instance queue.
-#: Helpers users never call (handler dispatch, what sends carry) live in receiving.handling.
+#: Helpers users never call (handler dispatch, what sends carry) live in receiving.handling;
+#: prepare_pumps is the start's first half, which the AsyncEndpoint runs too.
 ENDPOINT_PUBLIC = sorted([*ENDPOINT_METHODS.keys() - {"__init__"}, "address_text",
                           "instance_address", "instance_stats", "stats"])
 

@@ -29,7 +29,7 @@ import random
 import time
 from typing import TYPE_CHECKING
 
-from sqlqueue_orm import dialects
+from sqlqueue_orm import dialects, sqlalchemy_internals
 from sqlqueue_orm.receiving.flow import local, slots
 from sqlqueue_orm.receiving.modes.base import Receiver
 
@@ -79,7 +79,8 @@ class GlobalConcurrency(Receiver):
         """SQLite: take a slot of this process (wait up to ``SLOT_WAIT``); else True."""
         if self._semaphore is None:
             return True
-        return self._semaphore.acquire(timeout=slots.SLOT_WAIT)
+        # a task of the event loop holding a slot across its handler runs on while another waits
+        return sqlalchemy_internals.acquire(self._semaphore, timeout=slots.SLOT_WAIT)
 
     def leave(self, worker: WorkerState) -> None:
         """SQLite: give the slot :meth:`enter` took back."""
@@ -149,4 +150,4 @@ class GlobalConcurrency(Receiver):
                     slots.SLOT_WAIT,
                 )
                 return False
-            time.sleep(random.uniform(0.005, 0.02))  # noqa: S311  (jitter, not secrets)
+            sqlalchemy_internals.sleep(random.uniform(0.005, 0.02))  # noqa: S311  (jitter, not secrets)

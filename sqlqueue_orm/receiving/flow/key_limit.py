@@ -51,7 +51,7 @@ import time
 from collections.abc import Collection
 from typing import TYPE_CHECKING, cast
 
-from sqlqueue_orm import connections, dialects
+from sqlqueue_orm import connections, dialects, sqlalchemy_internals
 from sqlqueue_orm.receiving.flow import leases, local, slots
 from sqlqueue_orm.receiving.modes.base import Receiver
 
@@ -396,4 +396,4 @@ class KeyConcurrency(Receiver):
             held.clear()
         if worker.busy:
             worker.busy = False
-            time.sleep(random.uniform(0.005, 0.02))  # noqa: S311  (jitter, not secrets)
+            sqlalchemy_internals.sleep(random.uniform(0.005, 0.02))  # noqa: S311  (jitter, not secrets)

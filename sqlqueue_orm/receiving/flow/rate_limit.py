@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
-from sqlqueue_orm import dialects
+from sqlqueue_orm import dialects, sqlalchemy_internals
 from sqlqueue_orm.models import rate_limit
 from sqlqueue_orm.receiving.flow import slots
 from sqlqueue_orm.receiving.modes.base import Receiver
@@ -123,10 +123,10 @@ class RateLimit:
             return self._take_from_block(wanted)
         wait = self._reserve(wanted)
         if wait is None:
-            time.sleep(random.uniform(0.01, 0.05))  # noqa: S311  (jitter, not secrets)
+            sqlalchemy_internals.sleep(random.uniform(0.01, 0.05))  # noqa: S311  (jitter, not secrets)
             return 0
         if wait > 0:
-            time.sleep(wait)
+            sqlalchemy_internals.sleep(wait)
         return wanted
 
     def _take_from_block(self, wanted: int) -> int:
@@ -135,7 +135,9 @@ class RateLimit:
         A new block is reserved when it is used up or too old: at least :attr:`block` starts,
         or *wanted* if more.
         """
-        with self._lock:
+        # held across the reservation's statement: a task of the event loop waiting for it
+        # lets the loop run on (the asyncio endpoint), or the holder's statement never ends
+        with sqlalchemy_internals.holding(self._lock):
             now = time.time()
             if not self._block_left or now > self._block_until:
                 size = max(self.block, wanted)
@@ -157,12 +159,12 @@ class RateLimit:
             self._block_next += granted * self._step
             self._block_left -= granted
         if start is None:
-            time.sleep(random.uniform(0.01, 0.05))  # noqa: S311  (jitter, not secrets)
+            sqlalchemy_internals.sleep(random.uniform(0.01, 0.05))  # noqa: S311  (jitter, not secrets)
             return 0
         if start > now:  # else the start had passed at the clock read under the lock: no sleep
             wait = start - time.time()
             if wait > 0:
-                time.sleep(wait)
+                sqlalchemy_internals.sleep(wait)
         return granted
 
     def _reserve(self, wanted: int) -> float | None:
