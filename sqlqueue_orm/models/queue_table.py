@@ -272,7 +272,8 @@ def build_queue_table(
             postgresql_where=expires_filter,
         )),
         (("sqlite",), lambda: sa.Index(
-            index_name(name, "Index_Expires"), table.c.Expires, sqlite_where=expires_filter
+            index_name(name, "Index_Expires", "sqlite"), table.c.Expires,
+            sqlite_where=expires_filter,
         )),
     ]
     append_indexes(table, indexes, dialect)
