@@ -10,6 +10,13 @@ alike. Printed: the median wall time of each (p50; the slowest as p99), its rati
 time when other work shares the machine). The targets: ``--help`` under 0.3 s, ``peek`` on
 SQLite under 0.4 s.
 
+The processes keep their bytecode, as an installed package does (the installer compiles its
+modules): each run writes it once into a temporary directory (``PYTHONPYCACHEPREFIX``, with
+``PYTHONDONTWRITEBYTECODE`` removed from the processes' environment) in a warm-up round that is
+not counted, for every side alike, ``python -c pass`` and both checkouts of ``--against``. An
+environment that compiles every module at every start (``PYTHONDONTWRITEBYTECODE=1`` with an
+editable install) times the compiler, which no user of an installed package runs.
+
 Usage: ``python -m benchmarks.bench_cli [--rounds 15] [--against CHECKOUT]`` (SQLite):
 ``--against`` times the commands of another checkout of the package in the same rounds, before
 and after a change. Also the scenario ``cli`` of ``python -m benchmarks``
@@ -53,17 +60,23 @@ QUEUE = "bench_cli"
 class Command:
     """One side's process: its arguments, run in *checkout* with only that checkout's package.
 
-    ``python -m`` puts the working directory first on the path, so the process runs there.
+    ``python -m`` puts the working directory first on the path, so the process runs there. With
+    *bytecode*, the process reads and writes its compiled modules there (see the module's
+    docstring); without, it inherits the environment's rule.
     """
 
     args: list[str]
     checkout: Path = HERE
+    bytecode: Path | None = None
 
     def run(self) -> tuple[float, float]:
         """Seconds the process took, start to exit, and the CPU seconds it used; raise if it
         failed. The CPU time moves less than the wall time on a machine shared with other work.
         """
         env = {**os.environ, "PYTHONPATH": str(self.checkout)}
+        if self.bytecode is not None:
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+            env["PYTHONPYCACHEPREFIX"] = str(self.bytecode)
         used = _children_cpu()
         began = time.perf_counter()
         completed = subprocess.run(
@@ -81,25 +94,31 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def commands(url: str, checkout: Path = HERE) -> dict[str, Command]:
+def commands(url: str, bytecode: Path, checkout: Path = HERE) -> dict[str, Command]:
     """Each command of a round, by its side's name.
 
+    :param bytecode: the directory the processes keep their compiled modules in.
     :param checkout: the directory whose ``sqlqueue_orm`` the commands import.
     """
     python, sqlqueue = [sys.executable, "-c"], [sys.executable, "-m", "sqlqueue_orm.cli"]
     return {
-        BASELINE: Command([*python, "pass"], checkout),
-        TRANSPORT_IMPORT: Command([*python, "import sqlqueue_orm.transport"], checkout),
-        "sqlqueue --help": Command([*sqlqueue, "--help"], checkout),
-        "sqlqueue peek": Command([*sqlqueue, "--url", url, "peek", QUEUE], checkout),
+        BASELINE: Command([*python, "pass"], checkout, bytecode),
+        TRANSPORT_IMPORT: Command([*python, "import sqlqueue_orm.transport"], checkout, bytecode),
+        "sqlqueue --help": Command([*sqlqueue, "--help"], checkout, bytecode),
+        "sqlqueue peek": Command([*sqlqueue, "--url", url, "peek", QUEUE], checkout, bytecode),
     }
 
 
 def time_rounds(
     sides: dict[str, Command], rounds: int
 ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
-    """Wall and CPU seconds of each side's command, one per round, the order alternating."""
+    """Wall and CPU seconds of each side's command, one per round, the order alternating.
+
+    A warm-up round before them, not counted, writes each side's bytecode.
+    """
     names = list(sides)
+    for name in names:
+        sides[name].run()
     walls: dict[str, list[float]] = {name: [] for name in names}
     cpus: dict[str, list[float]] = {name: [] for name in names}
     for number in range(rounds):
@@ -122,7 +141,8 @@ def startup_scenario(run: Run) -> None:
     """``sqlqueue --help`` and ``sqlqueue peek`` beside ``python -c pass``, alternating."""
     rounds = run.settings.cli_rounds
     prepare(run.database.url)
-    times, cpus = time_rounds(commands(run.database.url), rounds)
+    with servers.temporary_directory() as bytecode:
+        times, cpus = time_rounds(commands(run.database.url, Path(bytecode)), rounds)
     baseline = statistics.median(times[BASELINE])
     for side, found in times.items():
         median = statistics.median(found)
@@ -132,7 +152,8 @@ def startup_scenario(run: Run) -> None:
             "CLI start-up, one process",
             side if side.startswith("python") else f"sqlqueue_orm: {side}",
             workload.Timing(len(found), sum(found), found),
-            note=f"rate = processes/s; median of {rounds} alternating rounds; CPU {cpu:.3f} s",
+            note=(f"rate = processes/s; median of {rounds} alternating rounds after a warm-up, "
+                  f"bytecode kept; CPU {cpu:.3f} s"),
         )
         target = TARGETS.get(side.split()[-1])
         if target is not None and (side.endswith("--help") or run.database.name == "sqlite"):
@@ -156,14 +177,16 @@ def main(argv: list[str] | None = None) -> None:
     with servers.temporary_directory() as directory:
         database = servers.sqlite(directory)
         prepare(database.url)
-        sides = commands(database.url)
+        bytecode = Path(directory) / "bytecode"
+        sides = commands(database.url, bytecode)
         if args.against is not None:
-            for name, command in commands(database.url, args.against.resolve()).items():
+            for name, command in commands(database.url, bytecode, args.against.resolve()).items():
                 if name != BASELINE:
                     sides[f"{name} ({args.against})"] = command
         times, cpus = time_rounds(sides, args.rounds)
     baseline = statistics.median(times[BASELINE])
-    print(f"{database.label}: {args.rounds} rounds, alternating; load {os.getloadavg()}")
+    print(f"{database.label}: {args.rounds} rounds, alternating, after a warm-up, bytecode kept; "
+          f"load {os.getloadavg()}")
     for name, found in times.items():
         median = statistics.median(found)
         print(f"  {name:58} median {median:.3f} s  slowest {max(found):.3f} s  "

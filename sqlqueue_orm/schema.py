@@ -28,9 +28,10 @@ log = logging.getLogger(__name__)
 
 #: Columns that make a table a queue table, whatever its name, in NServiceBus's SQL Server layout.
 QUEUE_SIGNATURE = frozenset(dialects.SQLSERVER_SIGNATURE)
-#: The same in every layout (each dialect's ``queue_signature``).
+#: The same in every layout (each dialect's ``queue_signature`` is one of them).
 QUEUE_SIGNATURES = frozenset(
-    frozenset(support.queue_signature) for support in dialects.ALL.values()
+    frozenset(signature)
+    for signature in (dialects.SQLSERVER_SIGNATURE, dialects.POSTGRESQL_SIGNATURE)
 )
 
 

@@ -15,11 +15,15 @@ This is a bottom layer: it imports only SQLAlchemy and :mod:`sqlqueue_orm.except
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from sqlalchemy.engine import Connection, Dialect, Engine
 
-from sqlqueue_orm.dialects import mssql, postgresql, sqlite
 from sqlqueue_orm.dialects.base import (
     GENERIC,
+    POSTGRESQL_IDENTIFIER_LIMIT,
+    POSTGRESQL_SIGNATURE,
     READS_ONLY,
     SQLSERVER_SIGNATURE,
     AddressForm,
@@ -28,11 +32,25 @@ from sqlqueue_orm.dialects.base import (
 )
 from sqlqueue_orm.dialects.statements import FenceKind
 
+if TYPE_CHECKING:
+    from sqlqueue_orm.dialects import mssql, postgresql, sqlite
+
+    # Made on first use by __getattr__ (below).
+    #: Every dialect this package supports, by SQLAlchemy's ``dialect.name``.
+    ALL: dict[str, DialectSupport]
+    MISSING_TABLE_MARKERS: tuple[str, ...]
+    MISSING_COLUMN_MARKERS: tuple[str, ...]
+    TRANSIENT_MARKERS: tuple[str, ...]
+    LOCKED_MARKERS: tuple[str, ...]
+
 __all__ = [
     "ALL",
     "LOCKED_MARKERS",
     "MISSING_COLUMN_MARKERS",
     "MISSING_TABLE_MARKERS",
+    "NAMES",
+    "POSTGRESQL_IDENTIFIER_LIMIT",
+    "POSTGRESQL_SIGNATURE",
     "READS_ONLY",
     "SQLSERVER_SIGNATURE",
     "TRANSIENT_MARKERS",
@@ -42,36 +60,62 @@ __all__ = [
     "QueueLayout",
     "for_dialect",
     "for_url",
+    "mssql",
+    "postgresql",
+    "sqlite",
 ]
 
-#: Every dialect this package supports, by SQLAlchemy's ``dialect.name``.
-ALL: dict[str, DialectSupport] = {
-    support.name: support for support in (mssql.SUPPORT, postgresql.SUPPORT, sqlite.SUPPORT)
-}
+#: Every dialect this package supports, by SQLAlchemy's ``dialect.name``, which is also the name
+#: of its module here. A dialect's module loads on first use, so a program on one database does
+#: not build the others' statements; ``mssql``, ``postgresql`` and ``sqlite`` are attributes of
+#: this package all the same.
+NAMES = ("mssql", "postgresql", "sqlite")
 
 
-#: The same, also by the other names users write in URLs (``postgres``).
-_BY_URL_NAME: dict[str, DialectSupport] = {
-    name: support
-    for support in ALL.values()
-    for name in (support.name, *support.url_schemes)
-}
+def _module(name: str) -> Any:
+    return importlib.import_module(f"{__name__}.{name}")
 
 
-def _union(*groups: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(marker for group in groups for marker in group))
+def _support(name: str) -> DialectSupport:
+    support: DialectSupport = _module(name).SUPPORT
+    return support
 
 
 # A driver error does not say which database raised it, so errors are read with every dialect's
-# markers at once (they do not overlap in meaning).
-#: Lower-case fragments of a driver error for a missing table, on any dialect.
-MISSING_TABLE_MARKERS = _union(*(support.missing_table_markers for support in ALL.values()))
-#: The same for a missing column.
-MISSING_COLUMN_MARKERS = _union(*(support.missing_column_markers for support in ALL.values()))
-#: The same for a transient failure (deadlock, serialization failure, lost connection).
-TRANSIENT_MARKERS = _union(*(support.transient_markers for support in ALL.values()))
-#: The same for a write lock held past the busy timeout.
-LOCKED_MARKERS = _union(*(support.locked_markers for support in ALL.values()))
+# markers at once (they do not overlap in meaning): each tuple is made on first use, loading every
+# dialect's module, when an error is read.
+_MARKERS = {
+    # Lower-case fragments of a driver error for a missing table, on any dialect.
+    "MISSING_TABLE_MARKERS": "missing_table_markers",
+    # The same for a missing column.
+    "MISSING_COLUMN_MARKERS": "missing_column_markers",
+    # The same for a transient failure (deadlock, serialization failure, lost connection).
+    "TRANSIENT_MARKERS": "transient_markers",
+    # The same for a write lock held past the busy timeout.
+    "LOCKED_MARKERS": "locked_markers",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """A dialect's module, :data:`ALL` (every dialect's support) or an error marker tuple.
+
+    Each is loaded or made on first use and kept, so a program on one database loads only its
+    own dialect's module until it reads an error or asks for every dialect.
+    """
+    value: Any
+    if name in NAMES:
+        return _module(name)
+    if name == "ALL":
+        value = {dialect: _support(dialect) for dialect in NAMES}
+    elif name in _MARKERS:
+        field = _MARKERS[name]
+        value = tuple(dict.fromkeys(
+            marker for dialect in NAMES for marker in getattr(_support(dialect), field)
+        ))
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
 
 
 def for_dialect(dialect: str | Dialect | Engine | Connection | None) -> DialectSupport:
@@ -88,12 +132,20 @@ def for_dialect(dialect: str | Dialect | Engine | Connection | None) -> DialectS
         name = dialect.dialect.name
     else:
         name = dialect.name
-    return ALL.get(name, GENERIC)
+    return _support(name) if name in NAMES else GENERIC
 
 
 def for_url(backend: str) -> DialectSupport:
     """The :class:`DialectSupport` of a URL's database name (``postgresql``, ``postgres``).
 
-    A name this package does not know gets the generic rules, as in :func:`for_dialect`.
+    A name this package does not know gets the generic rules, as in :func:`for_dialect`. A
+    dialect's own name loads only its module; another name is looked up in every dialect's
+    ``url_schemes``.
     """
-    return _BY_URL_NAME.get(backend, GENERIC)
+    if backend in NAMES:
+        return _support(backend)
+    for dialect in NAMES:
+        support = _support(dialect)
+        if backend in support.url_schemes:
+            return support
+    return GENERIC

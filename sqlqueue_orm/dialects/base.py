@@ -71,6 +71,14 @@ class AddressForm(enum.Enum):
 #: name (Recoverable, CorrelationId and ReplyToAddress may have been dropped: NServiceBus 7+
 #: tolerates that). SQLite tables have this layout too.
 SQLSERVER_SIGNATURE = ("Id", "Expires", "Headers", "Body", "RowVersion")
+#: The same in NServiceBus's PostgreSQL layout (unquoted, so lower case; ``seq`` the order), in
+#: table order. Here beside the other layout, not only in the PostgreSQL module, because queue
+#: tables name their columns and indexes on any database without loading that module.
+POSTGRESQL_SIGNATURE = ("id", "expires", "headers", "body", "seq")
+
+#: PostgreSQL's identifier limit in bytes (NAMEDATALEN - 1); longer names are cut silently. The
+#: index names of SQLite's queue tables are made by the same rule, so they keep to it too.
+POSTGRESQL_IDENTIFIER_LIMIT = 63
 
 #: The execution option of a connection whose transactions only read (``db.reading``): on a
 #: database with one write lock (SQLite) they begin without taking it.

@@ -11,11 +11,10 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Dialect
 
 #: PostgreSQL's identifier limit in bytes (NAMEDATALEN - 1); longer names are cut silently.
-IDENTIFIER_LIMIT = 63
+IDENTIFIER_LIMIT: int = base.POSTGRESQL_IDENTIFIER_LIMIT
 
-#: NServiceBus's PostgreSQL queue columns that make a table a queue table (unquoted, so lower
-#: case; ``seq`` the order), in table order.
-QUEUE_SIGNATURE = ("id", "expires", "headers", "body", "seq")
+#: NServiceBus's PostgreSQL queue columns that make a table a queue table.
+QUEUE_SIGNATURE: tuple[str, ...] = base.POSTGRESQL_SIGNATURE
 
 _PG_NOW = "timezone('UTC', clock_timestamp())"
 # NServiceBus's PostgreSQL layout: unquoted lower-case columns id, expires, headers, body, seq

@@ -105,7 +105,7 @@ def build_delayed_table(
             (("mssql",), lambda: ddl.sql_server_index(
                 "Index_Due", table.c.Due, mssql_clustered=False
             )),
-            (("sqlite",), lambda: sa.Index(index_name(name, "Index_Due"), table.c.Due)),
+            (("sqlite",), lambda: sa.Index(index_name(name, "Index_Due", "sqlite"), table.c.Due)),
         ],
         dialect,
     )

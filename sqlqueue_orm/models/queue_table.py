@@ -100,7 +100,7 @@ _registries: dict[tuple[dialects.QueueLayout, str | None], registry] = {}
 
 #: The SQL names of NServiceBus's PostgreSQL queue table, by column key.
 POSTGRESQL_COLUMNS = dict(
-    zip(dialects.SQLSERVER_SIGNATURE, dialects.postgresql.QUEUE_SIGNATURE, strict=True)
+    zip(dialects.SQLSERVER_SIGNATURE, dialects.POSTGRESQL_SIGNATURE, strict=True)
 )
 
 #: What a dialect argument may be: a dialect name, or something that has a dialect.
@@ -184,7 +184,7 @@ def only_dialect(dialect: LayoutLike) -> str | None:
     if dialect is None or isinstance(dialect, dialects.QueueLayout):
         return None
     name = dialects.for_dialect(dialect).name
-    return name if name in dialects.ALL else None
+    return name if name in dialects.NAMES else None
 
 
 def append_indexes(
@@ -272,7 +272,8 @@ def build_queue_table(
             postgresql_where=expires_filter,
         )),
         (("sqlite",), lambda: sa.Index(
-            index_name(name, "Index_Expires"), table.c.Expires, sqlite_where=expires_filter
+            index_name(name, "Index_Expires", "sqlite"), table.c.Expires,
+            sqlite_where=expires_filter,
         )),
     ]
     append_indexes(table, indexes, dialect)
@@ -321,7 +322,7 @@ def _build_postgresql_table(metadata: sa.MetaData, name: str, schema: str | None
 
 
 #: PostgreSQL's identifier limit in bytes (NAMEDATALEN - 1).
-_PG_MAX_IDENTIFIER = dialects.postgresql.IDENTIFIER_LIMIT
+_PG_MAX_IDENTIFIER = dialects.POSTGRESQL_IDENTIFIER_LIMIT
 
 
 def index_name(table: str, base: str, dialect: str = "postgresql") -> str:
