@@ -381,14 +381,17 @@ class AsyncEndpoint:
         moving = self._mover_task
         if moving is not None and not moving.done():
             moving.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await moving
         limit = self.settings.shutdown_timeout if timeout is None else timeout
         deadline = time.monotonic() + limit
         finished = True
         for each in self._loops:
             left = max(0.0, deadline - time.monotonic())
             finished = await each.finish(left) and finished
+        if moving is not None:
+            # awaited once the handlers are done: a move waiting for a lock a handler's
+            # transaction holds (SQLite's write lock) ends only when that transaction does
+            with contextlib.suppress(asyncio.CancelledError):
+                await moving
         await self._stop_operations()
         self._stopped.set()
         handled = sum(each.pump.stats.handled for each in self._loops)

@@ -202,6 +202,39 @@ def test_a_stop_past_its_timeout_cancels_the_handler_and_its_message_returns(dat
     each_driver(database, body)
 
 
+def test_a_stop_cancels_the_handlers_before_it_waits_for_a_delayed_move_they_block(database):
+    # On SQLite a due delayed message's move waits for the write lock the handler's
+    # transaction holds: the stop must roll the handler back first, not wait for the move.
+    async def body(transport: AsyncTransport) -> None:
+        ep = endpoint(transport)
+        started = asyncio.Event()
+
+        @ep.handle_raw
+        async def handler(body: bytes, context: AsyncHandlerContext) -> None:
+            context.session.add(Order(customer="never", total=1))
+            await context.session.flush()
+            started.set()
+            await asyncio.sleep(60)
+
+        await transport.create_queue("billing")
+        await transport.create_delayed_table("billing")
+        await transport.send("billing", OutgoingMessage(b"later"), delay=1.0)
+        await transport.send("billing", OutgoingMessage(b"stuck"))
+        await ep.start()
+        await asyncio.wait_for(started.wait(), 30)
+        await asyncio.sleep(2.0)  # the delayed message is due: the mover tries to move it
+        began = time.monotonic()
+        assert not await ep.stop(timeout=0.3)
+        assert time.monotonic() - began < 10
+        assert count(database.engine, Order) == 0  # rolled back with the receive
+        waiting = [m.body for m in await transport.browse("billing")]
+        delayed = [m.body for m in await transport.browse_delayed("billing")]
+        assert sorted(waiting + delayed) == [b"later", b"stuck"]  # each once, none lost
+        assert b"stuck" in waiting
+
+    each_driver(database, body)
+
+
 def test_a_synchronous_handler_is_refused_with_the_reason(database):
     async def body(transport: AsyncTransport) -> None:
         ep = endpoint(transport)
