@@ -153,6 +153,8 @@ def _endpoint_calls(transport: Transport) -> dict[str, Call]:
                     endpoint.subscribe("Sales.OrderPlaced")
                 elif method == "address_text":
                     assert endpoint.address_text
+                elif method == "prepare_pumps":
+                    endpoint.prepare_pumps()
                 else:
                     endpoint.unsubscribe("Sales.OrderPlaced")
             finally:
@@ -163,7 +165,8 @@ def _endpoint_calls(transport: Transport) -> dict[str, Call]:
     return {
         name: endpoint_call(name)
         for name in (
-            "start", "run", "send", "publish", "subscribe", "unsubscribe", "address_text"
+            "start", "run", "send", "publish", "subscribe", "unsubscribe", "address_text",
+            "prepare_pumps",
         )
     }
 
