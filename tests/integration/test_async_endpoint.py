@@ -177,18 +177,24 @@ def test_a_stop_waits_for_the_async_handlers_in_flight(database):
     each_driver(database, body)
 
 
+def stuck_endpoint(transport: AsyncTransport) -> tuple[AsyncEndpoint, asyncio.Event]:
+    """An endpoint whose handler writes a row, sets the event, then runs for a minute."""
+    ep = endpoint(transport)
+    started = asyncio.Event()
+
+    @ep.handle_raw
+    async def handler(body: bytes, context: AsyncHandlerContext) -> None:
+        context.session.add(Order(customer="never", total=1))
+        await context.session.flush()
+        started.set()
+        await asyncio.sleep(60)
+
+    return ep, started
+
+
 def test_a_stop_past_its_timeout_cancels_the_handler_and_its_message_returns(database):
     async def body(transport: AsyncTransport) -> None:
-        ep = endpoint(transport)
-        started = asyncio.Event()
-
-        @ep.handle_raw
-        async def handler(body: bytes, context: AsyncHandlerContext) -> None:
-            context.session.add(Order(customer="never", total=1))
-            await context.session.flush()
-            started.set()
-            await asyncio.sleep(60)
-
+        ep, started = stuck_endpoint(transport)
         await transport.send("billing", OutgoingMessage(b"stuck"))
         await ep.start()
         await asyncio.wait_for(started.wait(), 30)
@@ -206,16 +212,7 @@ def test_a_stop_cancels_the_handlers_before_it_waits_for_a_delayed_move_they_blo
     # On SQLite a due delayed message's move waits for the write lock the handler's
     # transaction holds: the stop must roll the handler back first, not wait for the move.
     async def body(transport: AsyncTransport) -> None:
-        ep = endpoint(transport)
-        started = asyncio.Event()
-
-        @ep.handle_raw
-        async def handler(body: bytes, context: AsyncHandlerContext) -> None:
-            context.session.add(Order(customer="never", total=1))
-            await context.session.flush()
-            started.set()
-            await asyncio.sleep(60)
-
+        ep, started = stuck_endpoint(transport)
         await transport.create_queue("billing")
         await transport.create_delayed_table("billing")
         await transport.send("billing", OutgoingMessage(b"later"), delay=1.0)
