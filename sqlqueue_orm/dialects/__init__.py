@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Connection, Dialect, Engine
 
+from sqlqueue_orm import config
 from sqlqueue_orm.dialects.base import (
     GENERIC,
     POSTGRESQL_IDENTIFIER_LIMIT,
@@ -69,7 +70,7 @@ __all__ = [
 #: of its module here. A dialect's module loads on first use, so a program on one database does
 #: not build the others' statements; ``mssql``, ``postgresql`` and ``sqlite`` are attributes of
 #: this package all the same.
-NAMES = ("mssql", "postgresql", "sqlite")
+NAMES = config.DIALECT_NAMES
 
 
 def _module(name: str) -> Any:
