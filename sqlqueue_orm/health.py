@@ -76,33 +76,21 @@ class Heartbeat:
     in_flight: int
     processed: int
     failed: int
+    #: Messages processed (failed) per minute over the beats of the last minute before it.
     processed_rate: float
     failed_rate: float
 
 
 @dataclasses.dataclass(frozen=True)
-class EndpointInstance:
-    """One endpoint instance as read back: its last beat and what that makes it now."""
+class EndpointInstance(Heartbeat):
+    """One endpoint instance as read back: its last beat and what that makes it now.
 
-    # The fields of Heartbeat again, on purpose: what is read back is a flat record the
-    # dashboard and the CLI show as it is, with what the reader adds beside them.
+    A flat record: the beat's fields, then what the reader adds beside them.
+    """
 
-    endpoint: str
-    instance_id: str
-    host: str
-    process_id: int
     #: ``running``, ``stale`` (no beat for :attr:`silent_for` seconds) or ``stopped``.
     state: str
-    started_at: float
     last_seen: float
-    beat_interval: float
-    concurrency: int
-    in_flight: int
-    processed: int
-    failed: int
-    #: Messages processed (failed) per minute over the beats of the last minute before it.
-    processed_rate: float
-    failed_rate: float
     #: Seconds since the last beat (by the reader's clock).
     silent_for: float
 
