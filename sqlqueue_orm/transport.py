@@ -18,7 +18,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any
+from typing import Any, Protocol, Self
 
 from sqlalchemy.engine import Connection, Engine
 
@@ -47,7 +47,25 @@ from sqlqueue_orm.schema import QueueInstaller
 log = logging.getLogger(__name__)
 
 
-class Transport:
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+class Closing:
+    """A context manager that ends by calling the class's own ``close`` (what it owns, given back).
+
+    The base of :class:`Transport`, :class:`~sqlqueue_orm.sending.outbox.Outbox` and
+    :class:`~sqlqueue_orm.receiving.endpoint.Endpoint`: ``with Transport(url) as transport:``.
+    """
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self: _Closable, *exc_info: object) -> None:
+        self.close()
+
+
+class Transport(Closing):
     """Message queues in the tables of one database.
 
     :param url_or_engine: a SQLAlchemy URL (the engine is made by
@@ -134,13 +152,6 @@ class Transport:
             self.instrumentation = instrumentation
         self._subscription_settings = subscriptions
         self._subscription_store: SubscriptionStore | None = None
-
-    # Alike the Outbox's context manager on purpose: each closes what it owns.
-    def __enter__(self) -> Transport:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     def close(self) -> None:
         """Give back the connections threads hold; dispose of the engine if we created it."""
