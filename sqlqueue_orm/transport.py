@@ -41,7 +41,7 @@ from sqlqueue_orm.pubsub import publishing
 from sqlqueue_orm.pubsub.subscriptions import SubscriptionSettings, SubscriptionStore
 from sqlqueue_orm.queue_directory import QueueDirectory, QueueRef
 from sqlqueue_orm.queuing import sql
-from sqlqueue_orm.queuing.table_queue import PURGE_BATCH_SIZE
+from sqlqueue_orm.queuing.table_queue import PURGE_BATCH_SIZE, TableQueue
 from sqlqueue_orm.schema import QueueInstaller
 
 log = logging.getLogger(__name__)
@@ -291,21 +291,22 @@ class Transport(Closing):
         connection: Connection | None = None,
     ) -> list[str]:
         """Send *messages* in one batch (all or none); return their message ids."""
+        table_queue = self.queues.table_queue(queue)
         if self.instrumentation is not None:
-            name = self.queues.table_queue(queue).name
             return self.instrumentation.send(
-                name, messages, lambda traced: self._send_many(queue, traced, connection)
+                table_queue.name,
+                messages,
+                lambda traced: self._send_many(table_queue, traced, connection),
             )
-        return self._send_many(queue, messages, connection)
+        return self._send_many(table_queue, messages, connection)
 
-    # The signature of send_many again on purpose: that one is this one with its send hook.
     def _send_many(
         self,
-        queue: QueueRef,
+        table_queue: TableQueue,
         messages: Sequence[OutgoingMessage],
-        connection: Connection | None = None,
+        connection: Connection | None,
     ) -> list[str]:
-        table_queue = self.queues.table_queue(queue)
+        """:meth:`send_many` to the resolved *table_queue*, without the send hook."""
         prepared = [message.prepare() for message in messages]
         if connection is not None:
             self.queues.first_use(connection, table_queue)
