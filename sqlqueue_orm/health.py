@@ -17,12 +17,13 @@ any writer (:func:`prune`), each every ten minutes.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import functools
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -76,33 +77,21 @@ class Heartbeat:
     in_flight: int
     processed: int
     failed: int
+    #: Messages processed (failed) per minute over the beats of the last minute before it.
     processed_rate: float
     failed_rate: float
 
 
 @dataclasses.dataclass(frozen=True)
-class EndpointInstance:
-    """One endpoint instance as read back: its last beat and what that makes it now."""
+class EndpointInstance(Heartbeat):
+    """One endpoint instance as read back: its last beat and what that makes it now.
 
-    # The fields of Heartbeat again, on purpose: what is read back is a flat record the
-    # dashboard and the CLI show as it is, with what the reader adds beside them.
+    A flat record: the beat's fields, then what the reader adds beside them.
+    """
 
-    endpoint: str
-    instance_id: str
-    host: str
-    process_id: int
     #: ``running``, ``stale`` (no beat for :attr:`silent_for` seconds) or ``stopped``.
     state: str
-    started_at: float
     last_seen: float
-    beat_interval: float
-    concurrency: int
-    in_flight: int
-    processed: int
-    failed: int
-    #: Messages processed (failed) per minute over the beats of the last minute before it.
-    processed_rate: float
-    failed_rate: float
     #: Seconds since the last beat (by the reader's clock).
     silent_for: float
 
@@ -315,6 +304,52 @@ def prune(engine: Engine, now: float | None = None) -> None:
     with engine.begin() as connection:
         connection.execute(METRICS.delete().where(METRICS.c.sampled_at < cutoff))
         connection.execute(ENDPOINTS.delete().where(ENDPOINTS.c.last_seen < cutoff))
+
+
+class TableUpkeep:
+    """What each writer of the health tables does around its writes, on its own thread.
+
+    It creates the tables before the writer's first write, prunes rows older than
+    :data:`RETENTION` every :data:`PRUNE_INTERVAL`, and logs a failing round of writes once
+    per outage and the first one that works again: an error is not raised, the writer tries
+    again at its next turn.
+
+    :param logger: the writer's logger.
+    :param failing: the warning when a round fails (the error follows it, after a colon).
+    :param working: the warning when a round works again.
+    """
+
+    def __init__(self, logger: logging.Logger, failing: str, working: str) -> None:
+        self.logger = logger
+        self.failing = failing
+        self.working = working
+        self._tables_ready = False
+        self._pruned = float("-inf")
+        self._failing = False
+
+    @contextlib.contextmanager
+    def writing(self, engine: Engine) -> Iterator[None]:
+        """Around one round of writes to *engine*'s tables (made first): an error is logged."""
+        try:
+            if not self._tables_ready:
+                create_tables(engine)
+                self._tables_ready = True
+            yield
+        except Exception as error:
+            if not self._failing:  # once per outage, not once per round
+                self.logger.warning("%s: %s", self.failing, error)
+            self._failing = True
+            return
+        if self._failing:
+            self.logger.warning(self.working)
+        self._failing = False
+
+    def prune(self, engine: Engine) -> None:
+        """:func:`prune` *engine*'s tables if this writer did not for :data:`PRUNE_INTERVAL`."""
+        now = time.monotonic()
+        if now - self._pruned >= PRUNE_INTERVAL:
+            prune(engine)
+            self._pruned = now
 
 
 def read_head(

@@ -18,7 +18,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any
+from typing import Any, Protocol, Self
 
 from sqlalchemy.engine import Connection, Engine
 
@@ -41,13 +41,31 @@ from sqlqueue_orm.pubsub import publishing
 from sqlqueue_orm.pubsub.subscriptions import SubscriptionSettings, SubscriptionStore
 from sqlqueue_orm.queue_directory import QueueDirectory, QueueRef
 from sqlqueue_orm.queuing import sql
-from sqlqueue_orm.queuing.table_queue import PURGE_BATCH_SIZE
+from sqlqueue_orm.queuing.table_queue import PURGE_BATCH_SIZE, TableQueue
 from sqlqueue_orm.schema import QueueInstaller
 
 log = logging.getLogger(__name__)
 
 
-class Transport:
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+class Closing:
+    """A context manager that ends by calling the class's own ``close`` (what it owns, given back).
+
+    The base of :class:`Transport`, :class:`~sqlqueue_orm.sending.outbox.Outbox` and
+    :class:`~sqlqueue_orm.receiving.endpoint.Endpoint`: ``with Transport(url) as transport:``.
+    """
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self: _Closable, *exc_info: object) -> None:
+        self.close()
+
+
+class Transport(Closing):
     """Message queues in the tables of one database.
 
     :param url_or_engine: a SQLAlchemy URL (the engine is made by
@@ -134,13 +152,6 @@ class Transport:
             self.instrumentation = instrumentation
         self._subscription_settings = subscriptions
         self._subscription_store: SubscriptionStore | None = None
-
-    # Alike the Outbox's context manager on purpose: each closes what it owns.
-    def __enter__(self) -> Transport:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     def close(self) -> None:
         """Give back the connections threads hold; dispose of the engine if we created it."""
@@ -280,21 +291,22 @@ class Transport:
         connection: Connection | None = None,
     ) -> list[str]:
         """Send *messages* in one batch (all or none); return their message ids."""
+        table_queue = self.queues.table_queue(queue)
         if self.instrumentation is not None:
-            name = self.queues.table_queue(queue).name
             return self.instrumentation.send(
-                name, messages, lambda traced: self._send_many(queue, traced, connection)
+                table_queue.name,
+                messages,
+                lambda traced: self._send_many(table_queue, traced, connection),
             )
-        return self._send_many(queue, messages, connection)
+        return self._send_many(table_queue, messages, connection)
 
-    # The signature of send_many again on purpose: that one is this one with its send hook.
     def _send_many(
         self,
-        queue: QueueRef,
+        table_queue: TableQueue,
         messages: Sequence[OutgoingMessage],
-        connection: Connection | None = None,
+        connection: Connection | None,
     ) -> list[str]:
-        table_queue = self.queues.table_queue(queue)
+        """:meth:`send_many` to the resolved *table_queue*, without the send hook."""
         prepared = [message.prepare() for message in messages]
         if connection is not None:
             self.queues.first_use(connection, table_queue)

@@ -69,7 +69,7 @@ from sqlqueue_orm.receiving.handling import (
 )
 from sqlqueue_orm.receiving.settings import EndpointSettings
 from sqlqueue_orm.receiving.stats import PumpStats
-from sqlqueue_orm.transport import Transport
+from sqlqueue_orm.transport import Closing, Transport
 
 if TYPE_CHECKING:
     from sqlqueue_orm.instrumentation import Instrumentation
@@ -87,7 +87,7 @@ MAX_EXCEPTION_MESSAGE = forwarding.MAX_EXCEPTION_MESSAGE
 _SIGNAL_CHECK = 0.2
 
 
-class Endpoint:
+class Endpoint(Closing):
     """An input queue, handlers per message type, and a pump running them in a transaction mode.
 
     :param name: the endpoint's name, which is its input queue.
@@ -566,9 +566,3 @@ class Endpoint:
         self.stop()
         if self._owns_transport:
             self.transport.close()
-
-    def __enter__(self) -> Endpoint:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()

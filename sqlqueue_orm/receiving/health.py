@@ -79,10 +79,13 @@ class HealthWriter:
         self.started_at = time.time()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._tables_ready = False
-        self._failing = False
+        self._upkeep = health.TableUpkeep(
+            log,
+            f"queue {endpoint}: cannot write the heartbeat of endpoint {endpoint} "
+            f"(instance {self.instance_id}); trying again next beat",
+            f"queue {endpoint}: heartbeats are written again",
+        )
         self._last_sample = float("-inf")
-        self._pruned = float("-inf")
         # per queue: processed and failed counted in samples already written
         self._sampled = {str(pump.queue): (0, 0) for pump in self.pumps}
         self._beats: collections.deque[tuple[float, int, int]] = collections.deque()
@@ -131,17 +134,13 @@ class HealthWriter:
 
     def _write(self, *, final: bool) -> None:
         engine = self.transport.engine
-        try:
-            if not self._tables_ready:
-                health.create_tables(engine)
-                self._tables_ready = True
+        with self._upkeep.writing(engine):
             now = time.monotonic()
             if final or now - self._last_sample >= self.metrics_interval:
                 self._sample()
                 self._last_sample = now
-            if not final and now - self._pruned >= health.PRUNE_INTERVAL:
-                health.prune(engine)
-                self._pruned = now
+            if not final:
+                self._upkeep.prune(engine)
             # the thread's beats run alone in autocommit on the connection it keeps; the last
             # one, on the stopping thread, in a transaction on one of the pool's
             health.beat(
@@ -150,21 +149,6 @@ class HealthWriter:
                 state=health.STOPPED if final else health.RUNNING,
                 alone=None if final else self._connections,
             )
-        except Exception as error:
-            if not self._failing:  # once per outage, not once per beat
-                log.warning(
-                    "queue %s: cannot write the heartbeat of endpoint %s (instance %s); "
-                    "trying again next beat: %s",
-                    self.endpoint,
-                    self.endpoint,
-                    self.instance_id,
-                    error,
-                )
-            self._failing = True
-            return
-        if self._failing:
-            log.warning("queue %s: heartbeats are written again", self.endpoint)
-        self._failing = False
 
     def _heartbeat(self, now: float) -> health.Heartbeat:
         processed = sum(pump.stats.handled for pump in self.pumps)

@@ -36,7 +36,7 @@ from sqlqueue_orm.sending.outbox_statements import (
     delivery_cleanup_statement,
     outbox_errors,
 )
-from sqlqueue_orm.transport import Transport
+from sqlqueue_orm.transport import Closing, Transport
 
 #: ``Outbox`` and the operations its records hold, as applications import them.
 __all__ = ["Outbox", "OutboxOperation"]
@@ -44,7 +44,7 @@ __all__ = ["Outbox", "OutboxOperation"]
 log = logging.getLogger(__name__)
 
 
-class Outbox(OutboxDispatch):
+class Outbox(OutboxDispatch, Closing):
     """The outbox of one database: storing, reading, dispatching and cleaning up records.
 
     Long-lived: make one per application (it keeps one engine per remote database it routes to)
@@ -53,12 +53,6 @@ class Outbox(OutboxDispatch):
     :param transport: the transport of the database holding ``OutboxData`` (and local queues).
     :param routing: where queues in other databases live; ``None``: every queue is local.
     """
-
-    def __enter__(self) -> Outbox:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     def close(self) -> None:
         """Dispose of the engines of remote databases (not the local transport's)."""

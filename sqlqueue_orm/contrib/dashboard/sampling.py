@@ -67,39 +67,26 @@ class DepthSampler:
         self.interval = interval
         #: The dashboard's key in the metrics table.
         self.instance_id = f"dashboard-{uuid.uuid4()}"
-        # The same thread state as the endpoint's health reporter (receiving/health.py), kept
-        # apart on purpose: that one samples an endpoint's counts, this one the queues' depths.
+        self._upkeep = health.TableUpkeep(
+            log,
+            "dashboard: cannot sample queue depths",
+            "dashboard: sampling queue depths works again",
+        )
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._failing = False
-        self._tables_ready = False
-        self._pruned = float("-inf")
 
     def sample_once(self) -> None:
         """Read every queue now and write the samples (a failure is logged, not raised)."""
-        try:
+        engine = self.transport.engine
+        with self._upkeep.writing(engine):
             now = time.time()
             samples = []
             for queue, depth in self.read_depths():
                 oldest = health.oldest_age(self.transport, queue) if depth > 0 else None
                 samples.append((queue, health.QueueSample(now, depth, oldest, 0, 0)))
-            engine = self.transport.engine
-            if not self._tables_ready:
-                health.create_tables(engine)
-                self._tables_ready = True
             health.write_samples(engine, self.instance_id, samples)
-            if now - self._pruned >= health.PRUNE_INTERVAL:
-                health.prune(engine, now)
-                self._pruned = now
-        except Exception as error:
-            if not self._failing:  # once per outage, not once per interval
-                log.warning("dashboard: cannot sample queue depths: %s", error)
-            self._failing = True
-            return
-        if self._failing:
-            log.warning("dashboard: sampling queue depths works again")
-        self._failing = False
+            self._upkeep.prune(engine)
 
     def start(self) -> None:
         """Start the sampling thread (again a no-op while it runs)."""
