@@ -9,6 +9,7 @@ calls ``on_critical_error``, and keeps trying; the first success closes it again
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -51,35 +52,30 @@ class Outage:
             self._critical.discard(breaker)
 
 
+@dataclasses.dataclass(eq=False)
 class CircuitBreaker:
     """Back off while an operation fails; raise a critical error when it fails for too long.
 
     :param name: what fails (``peek`` or ``receive``), for the log lines.
     :param queue: the endpoint's queue, for the log lines.
+    :param settings: the endpoint's settings (backoff and ``critical_error_after``).
+    :param stopping: set when the endpoint stops; it ends a backoff.
+    :param on_critical_error: called with a description and the error, if callable.
     :param outage: what it shares with the endpoint's other breakers (default: its own).
     """
 
-    # Alike in shape to other constructors of the package that store their arguments by
-    # coincidence: nothing to share.
-    def __init__(
-        self,
-        name: str,
-        queue: str,
-        settings: EndpointSettings,
-        stopping: threading.Event,
-        on_critical_error: object | None,
-        outage: Outage | None = None,
-    ) -> None:
-        self.name = name
-        self.queue = queue
-        self.settings = settings
-        self._stopping = stopping
-        self._on_critical_error = on_critical_error
-        self._outage = Outage() if outage is None else outage
-        self._lock = threading.Lock()
-        self.failures = 0
-        self._failing_since: float | None = None
-        self.triggered = False
+    name: str
+    queue: str
+    settings: EndpointSettings
+    stopping: threading.Event
+    on_critical_error: object | None
+    outage: Outage = dataclasses.field(default_factory=Outage)
+    #: Failures in a row.
+    failures: int = dataclasses.field(default=0, init=False)
+    #: Whether this run of failures raised (or logged) the critical error.
+    triggered: bool = dataclasses.field(default=False, init=False)
+    _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, init=False)
+    _failing_since: float | None = dataclasses.field(default=None, init=False)
 
     @property
     def armed(self) -> bool:
@@ -103,7 +99,7 @@ class CircuitBreaker:
             self._failing_since = None
             self.failures = 0
             if self.triggered:
-                self._outage.recovered(self)
+                self.outage.recovered(self)
             self.triggered = False
 
     def failure(self, error: BaseException) -> None:
@@ -131,7 +127,7 @@ class CircuitBreaker:
             delay,
             error,
         )
-        if critical and not self._outage.critical(self):
+        if critical and not self.outage.critical(self):
             log.error(
                 "queue %s: %s has failed for %.0f s as well (the critical error is raised)",
                 self.queue,
@@ -141,10 +137,10 @@ class CircuitBreaker:
         elif critical:
             description = f"Failed to {self.name} from {self.queue} for {failing_for:.0f} s"
             log.critical("queue %s: %s: %s", self.queue, description, error)
-            callback = self._on_critical_error
+            callback = self.on_critical_error
             if callable(callback):
                 try:
                     callback(description, error)
                 except Exception:
                     log.exception("queue %s: on_critical_error raised", self.queue)
-        self._stopping.wait(delay)
+        self.stopping.wait(delay)

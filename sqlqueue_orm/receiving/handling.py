@@ -105,8 +105,6 @@ class Handling:
     :param instrumentation: the endpoint's own instrumentation, else the transport's is used.
     """
 
-    # Alike in shape to other constructors of the package that store their arguments by
-    # coincidence: nothing to share.
     def __init__(
         self,
         name: str,

@@ -24,6 +24,7 @@ after each statement the loop thread pokes a pipe so the listening thread collec
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import select
@@ -47,33 +48,29 @@ def _nothing() -> None:
     """Before :meth:`NotifyWaiter.start`: nothing to wake."""
 
 
+@dataclasses.dataclass(eq=False)
 class NotifyWaiter:
     """LISTEN and the waiting registration of one pump (see the module docstring).
 
+    :param engine: the engine its own connection comes from.
+    :param address: the queue it waits on.
     :param key: the queue's table key (:func:`~sqlqueue_orm.receiving.wakeup.ensure_trigger`).
+    :param statements: the dialect's LISTEN and registration statements.
     :param retry_delay: seconds before reconnecting a lost connection (the pump polls).
     """
 
     polls = False
 
-    # Alike in shape to other constructors of the package that store their arguments by
-    # coincidence: nothing to share.
-    def __init__(
-        self,
-        engine: Engine,
-        address: addressing.QueueAddress,
-        key: int,
-        statements: NotifyWakeup,
-        retry_delay: float = 1.0,
-    ) -> None:
-        self.engine = engine
-        self.address = address
-        self.key = key
-        self.statements = statements
-        self.retry_delay = retry_delay
+    engine: Engine
+    address: addressing.QueueAddress
+    key: int
+    statements: NotifyWakeup
+    retry_delay: float = 1.0
+
+    def __post_init__(self) -> None:
         #: Set while the connection LISTENs.
         self.listening = threading.Event()
-        self._register = statements.register_statement(key)
+        self._register = self.statements.register_statement(self.key)
         self._wake: Callable[[], None] = _nothing
         self._nudge: Callable[[], None] = _nothing
         self._stopping = threading.Event()

@@ -22,6 +22,7 @@ what passes through one worker thread:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import threading
@@ -177,35 +178,36 @@ class Worker(WorkerState):
                 log.debug("queue %s: closing a worker's connection: %s", self.queue, error)
 
 
+@dataclasses.dataclass(eq=False, slots=True)
 class Receipt:
     """One worker's receive: reports to the batch, can be abandoned by a timed-out stop.
 
     It is in flight from a receive that took a message (or a batch) until its first outcome
     is counted, it is abandoned or it ends; a receive that finds nothing never is.
 
+    :param batch: the receive tasks it is one of, told whether it found a message.
+    :param worker: the worker running it, with the connection it keeps.
     :param counted: ``counted(outcome, count, in_flight)`` counts *count* messages of
         *outcome* (None: none) and changes the pump's in flight by *in_flight* (1, 0 or -1),
         both at once.
     """
 
-    def __init__(
-        self, batch: Batch, worker: Worker, counted: Callable[[str | None, int, int], None]
-    ) -> None:
-        self._batch = batch
-        self._worker = worker
-        self._counted = counted
-        self._signalled = False
-        self._flying = False
-        self._landing = threading.Lock()  # a stop's abandon and the worker end it once
-        #: The worker's connection while it runs this receive (set and cleared by the
-        #: worker), which :meth:`abandon` closes.
-        self.connection: Connection | None = None
-        self.abandoned = False
-        #: Whether the receive took a message.
-        self.found = False
-        #: Whether its row is still held: taken, the receive's transaction not committed
-        #: (NONE commits before the handler runs; a rollback ends with the receipt).
-        self.holding = False
+    batch: Batch
+    worker: Worker
+    counted: Callable[[str | None, int, int], None]
+    #: The worker's connection while it runs this receive (set and cleared by the
+    #: worker), which :meth:`abandon` closes.
+    connection: Connection | None = dataclasses.field(default=None, init=False)
+    abandoned: bool = dataclasses.field(default=False, init=False)
+    #: Whether the receive took a message.
+    found: bool = dataclasses.field(default=False, init=False)
+    #: Whether its row is still held: taken, the receive's transaction not committed
+    #: (NONE commits before the handler runs; a rollback ends with the receipt).
+    holding: bool = dataclasses.field(default=False, init=False)
+    _signalled: bool = dataclasses.field(default=False, init=False)
+    _flying: bool = dataclasses.field(default=False, init=False)
+    #: A stop's abandon and the worker end its time in flight once.
+    _landing: threading.Lock = dataclasses.field(default_factory=threading.Lock, init=False)
 
     def received(self, found: bool) -> None:
         """The receive ran: *found* whether it took a message (only the first call counts)."""
@@ -214,12 +216,12 @@ class Receipt:
             self.found = self.holding = found
             if found:
                 self._flying = True
-                self._counted(None, 0, 1)
-            self._batch.mark(found)
+                self.counted(None, 0, 1)
+            self.batch.mark(found)
 
     def connect(self, engine: Engine, keep: bool = True) -> Worker:
         """The receive's connection (the worker's, kept unless *keep* is False), for ``with``."""
-        return self._worker.open(engine, self, keep)
+        return self.worker.open(engine, self, keep)
 
     def begin(self, connection: Connection) -> Transaction:
         """Begin the receive's transaction on *connection* (the worker's, from :meth:`connect`).
@@ -227,7 +229,7 @@ class Receipt:
         The worker keeps SQLAlchemy's transaction object open on its kept connection from
         one receive to the next (:class:`~sqlqueue_orm.transactions.KeptRoot`).
         """
-        kept = self._worker.kept
+        kept = self.worker.kept
         if kept is None or kept.connection is not connection:
             return connection.begin()
         return kept.begin()
@@ -241,12 +243,12 @@ class Receipt:
 
     def outcome(self, name: str, count: int = 1) -> None:
         """Count *count* messages of outcome *name* (the first one ends its time in flight)."""
-        self._counted(name, count, -1 if self._land() else 0)
+        self.counted(name, count, -1 if self._land() else 0)
 
     def settle(self) -> None:
         """No longer in flight (it ended, or was abandoned), whatever it counted."""
         if self._land():
-            self._counted(None, 0, -1)
+            self.counted(None, 0, -1)
 
     def _land(self) -> bool:
         """End its time in flight; return whether it was in flight until now."""
@@ -264,5 +266,5 @@ class Receipt:
                 connection.invalidate()  # closes the DBAPI connection: the server rolls back
             except Exception as error:  # the worker may be using it this very moment
                 log.debug(
-                    "queue %s: closing an abandoned connection: %s", self._worker.queue, error
+                    "queue %s: closing an abandoned connection: %s", self.worker.queue, error
                 )

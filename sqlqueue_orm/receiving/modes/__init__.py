@@ -1,4 +1,4 @@
-"""One module per transaction mode (NServiceBus's ``ProcessWith*`` classes).
+"""The transaction modes (NServiceBus's ``ProcessWith*`` classes), one module for each kind.
 
 * :mod:`~sqlqueue_orm.receiving.modes.base`: what every mode does alike (the receive of one
   message in a transaction spanning its handling, expired and poison messages, failures and
@@ -6,10 +6,10 @@
   :class:`~sqlqueue_orm.receiving.modes.base.Receiver` and the pump's
   :class:`~sqlqueue_orm.receiving.modes.base.Receipt`;
 * :mod:`~sqlqueue_orm.receiving.modes.none`: NONE;
-* :mod:`~sqlqueue_orm.receiving.modes.batching`: a batch in one transaction, and
-  :mod:`~sqlqueue_orm.receiving.modes.native`, the modes that can take one;
-* :mod:`~sqlqueue_orm.receiving.modes.receive_only`, :mod:`~.sends_atomic`,
-  :mod:`~.transaction_scope`, :mod:`~.outbox`: how each of those sends and keeps its session.
+* :mod:`~sqlqueue_orm.receiving.modes.batching`: a batch in one transaction;
+* :mod:`~sqlqueue_orm.receiving.modes.native`: the modes that use the receive's native
+  transaction (RECEIVE_ONLY, SENDS_ATOMIC_WITH_RECEIVE, TRANSACTION_SCOPE), and
+  :mod:`~sqlqueue_orm.receiving.modes.outbox`: how each of those sends and keeps its session.
 
 The guarantees are in ``docs/endpoint.md``. :func:`for_endpoint` picks the mode, after checking
 the databases can honour it, with the receiver the endpoint chose from its settings
@@ -27,11 +27,13 @@ from typing import TYPE_CHECKING
 
 from sqlqueue_orm import dialects, exceptions
 from sqlqueue_orm.receiving.modes.base import ReceiveMode, Receiver, same_database
+from sqlqueue_orm.receiving.modes.native import (
+    ReceiveOnly,
+    SendsAtomicWithReceive,
+    TransactionScope,
+)
 from sqlqueue_orm.receiving.modes.none import NoTransaction
 from sqlqueue_orm.receiving.modes.outbox import OutboxMode
-from sqlqueue_orm.receiving.modes.receive_only import ReceiveOnly
-from sqlqueue_orm.receiving.modes.sends_atomic import SendsAtomicWithReceive
-from sqlqueue_orm.receiving.modes.transaction_scope import TransactionScope
 from sqlqueue_orm.receiving.settings import TransactionMode
 
 if TYPE_CHECKING:
