@@ -19,12 +19,13 @@ again. Index ``ix_OutboxDelivery_DeliveredAt`` serves the cleanup (``DeliveredAt
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
 
-from sqlqueue_orm.models.base import Base
+from sqlqueue_orm.models.base import Base, table_of
 
 #: Name of the table.
 TABLE_NAME = "OutboxDelivery"
@@ -66,6 +67,5 @@ def delivery_key(text: str) -> str:
     return f"{text[: MAX_KEY_LENGTH - len(digest) - 1]}#{digest}"
 
 
-def outbox_delivery_table() -> sa.Table:
-    """The :class:`~sqlalchemy.Table` of :class:`OutboxDelivery`."""
-    return OutboxDelivery.__table__  # type: ignore[return-value]
+#: The :class:`~sqlalchemy.Table` of :class:`OutboxDelivery`.
+outbox_delivery_table = functools.partial(table_of, OutboxDelivery)
