@@ -34,17 +34,28 @@ TABLE_NAME = "OutboxDelivery"
 MAX_KEY_LENGTH = 200
 
 
-class OutboxDelivery(Base):
+class DeliveryKey:
+    """Mixin of a table recording one delivery per message and destination: its primary key.
+
+    ``(Destination, MessageId)``, each of :data:`MAX_KEY_LENGTH` characters, so the key stays
+    within SQL Server's 900-byte limit; its columns come first in the table (``sort_order``), as
+    a mixin's otherwise come after the table's own. :class:`OutboxDelivery` and the Spark send
+    ledger share it; they are separate tables with separate lifetimes.
+    """
+
+    destination: Mapped[str] = mapped_column(
+        "Destination", sa.Unicode(MAX_KEY_LENGTH), primary_key=True, sort_order=-1
+    )
+    message_id: Mapped[str] = mapped_column(
+        "MessageId", sa.Unicode(MAX_KEY_LENGTH), primary_key=True, sort_order=-1
+    )
+
+
+class OutboxDelivery(DeliveryKey, Base):
     """One message an outbox dispatcher delivered to a queue in this database."""
 
     __tablename__ = TABLE_NAME
 
-    destination: Mapped[str] = mapped_column(
-        "Destination", sa.Unicode(MAX_KEY_LENGTH), primary_key=True
-    )
-    message_id: Mapped[str] = mapped_column(
-        "MessageId", sa.Unicode(MAX_KEY_LENGTH), primary_key=True
-    )
     outbox_record_id: Mapped[str] = mapped_column(
         "OutboxRecordId", sa.Unicode(MAX_KEY_LENGTH), nullable=False
     )
