@@ -12,6 +12,7 @@ import argparse
 import math
 import os
 from collections.abc import Callable
+from typing import Any
 
 from sqlqueue_orm.config import DEFAULT_URL, SQL_SERVER_LAYOUTS
 
@@ -47,6 +48,19 @@ def url_option(parser: argparse.ArgumentParser, *, default: object = None) -> No
         ``--url`` given before the command.
     """
     parser.add_argument("--url", default=default, metavar="URL", help=URL_HELP)
+
+
+def defaulted_option(
+    parser: argparse.ArgumentParser, option: str, default: object, text: str, **kwargs: Any
+) -> None:
+    """Add *option* with *default* to *parser*, its help *text* ending in ``(default …)``.
+
+    The default in the help is written from *default* itself (a float as ``:g`` writes it), so
+    ``--help`` cannot drift from the value the option takes. *kwargs* go to
+    :meth:`~argparse.ArgumentParser.add_argument` (``type``, ``metavar``).
+    """
+    shown = f"{default:g}" if isinstance(default, float) else default
+    parser.add_argument(option, default=default, help=f"{text} (default {shown})", **kwargs)
 
 
 def key_value(text: str) -> tuple[str, str]:

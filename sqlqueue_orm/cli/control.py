@@ -197,8 +197,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     sub = add(
         "log", "who paused, resumed or resized which endpoint, newest first", endpoint="optional"
     )
-    sub.add_argument(
-        "--limit", type=arguments.positive_int, default=100, help="most changes shown (default 100)"
+    arguments.defaulted_option(
+        sub, "--limit", 100, "most changes shown", type=arguments.positive_int
     )
     sub.add_argument("--json", action="store_true", help="one JSON object per line; [] for none")
     sub.set_defaults(func=log_command)

@@ -30,8 +30,8 @@ def register(subparsers: Any) -> None:
     sub.add_argument("--schema", action="append", type=arguments.utf8_text,
                      help="schema to look in (repeatable; default: the default schema)")
     sub.add_argument("--json", action="store_true", help="one JSON object per line; [] for none")
-    sub.add_argument("--count", type=arguments.bounded_int(1, 1_000_000), default=1_000,
-                     metavar="N", help="show at most N messages (default 1000)")
+    arguments.defaulted_option(sub, "--count", 1_000, "show at most N messages",
+                               type=arguments.bounded_int(1, 1_000_000), metavar="N")
     sub.set_defaults(func=_cmd_list)
 
 

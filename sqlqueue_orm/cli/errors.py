@@ -235,8 +235,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     sub.add_argument("--json", action="store_true", help="one JSON object per line; [] for none")
     sub.add_argument("--exception-type", help="full type name, or its last part (ValueError)")
     sub.add_argument("--endpoint", help="the endpoint that failed it (ProcessingEndpoint)")
-    sub.add_argument("--limit", type=arguments.positive_int, default=100,
-                     help="most messages shown (default 100)")
+    arguments.defaulted_option(sub, "--limit", 100, "most messages shown",
+                               type=arguments.positive_int)
     errors_groups.add_filters(sub)
     sub.add_argument("--after", metavar="CURSOR",
                      help="the next page: the cursor the previous page printed")

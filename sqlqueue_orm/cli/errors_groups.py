@@ -137,11 +137,9 @@ def add_choice(sub: argparse.ArgumentParser) -> None:
     add_filters(sub)
     sub.add_argument("--exception-type", help="with --all: full type name, or its last part")
     sub.add_argument("--endpoint", help="with --all: the endpoint that failed it")
-    sub.add_argument(
-        "--most",
+    arguments.defaulted_option(
+        sub, "--most", DEFAULT_MOST, "with --all and filters: refuse when more match",
         type=arguments.positive_int,
-        default=DEFAULT_MOST,
-        help=f"with --all and filters: refuse when more match (default {DEFAULT_MOST})",
     )
 
 

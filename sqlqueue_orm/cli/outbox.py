@@ -39,57 +39,27 @@ def register(subparsers: Any) -> None:
         "dispatch", help="deliver committed outbox messages (a service; --once for one pass)"
     )
     sub.add_argument("--once", action="store_true", help="dispatch what is due, then exit")
-    # One call per option on purpose, alike in shape: each states its own check, default and
-    # help as ``--help`` shows them.
-    sub.add_argument(
-        "--batch",
-        type=arguments.bounded_int(1, 10_000),
-        default=defaults.batch_size,
-        metavar="N",
-        help=f"records per transaction (default {defaults.batch_size})",
-    )
-    sub.add_argument(
-        "--interval",
-        type=arguments.positive_seconds,
-        default=defaults.interval,
-        metavar="S",
-        help=f"seconds between polls when idle (default {defaults.interval:g})",
-    )
-    sub.add_argument(
-        "--grace-period",
-        type=arguments.non_negative_seconds,
-        default=defaults.grace_period,
-        metavar="S",
-        help="leave records younger than this to the inline dispatch "
-        f"(default {defaults.grace_period:g})",
-    )
-    sub.add_argument(
-        "--retry-delay",
-        type=arguments.non_negative_seconds,
-        default=defaults.retry_delay,
-        metavar="S",
-        help=f"wait before retrying a failed record ({defaults.retry_delay:g})",
-    )
+    option = arguments.defaulted_option
+    option(sub, "--batch", defaults.batch_size, "records per transaction",
+           type=arguments.bounded_int(1, 10_000), metavar="N")
+    option(sub, "--interval", defaults.interval, "seconds between polls when idle",
+           type=arguments.positive_seconds, metavar="S")
+    option(sub, "--grace-period", defaults.grace_period,
+           "leave records younger than this to the inline dispatch",
+           type=arguments.non_negative_seconds, metavar="S")
+    option(sub, "--retry-delay", defaults.retry_delay, "wait before retrying a failed record",
+           type=arguments.non_negative_seconds, metavar="S")
     sub.add_argument(
         "--routes", metavar="FILE", help="JSON or TOML map of queue address to database URL"
     )
     sub.set_defaults(func=_cmd_dispatch)
 
     sub = commands.add_parser("cleanup", help="delete dispatched outbox records, in batches")
-    sub.add_argument(
-        "--older-than",
-        type=_age,
-        default="7d",
-        metavar="AGE",
-        help="delete records dispatched longer ago than this: 45s, 30m, 12h, 7d (default 7d)",
-    )
-    sub.add_argument(
-        "--batch",
-        type=arguments.bounded_int(1, 100_000),
-        default=CLEANUP_BATCH_SIZE,
-        metavar="N",
-        help=f"rows per delete (default {CLEANUP_BATCH_SIZE})",
-    )
+    option(sub, "--older-than", "7d",
+           "delete records dispatched longer ago than this: 45s, 30m, 12h, 7d",
+           type=_age, metavar="AGE")
+    option(sub, "--batch", CLEANUP_BATCH_SIZE, "rows per delete",
+           type=arguments.bounded_int(1, 100_000), metavar="N")
     sub.add_argument(
         "--routes",
         metavar="FILE",

@@ -41,8 +41,8 @@ def register(commands: Any) -> None:
     )
     sub.add_argument("--json", action="store_true",
                      help="one JSON object a line: topic, endpoint, queue_address; [] for none")
-    sub.add_argument("--table", type=arguments.utf8_text, default=config.SUBSCRIPTION_TABLE,
-                     help=f"the subscription table (default {config.SUBSCRIPTION_TABLE})")
+    arguments.defaulted_option(sub, "--table", config.SUBSCRIPTION_TABLE,
+                               "the subscription table", type=arguments.utf8_text)
     sub.add_argument("--schema", type=arguments.utf8_text, default=None,
                      help="its schema (default: the database's default schema)")
     sub.set_defaults(func=_cmd_subscriptions)

@@ -38,11 +38,12 @@ migrated with Alembic.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
 
-from sqlqueue_orm.models.base import Base
+from sqlqueue_orm.models.base import Base, table_of
 
 #: Name of the control table.
 TABLE_NAME = "sqlqueue_endpoint_control"
@@ -96,12 +97,7 @@ class ControlAction(Base):
         return f"ControlAction(endpoint={self.endpoint!r}, action={self.action!r}, at={self.at!r})"
 
 
-# Alike the other model modules' table accessors on purpose: each names its own tables.
-def control_table() -> sa.Table:
-    """The :class:`~sqlalchemy.Table` of :class:`EndpointControl`."""
-    return EndpointControl.__table__  # type: ignore[return-value]
-
-
-def log_table() -> sa.Table:
-    """The :class:`~sqlalchemy.Table` of :class:`ControlAction`."""
-    return ControlAction.__table__  # type: ignore[return-value]
+#: The :class:`~sqlalchemy.Table` of :class:`EndpointControl`.
+control_table = functools.partial(table_of, EndpointControl)
+#: The :class:`~sqlalchemy.Table` of :class:`ControlAction`.
+log_table = functools.partial(table_of, ControlAction)

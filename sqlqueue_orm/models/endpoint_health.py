@@ -51,10 +51,12 @@ An endpoint with heartbeats creates both tables at start-up when missing; revisi
 
 from __future__ import annotations
 
+import functools
+
 import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
 
-from sqlqueue_orm.models.base import Base
+from sqlqueue_orm.models.base import Base, table_of
 
 #: Name of the heartbeat table.
 ENDPOINTS_TABLE = "sqlqueue_endpoints"
@@ -111,11 +113,7 @@ class QueueMetricSample(Base):
         return f"QueueMetricSample(queue={self.queue!r}, sampled_at={self.sampled_at!r})"
 
 
-def endpoints_table() -> sa.Table:
-    """The :class:`~sqlalchemy.Table` of :class:`EndpointHeartbeat`."""
-    return EndpointHeartbeat.__table__  # type: ignore[return-value]
-
-
-def metrics_table() -> sa.Table:
-    """The :class:`~sqlalchemy.Table` of :class:`QueueMetricSample`."""
-    return QueueMetricSample.__table__  # type: ignore[return-value]
+#: The :class:`~sqlalchemy.Table` of :class:`EndpointHeartbeat`.
+endpoints_table = functools.partial(table_of, EndpointHeartbeat)
+#: The :class:`~sqlalchemy.Table` of :class:`QueueMetricSample`.
+metrics_table = functools.partial(table_of, QueueMetricSample)

@@ -32,12 +32,13 @@ revision ``0013_failure_groups`` creates it for databases migrated with Alembic.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import uuid
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
 
-from sqlqueue_orm.models.base import Base
+from sqlqueue_orm.models.base import Base, table_of
 
 #: Name of the table.
 TABLE_NAME = "sqlqueue_failure_groups"
@@ -71,6 +72,5 @@ class FailureGroupEntry(Base):
         return f"FailureGroupEntry(queue={self.queue!r}, id={self.id!r})"
 
 
-def failure_group_table() -> sa.Table:
-    """The :class:`~sqlalchemy.Table` of :class:`FailureGroupEntry`."""
-    return FailureGroupEntry.__table__  # type: ignore[return-value]
+#: The :class:`~sqlalchemy.Table` of :class:`FailureGroupEntry`.
+failure_group_table = functools.partial(table_of, FailureGroupEntry)

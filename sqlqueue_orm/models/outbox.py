@@ -27,11 +27,12 @@ never reads it before, so its endpoints work on this table unchanged; records it
 from __future__ import annotations
 
 import datetime as dt
+import functools
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
 
-from sqlqueue_orm.models.base import Base
+from sqlqueue_orm.models.base import Base, table_of
 
 #: Operations: nvarchar(max) on SQL Server (UnicodeText would render the deprecated NTEXT).
 OPERATIONS_TYPE = sa.Text().with_variant(sa.NVARCHAR(), "mssql")
@@ -85,6 +86,5 @@ INDEX_DISPATCHED_AT = _filtered_index("Index_DispatchedAt", dispatched=True)
 INDEX_PENDING = _filtered_index("Index_Pending", dispatched=False)
 
 
-def outbox_table() -> sa.Table:
-    """The :class:`~sqlalchemy.Table` of :class:`OutboxData`."""
-    return OutboxData.__table__  # type: ignore[return-value]
+#: The :class:`~sqlalchemy.Table` of :class:`OutboxData`.
+outbox_table = functools.partial(table_of, OutboxData)

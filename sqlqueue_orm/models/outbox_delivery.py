@@ -19,12 +19,13 @@ again. Index ``ix_OutboxDelivery_DeliveredAt`` serves the cleanup (``DeliveredAt
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
 
-from sqlqueue_orm.models.base import Base
+from sqlqueue_orm.models.base import Base, table_of
 
 #: Name of the table.
 TABLE_NAME = "OutboxDelivery"
@@ -33,17 +34,28 @@ TABLE_NAME = "OutboxDelivery"
 MAX_KEY_LENGTH = 200
 
 
-class OutboxDelivery(Base):
+class DeliveryKey:
+    """Mixin of a table recording one delivery per message and destination: its primary key.
+
+    ``(Destination, MessageId)``, each of :data:`MAX_KEY_LENGTH` characters, so the key stays
+    within SQL Server's 900-byte limit; its columns come first in the table (``sort_order``), as
+    a mixin's otherwise come after the table's own. :class:`OutboxDelivery` and the Spark send
+    ledger share it; they are separate tables with separate lifetimes.
+    """
+
+    destination: Mapped[str] = mapped_column(
+        "Destination", sa.Unicode(MAX_KEY_LENGTH), primary_key=True, sort_order=-1
+    )
+    message_id: Mapped[str] = mapped_column(
+        "MessageId", sa.Unicode(MAX_KEY_LENGTH), primary_key=True, sort_order=-1
+    )
+
+
+class OutboxDelivery(DeliveryKey, Base):
     """One message an outbox dispatcher delivered to a queue in this database."""
 
     __tablename__ = TABLE_NAME
 
-    destination: Mapped[str] = mapped_column(
-        "Destination", sa.Unicode(MAX_KEY_LENGTH), primary_key=True
-    )
-    message_id: Mapped[str] = mapped_column(
-        "MessageId", sa.Unicode(MAX_KEY_LENGTH), primary_key=True
-    )
     outbox_record_id: Mapped[str] = mapped_column(
         "OutboxRecordId", sa.Unicode(MAX_KEY_LENGTH), nullable=False
     )
@@ -66,6 +78,5 @@ def delivery_key(text: str) -> str:
     return f"{text[: MAX_KEY_LENGTH - len(digest) - 1]}#{digest}"
 
 
-def outbox_delivery_table() -> sa.Table:
-    """The :class:`~sqlalchemy.Table` of :class:`OutboxDelivery`."""
-    return OutboxDelivery.__table__  # type: ignore[return-value]
+#: The :class:`~sqlalchemy.Table` of :class:`OutboxDelivery`.
+outbox_delivery_table = functools.partial(table_of, OutboxDelivery)

@@ -19,10 +19,12 @@ schedule in the process (the table is declared on every dialect so the metadata 
 
 from __future__ import annotations
 
+import functools
+
 import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
 
-from sqlqueue_orm.models.base import Base
+from sqlqueue_orm.models.base import Base, table_of
 
 #: Name of the table.
 TABLE_NAME = "sqlqueue_rate_limits"
@@ -43,6 +45,5 @@ class RateLimitSchedule(Base):
         return f"RateLimitSchedule(name={self.name!r}, next_at={self.next_at!r})"
 
 
-def rate_limit_table() -> sa.Table:
-    """The :class:`~sqlalchemy.Table` of :class:`RateLimitSchedule`."""
-    return RateLimitSchedule.__table__  # type: ignore[return-value]
+#: The :class:`~sqlalchemy.Table` of :class:`RateLimitSchedule`.
+rate_limit_table = functools.partial(table_of, RateLimitSchedule)

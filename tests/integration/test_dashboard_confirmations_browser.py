@@ -1,6 +1,7 @@
 """The dashboard's confirmation pages in a real browser (headless Chromium) on a real database.
 
-No confirmation page reloads itself: a message's, a group's or a live control change's, each
+Each confirmation page refuses an action it does not take, naming the ones it does. No
+confirmation page reloads itself: a message's, a group's or a live control change's, each
 left open past the refresh interval, is still the page the operator opened, while a listing
 beside it reloads. Nor does the answer to a confirmed change: reloading it would send the
 change again.
@@ -11,6 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import httpx
 import pytest
 
 from sqlqueue_orm.recoverability.error_queue import ErrorQueue
@@ -24,6 +26,27 @@ from sqlqueue_orm.contrib.dashboard import create_app
 
 #: Seconds between the reloads of the pages that do reload (the default).
 REFRESH = 10.0
+
+
+def test_a_confirmation_page_refuses_an_unknown_action_naming_those_it_takes(database):
+    transport = database.transport()
+    transport.create_queues(["error", "inbox"])
+    fail(transport, "m1")
+    errors = ErrorQueue(transport, "error")
+    row_id = errors.list()[0].id
+    group = FailureGroups(errors).list()[0].id
+    taken = {
+        f"/errors/confirm?action=move&id={row_id}": "retry, delete or retry_all",
+        f"/errors/groups/confirm?action=move&group={group}": "retry or delete",
+        "/errors/matching?action=move&text=m1": "retry or delete",
+        "/control/confirm?endpoint=inbox&action=move": "pause, resume or concurrency",
+    }
+    with browser.served(create_app(transport, allow_changes=True)) as base:
+        answers = {path: httpx.get(base + path) for path in taken}
+    for path, accepted in taken.items():
+        assert answers[path].status_code == 400, path
+        assert f"action &#39;move&#39; must be {accepted}" in answers[path].text, path
+    assert len(errors.list()) == 1
 
 
 def test_no_confirmation_page_reloads_itself(database, driver):  # noqa: F811

@@ -44,7 +44,15 @@ from sqlqueue_orm.contrib.dashboard import (
     security,
     sources,
 )
-from sqlqueue_orm.contrib.dashboard.inputs import BadInput, client, missing, status, utc_time
+from sqlqueue_orm.contrib.dashboard.inputs import (
+    VERBS,
+    BadInput,
+    client,
+    missing,
+    status,
+    unknown_action,
+    utc_time,
+)
 from sqlqueue_orm.transport import Transport
 
 log = logging.getLogger("sqlqueue_orm.contrib.dashboard")
@@ -55,7 +63,8 @@ T = TypeVar("T")
 PAGE_SIZE = 100
 #: Most messages one retry or delete takes.
 MAX_CHOSEN = 1000
-_ACTIONS = {"retry": "Retry", "delete": "Delete", "retry_all": "Retry all"}
+#: The changes the error queue's confirmation page asks about.
+_ACTIONS = ("retry", "delete", "retry_all")
 #: What a failed change could not do, by the word its log line uses when done.
 _UNDONE = {"retried": "retry", "deleted": "delete", "retried all": "retry all"}
 _TEMPLATES = pathlib.Path(__file__).with_name("templates")
@@ -287,6 +296,12 @@ class _Pages:
         """A page that says what went wrong, in one line."""
         return self.render(request, "problem.html", status=status, problem=text)
 
+    def confirmation(
+        self, request: Request, template: str, action: str, **values: Any
+    ) -> HTMLResponse:
+        """The page asking before *action*: *template* with the action and its button's verb."""
+        return self.render(request, template, action=action, verb=VERBS[action], **values)
+
     # -- queues ----------------------------------------------------------------------------
     async def queues(self, request: Request) -> Response:
         """Every queue: depth (peek), oldest message, rates and the last hour's depth chart."""
@@ -401,7 +416,7 @@ class _Pages:
             return self.problem(request, 403, _READ_ONLY)
         action = request.query_params.get("action", "")
         if action not in _ACTIONS:
-            return self.problem(request, 400, f"action {action!r} must be retry or delete")
+            return self.problem(request, 400, unknown_action(action, _ACTIONS))
         ids = request.query_params.getlist("id")[: MAX_CHOSEN + 1]
         if action != "retry_all" and not ids:
             return self.problem(request, 400, "no message chosen: tick at least one")
@@ -421,8 +436,8 @@ class _Pages:
                                 "queue any more")
         target = {"retry": "/errors/retry", "delete": "/errors/delete",
                   "retry_all": "/errors/retry-all"}[action]
-        return self.render(request, "confirm.html", action=action, verb=_ACTIONS[action],
-                           chosen=chosen, total=total, target=target)
+        return self.confirmation(request, "confirm.html", action, chosen=chosen, total=total,
+                                 target=target)
 
     async def checked_form(self, request: Request) -> tuple[list[str], Response | None]:
         """The chosen ids of a changing POST, or the response that refuses it."""

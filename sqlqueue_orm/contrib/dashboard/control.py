@@ -21,6 +21,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from sqlqueue_orm import control, exceptions, health
+from sqlqueue_orm.contrib.dashboard import inputs
 from sqlqueue_orm.transport import Transport
 
 __all__ = ["READ_ONLY", "ControlPages", "Pages", "concurrency_value"]
@@ -31,7 +32,8 @@ T = TypeVar("T")
 
 #: Most action-log rows the page shows.
 LOG_ROWS = 50
-_VERBS = {"pause": "Pause", "resume": "Resume", "concurrency": "Set concurrency"}
+#: The changes the control page's confirmation asks about.
+_ACTIONS = ("pause", "resume", "concurrency")
 
 
 class _Dashboard(Protocol):
@@ -58,6 +60,11 @@ class Pages(Protocol):
 
     def problem(self, request: Request, status: int, text: str) -> HTMLResponse:
         """A page that says what went wrong, in one line."""
+
+    def confirmation(
+        self, request: Request, template: str, action: str, **values: Any
+    ) -> HTMLResponse:
+        """The page asking before *action*: *template* with the action and its button's verb."""
 
     async def checked_form(self, request: Request) -> tuple[list[str], Response | None]:
         """The refusal of a changing POST (read-only, CSRF, Origin, not confirmed), or None."""
@@ -122,10 +129,8 @@ class ControlPages:
         """The (action, endpoint, concurrency) of a query or form, or the page refusing it."""
         action = str(values.get("action") or "")
         endpoint = str(values.get("endpoint") or "")
-        if action not in _VERBS:
-            return self.pages.problem(
-                request, 400, f"action {action!r} must be pause, resume or concurrency"
-            )
+        if action not in _ACTIONS:
+            return self.pages.problem(request, 400, inputs.unknown_action(action, _ACTIONS))
         if not endpoint:
             return self.pages.problem(request, 400, "no endpoint named")
         concurrency = None
@@ -148,14 +153,9 @@ class ControlPages:
             state = await self.pages.call(control.state, self.pages.dashboard.transport, endpoint)
         except exceptions.SqlQueueError as error:
             return self.pages.problem(request, 503, str(error))
-        return self.pages.render(
-            request,
-            "control_confirm.html",
-            action=action,
-            verb=_VERBS[action],
-            endpoint=endpoint,
-            concurrency=concurrency,
-            state=state,
+        return self.pages.confirmation(
+            request, "control_confirm.html", action,
+            endpoint=endpoint, concurrency=concurrency, state=state,
         )
 
     async def change(self, request: Request) -> Response:

@@ -44,7 +44,8 @@ log = logging.getLogger("sqlqueue_orm.contrib.dashboard")
 
 T = TypeVar("T")
 
-_VERBS = {"retry": "Retry", "delete": "Delete"}
+#: The changes of a group's and of "all that match"'s confirmation pages.
+_ACTIONS = ("retry", "delete")
 #: Query parameters of the search filters, as the errors page names them.
 FILTER_PARAMS = ("message_id", "header", "text", "group", "exception_type", "endpoint")
 
@@ -61,6 +62,11 @@ class Pages(Protocol):
 
     def problem(self, request: Request, status: int, text: str) -> HTMLResponse:
         """A page that says what went wrong."""
+
+    def confirmation(
+        self, request: Request, template: str, action: str, **values: Any
+    ) -> HTMLResponse:
+        """The page asking before *action*, with the verb of its button."""
 
     async def call(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run blocking code on the thread pool."""
@@ -126,8 +132,8 @@ class GroupPages:
         if not self.pages.dashboard.allow_changes:
             return self.pages.problem(request, 403, READ_ONLY)
         action = request.query_params.get("action", "")
-        if action not in _VERBS:
-            return self.pages.problem(request, 400, f"action {action!r} must be retry or delete")
+        if action not in _ACTIONS:
+            return self.pages.problem(request, 400, inputs.unknown_action(action, _ACTIONS))
         return action
 
     async def confirm(self, request: Request) -> Response:
@@ -142,14 +148,8 @@ class GroupPages:
             return self.pages.problem(request, 404, str(error))
         except exceptions.SqlQueueError as error:
             return self.pages.problem(request, inputs.status(error), str(error))
-        # Alike the other confirmation pages' render in shape: each names its template's values.
-        return self.pages.render(
-            request,
-            "group_confirm.html",
-            action=action,
-            verb=_VERBS[action],
-            group=group,
-            target=f"/errors/groups/{action}",
+        return self.pages.confirmation(
+            request, "group_confirm.html", action, group=group, target=f"/errors/groups/{action}"
         )
 
     async def _change(self, request: Request, action: str) -> Response:
@@ -222,14 +222,8 @@ class GroupPages:
             )
         if not chosen:
             return self.pages.problem(request, 404, "no message matches the filter any more")
-        return self.pages.render(
-            request,
-            "confirm.html",
-            action=action,
-            verb=_VERBS[action],
-            chosen=chosen,
-            total=total,
-            target=f"/errors/{action}",
+        return self.pages.confirmation(
+            request, "confirm.html", action, chosen=chosen, total=total, target=f"/errors/{action}"
         )
 
 

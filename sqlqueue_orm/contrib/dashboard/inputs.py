@@ -1,18 +1,31 @@
-"""What every page does with what it is given: query times, library errors, the client.
+"""What every page does with what it is given: query times, actions, library errors, the client.
 
-Shared by the pages of :mod:`.app` and :mod:`.groups`, so a bad value reads the same, a library
-error gets the same HTTP status, and a change is logged with the client's address alike on each.
+Shared by the pages of :mod:`.app`, :mod:`.groups` and :mod:`.control`, so a bad value reads the
+same, a confirmation's button names its action alike, a library error gets the same HTTP status,
+and a change is logged with the client's address alike on each.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from sqlqueue_orm import exceptions
 
 if TYPE_CHECKING:
     from starlette.requests import Request
+
+
+#: The word on the confirm button of each change a confirmation page asks about.
+VERBS = {
+    "retry": "Retry",
+    "delete": "Delete",
+    "retry_all": "Retry all",
+    "pause": "Pause",
+    "resume": "Resume",
+    "concurrency": "Set concurrency",
+}
 
 
 class BadInput(Exception):
@@ -28,6 +41,12 @@ def utc_time(name: str, text: str | None) -> dt.datetime | None:
     except ValueError:
         raise BadInput(f"{name} {text!r} is not a date and time (YYYY-MM-DDTHH:MM)") from None
     return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+
+
+def unknown_action(action: str, taken: Sequence[str]) -> str:
+    """Why *action* is refused by a page that takes the actions *taken*, naming them all."""
+    named = f"{', '.join(taken[:-1])} or {taken[-1]}" if len(taken) > 1 else taken[0]
+    return f"action {action!r} must be {named}"
 
 
 def missing(error: exceptions.SqlQueueError) -> bool:

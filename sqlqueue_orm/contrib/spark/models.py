@@ -26,27 +26,19 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
 
 from sqlqueue_orm.models.base import Base
+from sqlqueue_orm.models.outbox_delivery import MAX_KEY_LENGTH, DeliveryKey
 
 #: Name of the table.
 TABLE_NAME = "SparkSendLedger"
-#: Longest destination address the ledger can record (nvarchar(200): the two-column key stays
-#: within SQL Server's 900-byte limit).
-MAX_DESTINATION_LENGTH = 200
+#: Longest destination address the ledger can record (its key is the outbox delivery table's).
+MAX_DESTINATION_LENGTH = MAX_KEY_LENGTH
 
 
-class SparkSendLedger(Base):
+class SparkSendLedger(DeliveryKey, Base):
     """One message ``send_dataframe`` sent from a keyed row."""
-
-    # The same (Destination, key) layout as OutboxDelivery on purpose: both record one delivery
-    # per key and destination, within SQL Server's 900-byte key; they are separate tables with
-    # separate lifetimes.
 
     __tablename__ = TABLE_NAME
 
-    destination: Mapped[str] = mapped_column(
-        "Destination", sa.Unicode(MAX_DESTINATION_LENGTH), primary_key=True
-    )
-    message_id: Mapped[str] = mapped_column("MessageId", sa.Unicode(200), primary_key=True)
     sent_at: Mapped[dt.datetime] = mapped_column(
         "SentAt", sa.DateTime(), nullable=False, index=True
     )

@@ -17,7 +17,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 from pyspark.sql import functions as F
@@ -28,6 +28,7 @@ from sqlqueue_orm import headers as nsb_headers
 from sqlqueue_orm import transport as transport_module
 from sqlqueue_orm.contrib.spark import checks, models, progress, session
 from sqlqueue_orm.messages import OutgoingMessage
+from sqlqueue_orm.models.base import table_of
 
 if TYPE_CHECKING:
     from pyspark import Accumulator
@@ -210,7 +211,7 @@ def send_dataframe(
 
 def ledger_table() -> sa.Table:
     """The ledger of the keys sent to each destination (what makes a re-run skip them)."""
-    return cast(sa.Table, models.SparkSendLedger.__table__)
+    return table_of(models.SparkSendLedger)
 
 
 def _send_partition(
