@@ -216,6 +216,8 @@ class ThreadConnections:
             if error is None:
                 if not committed:
                     fairy.commit()
+                if kept:
+                    self._count_use()
                 return
             close_cursor = True
             original = error.__cause__ or error
@@ -252,6 +254,21 @@ class ThreadConnections:
                     pass
             if not kept:
                 fairy.close()
+
+
+    def _count_use(self) -> None:
+        """Count a unit of work of this thread's kept connection; after KEEP_MOST, give it back.
+
+        The next statement takes another from the pool, whose checks (``pool_pre_ping``,
+        ``pool_recycle``) then see it.
+        """
+        held: HeldConnection = self._local.held
+        if held.used():
+            self._local.held = None
+            try:
+                held.close()
+            except Exception:  # noqa: S110  (the work committed: its caller must not see this)
+                pass
 
 
 class OwnTransaction:

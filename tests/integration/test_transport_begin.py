@@ -120,6 +120,27 @@ def test_a_kept_connection_goes_back_to_the_pool_after_keep_most_blocks(database
     assert database.engine.pool.checkedout() == 0
 
 
+def test_the_transports_own_statements_give_their_kept_connection_back_after_keep_most(
+    database, monkeypatch
+):
+    """The connection a thread keeps for sends and receives without ``connection=`` goes back
+    to the pool after KEEP_MOST of them too, so pre-ping and recycle still see it."""
+    monkeypatch.setattr(keeping, "KEEP_MOST", 4)
+    transport = database.transport()
+    transport.create_queue("rotated_own")
+    transport.send("rotated_own", OutgoingMessage(b"first"))  # the thread takes its connection
+    checkouts = _checkouts(database.engine)
+    for number in range(12):
+        transport.send("rotated_own", OutgoingMessage(b"%d" % number))
+    assert 2 <= len(checkouts) <= 4  # a new connection after every four statements at most
+    got = []
+    while batch := transport.receive("rotated_own", max_messages=5):
+        got.extend(batch)
+    assert sorted(bodies(got)) == sorted([b"first"] + [b"%d" % n for n in range(12)])
+    transport.close()
+    assert database.engine.pool.checkedout() == 0
+
+
 def test_a_thread_that_ends_gives_its_connection_back(database):
     transport = database.transport()
     transport.create_queue("threads")
