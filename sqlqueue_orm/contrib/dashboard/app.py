@@ -505,14 +505,16 @@ class _Pages:
 
     # -- outbox and delayed ----------------------------------------------------------------
     async def outbox(self, request: Request) -> Response:
-        """The outbox backlog and its oldest record."""
+        """The outbox backlog, its oldest record and the records waiting for a retry."""
         try:
-            backlog = await self.call(sources.outbox_backlog, self.dashboard.transport)
+            backlog, retrying = await self.call(sources.outbox_backlog, self.dashboard.transport)
         except exceptions.SchemaOutdated as error:  # backlog(): the table does not exist
             return self.render(request, "outbox.html", backlog=None, missing=error.table)
         except exceptions.SqlQueueError as error:
             return self.problem(request, 503, str(error))
-        return self.render(request, "outbox.html", backlog=backlog, missing=None)
+        return self.render(
+            request, "outbox.html", backlog=backlog, retrying=retrying, missing=None
+        )
 
     async def delayed(self, request: Request) -> Response:
         """Delayed messages of every delayed table (or one endpoint's), earliest due first."""
