@@ -102,7 +102,9 @@ def _cmd_dispatch(args: argparse.Namespace) -> int:
         dispatcher.install_signal_handlers()
         if args.once:
             report = dispatcher.dispatch_pending()
-            waiting = outbox.waiting_for_retry()
+            # The table's deferred records, and those this process skips for want of a route
+            # (due in the table for a dispatcher that has it): neither kind was dispatched.
+            waiting = outbox.waiting_for_retry() + outbox.skipped_for_route()
             print(_once_summary(report, waiting))
             if waiting or report.deferred:
                 print(
@@ -119,7 +121,8 @@ def _cmd_dispatch(args: argparse.Namespace) -> int:
 def _once_summary(report: DispatchReport, waiting: int = 0) -> str:
     """What ``dispatch --once`` did, always with the number of records it deferred.
 
-    :param waiting: records waiting for a retry now, these deferred included.
+    :param waiting: records waiting for a retry now, these deferred included: those deferred in
+        the table and those this dispatcher skips for want of a route.
     """
     text = dataclasses.replace(report, deferred=0).describe()
     text += f"; deferred {report.deferred} record(s)"

@@ -162,7 +162,9 @@ class Outbox(OutboxDispatch, Closing):
         """How many undispatched records wait for a retry after a failed dispatch (reads only).
 
         A failed dispatch moves a record's ``DispatchedAt`` to when it may be tried again: the
-        records waiting are those whose ``DispatchedAt`` is still to come.
+        records waiting are those whose ``DispatchedAt`` is still to come. A record a dispatcher
+        cannot route stays due in the table (one that has the route sends it at once) and is not
+        counted here; that dispatcher's :meth:`skipped_for_route` counts it.
         """
         table = outbox_table()
         count = (

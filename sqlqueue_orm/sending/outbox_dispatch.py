@@ -121,6 +121,16 @@ class OutboxDispatch:
             return sum(sent.messages.values())
         return None
 
+    def skipped_for_route(self, *, now: dt.datetime | None = None) -> int:
+        """How many records this dispatcher skips in memory for want of a route (reads no table).
+
+        Such a record stays due in the table, where a dispatcher that has the route sends it at
+        once, so :meth:`~sqlqueue_orm.sending.outbox.Outbox.waiting_for_retry` does not count
+        it; this dispatcher tries it again itself once its retry delay is over.
+        """
+        moment = now or utc_now()
+        return sum(1 for until in list(self._unrouted.values()) if until > moment)
+
     def _dispatch_record(self, connection: Connection, message_id: str) -> _Sent | None:
         row = connection.execute(self._claim_by_id, {"message_id": message_id}).first()
         if row is None:

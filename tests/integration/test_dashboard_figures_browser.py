@@ -4,7 +4,8 @@ A rate is shown only over a window it can claim: an instance that ran for a frac
 shows its counts alone, one that beat for longer than a minute its rates too; a queue's rate is
 what its last five minutes hold, over five. The Control page
 lists endpoints (instances that beat, control rows), never a queue no endpoint ever ran on. The
-Outbox page on a database without the outbox table says so and names the command creating it.
+Outbox page on a database without the outbox table says so and names the command creating it;
+with it, it counts the records a failed dispatch deferred apart and says what each figure counts.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import uuid
 
 import pytest
 
-from sqlqueue_orm import control, health
+from sqlqueue_orm import OutgoingMessage, control, health
+from sqlqueue_orm.models.outbox import outbox_table
+from sqlqueue_orm.sending.outbox import Outbox, OutboxOperation
 from tests.integration.test_dashboard_browser import By, driver, fail  # noqa: F401
 from testsupport import browser
 
@@ -66,6 +69,37 @@ def test_the_outbox_page_without_the_table_names_the_command_creating_it(databas
     assert "outdated" not in said
     assert "OutboxData" in said and "does not exist" in said
     assert "sqlqueue migrate" in said
+
+
+def test_the_outbox_page_counts_the_records_a_failed_dispatch_deferred_and_says_what_it_counts(
+    database, driver  # noqa: F811
+):
+    """Waiting for a retry: the records a failed send deferred in the table. A record a
+    dispatcher skips in memory for want of a route is due in the table (a dispatcher that has
+    the route sends it at once): counted waiting for dispatch, and the page says so."""
+    transport = database.transport()
+    transport.create_queue("billing")
+    outbox = Outbox(transport)
+    outbox.create_table()
+    with transport.engine.begin() as connection:
+        for record_id, queue in (("unreadable", "billing"), ("elsewhere", "ledger")):
+            outbox.store(connection, record_id, [OutboxOperation.from_prepared(
+                queue, OutgoingMessage(b"x", message_id=record_id).prepare())])
+        table = outbox_table()
+        connection.execute(
+            table.update().where(table.c.MessageId == "unreadable").values(Operations="[{")
+        )
+    report = outbox.dispatch_due(retry_delay=3600)
+    assert (report.claimed, report.deferred) == (2, 2)
+    assert (outbox.waiting_for_retry(), outbox.skipped_for_route()) == (1, 1)
+    with browser.served(create_app(transport)) as base:
+        driver.get(base + "/outbox")
+        pending = driver.find_element(By.ID, "pending").text
+        retrying = driver.find_element(By.ID, "waiting-for-retry").text
+        said = driver.find_element(By.ID, "outbox-counts").text
+    outbox.close()
+    assert (pending, retrying) == ("2", "1")
+    assert "route" in said and "at once" in said
 
 
 def test_queue_rates_are_over_the_last_five_minutes_not_the_last_five_samples(database, driver):  # noqa: F811

@@ -45,8 +45,8 @@ _NO_DATABASE = {
         "stats", "instance_stats", "instance_address",
     },
     # These take the caller's connection: its failures are the caller's own (see the test of
-    # a send in the caller's transaction below).
-    Outbox: {"close", "store", "store_many", "get"},
+    # a send in the caller's transaction below); skipped_for_route reads the dispatcher's memory.
+    Outbox: {"close", "store", "store_many", "get", "skipped_for_route"},
     ErrorQueue: set(),
 }
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 from sqlqueue_orm import OutgoingMessage, Transport
+from sqlqueue_orm.models.outbox import outbox_table
 from sqlqueue_orm.sending.outbox import OutboxOperation
 from tests.conftest import only
 from tests.integration.cli_process import one_line, sqlqueue
@@ -104,3 +105,38 @@ def test_records_deferred_for_a_missing_route_go_at_once_when_a_dispatcher_has_i
     )
     assert ledger.receive("ledger", 10) == []  # nothing sent twice
     ledger.close()
+
+
+@only("sqlite", "postgresql")
+def test_once_counts_the_records_it_skips_for_want_of_a_route_with_those_deferred_earlier(
+    database, tmp_path
+):
+    """A record no route names stays due in the table and the dispatcher skips it in memory;
+    ``--once`` counts it with the records an earlier pass deferred in the table, none hidden."""
+    transport = database.transport()
+    outbox = install(transport, "billing")
+    with database.engine.begin() as connection:
+        operation = OutboxOperation.from_prepared(
+            "billing", OutgoingMessage(b"x", message_id="unreadable").prepare()
+        )
+        outbox.store(connection, "unreadable", [operation])
+        table = outbox_table()
+        connection.execute(
+            table.update().where(table.c.MessageId == "unreadable").values(Operations="[{")
+        )
+    once = ("--url", database.url, "outbox", "dispatch", "--once", "--grace-period", "0",
+            "--retry-delay", "3600")
+    first = sqlqueue(*once, cwd=tmp_path)
+    assert first.returncode == 1, first.stderr
+    assert "deferred 1 record(s) (they failed" in first.stdout  # in the table, for an hour
+    with database.engine.begin() as connection:
+        operation = OutboxOperation.from_prepared(
+            "ledger", OutgoingMessage(b"x", message_id="elsewhere").prepare()
+        )
+        outbox.store(connection, "elsewhere", [operation])
+    second = sqlqueue(*once, cwd=tmp_path)
+    assert second.returncode == 1, second.stderr
+    assert "queue ledger is not routed to another database" in second.stderr
+    assert "deferred 1 record(s) (they failed" in second.stdout  # skipped in memory
+    assert "1 record(s) deferred by an earlier pass still wait for a retry" in second.stdout
+    assert "2 outbox record(s) not dispatched" in second.stderr

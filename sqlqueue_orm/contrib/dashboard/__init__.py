@@ -5,12 +5,20 @@ uvicorn). Importing this package imports none of them: :func:`create_app` loads 
 use, and :func:`require_dashboard` turns a missing one into a :class:`ConfigurationError` that
 says what to install.
 
-The modules, by concern: ``app`` (the ASGI application and its pages), ``security`` (the CSRF
-token and the Origin check of every changing request), ``sampling`` (queue depths sampled into
-the shared metrics table), ``metrics`` (what the queue pages show of it), ``endpoints`` (the
-endpoints page, from the heartbeats), ``rendering`` (the SVG chart, the hex view of bodies) and
-``sources`` (what the other pages read, each through the library's API). The
-``sqlqueue dashboard`` command is :mod:`sqlqueue_orm.cli.dashboard`. See ``docs/dashboard.md``.
+The modules, one concern each:
+
+* ``app``: the ASGI application, its routes and the queue, error, outbox and delayed pages;
+* ``groups``: the failure groups page, the errors page's search and "all that match";
+* ``control``: the control page (pause, resume and resize endpoints live) and its action log;
+* ``endpoints``: the endpoints page, from the instances' heartbeats;
+* ``inputs``: what every page shares: query times, action names, refusals, error statuses;
+* ``security``: the CSRF token and the Origin check of every changing request;
+* ``sampling``: queue depths the dashboard samples into the shared metrics table;
+* ``metrics``: what the queue pages show of the metrics table (rates, charts);
+* ``rendering``: the SVG depth chart and the hex view of bodies;
+* ``sources``: what the pages read and change, each through the library's API.
+
+The ``sqlqueue dashboard`` command is :mod:`sqlqueue_orm.cli.dashboard`. See ``docs/dashboard.md``.
 """
 
 from __future__ import annotations

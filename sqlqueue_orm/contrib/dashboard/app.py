@@ -45,6 +45,7 @@ from sqlqueue_orm.contrib.dashboard import (
     sources,
 )
 from sqlqueue_orm.contrib.dashboard.inputs import (
+    READ_ONLY,
     VERBS,
     BadInput,
     client,
@@ -413,7 +414,7 @@ class _Pages:
     async def confirm(self, request: Request) -> Response:
         """Ask before a retry or delete: what will be done to which messages."""
         if not self.dashboard.allow_changes:
-            return self.problem(request, 403, _READ_ONLY)
+            return self.problem(request, 403, READ_ONLY)
         action = request.query_params.get("action", "")
         if action not in _ACTIONS:
             return self.problem(request, 400, unknown_action(action, _ACTIONS))
@@ -442,7 +443,7 @@ class _Pages:
     async def checked_form(self, request: Request) -> tuple[list[str], Response | None]:
         """The chosen ids of a changing POST, or the response that refuses it."""
         if not self.dashboard.allow_changes:
-            return [], self.problem(request, 403, _READ_ONLY)
+            return [], self.problem(request, 403, READ_ONLY)
         form = await request.form()
         token = form.get(security.FIELD)
         own = f"{request.url.scheme}://{request.url.netloc}"
@@ -504,14 +505,16 @@ class _Pages:
 
     # -- outbox and delayed ----------------------------------------------------------------
     async def outbox(self, request: Request) -> Response:
-        """The outbox backlog and its oldest record."""
+        """The outbox backlog, its oldest record and the records waiting for a retry."""
         try:
-            backlog = await self.call(sources.outbox_backlog, self.dashboard.transport)
+            backlog, retrying = await self.call(sources.outbox_backlog, self.dashboard.transport)
         except exceptions.SchemaOutdated as error:  # backlog(): the table does not exist
             return self.render(request, "outbox.html", backlog=None, missing=error.table)
         except exceptions.SqlQueueError as error:
             return self.problem(request, 503, str(error))
-        return self.render(request, "outbox.html", backlog=backlog, missing=None)
+        return self.render(
+            request, "outbox.html", backlog=backlog, retrying=retrying, missing=None
+        )
 
     async def delayed(self, request: Request) -> Response:
         """Delayed messages of every delayed table (or one endpoint's), earliest due first."""
@@ -546,10 +549,6 @@ def _remaining(delta: dt.timedelta) -> str:
     if seconds < 7200:
         return f"in {seconds / 60:.0f} min"
     return f"in {seconds / 3600:.1f} h"
-
-
-_READ_ONLY = ("the dashboard is read-only: start it with --allow-changes "
-              "(create_app(..., allow_changes=True)) to retry or delete")
 
 
 def _body_values(body: bytes, request: Request) -> dict[str, Any]:

@@ -130,7 +130,7 @@ class GroupPages:
     def _action(self, request: Request) -> str | Response:
         """The retry or delete a confirmation page asks about, or the page refusing it."""
         if not self.pages.dashboard.allow_changes:
-            return self.pages.problem(request, 403, READ_ONLY)
+            return self.pages.problem(request, 403, inputs.READ_ONLY)
         action = request.query_params.get("action", "")
         if action not in _ACTIONS:
             return self.pages.problem(request, 400, inputs.unknown_action(action, _ACTIONS))
@@ -225,9 +225,3 @@ class GroupPages:
         return self.pages.confirmation(
             request, "confirm.html", action, chosen=chosen, total=total, target=f"/errors/{action}"
         )
-
-
-READ_ONLY = (
-    "the dashboard is read-only: start it with --allow-changes "
-    "(create_app(..., allow_changes=True)) to retry or delete"
-)

@@ -1,8 +1,9 @@
 """What every page does with what it is given: query times, actions, library errors, the client.
 
 Shared by the pages of :mod:`.app`, :mod:`.groups` and :mod:`.control`, so a bad value reads the
-same, a confirmation's button names its action alike, a library error gets the same HTTP status,
-and a change is logged with the client's address alike on each.
+same, a confirmation's button names its action alike, a read-only dashboard refuses a retry or
+delete in the same words, a library error gets the same HTTP status, and a change is logged with
+the client's address alike on each.
 """
 
 from __future__ import annotations
@@ -17,6 +18,12 @@ if TYPE_CHECKING:
     from starlette.requests import Request
 
 
+#: Why a read-only dashboard refuses a retry or delete of error messages (the errors page and
+#: the failure groups page alike).
+READ_ONLY = (
+    "the dashboard is read-only: start it with --allow-changes "
+    "(create_app(..., allow_changes=True)) to retry or delete"
+)
 #: The word on the confirm button of each change a confirmation page asks about.
 VERBS = {
     "retry": "Retry",

@@ -3,7 +3,8 @@
 * queues: :meth:`Transport.list_queues` (depths from peek) and :meth:`Transport.browse`;
 * the error queue: :class:`~sqlqueue_orm.recoverability.error_queue.ErrorQueue` (``list``,
   ``get``, ``retry``, ``retry_all``, ``delete``, ``count``);
-* the outbox: :meth:`sqlqueue_orm.sending.outbox.Outbox.backlog`;
+* the outbox: :meth:`sqlqueue_orm.sending.outbox.Outbox.backlog` and
+  :meth:`~sqlqueue_orm.sending.outbox.Outbox.waiting_for_retry`;
 * delayed messages: :meth:`Transport.browse_delayed`.
 """
 
@@ -22,10 +23,15 @@ def error_queue(transport: Transport, name: str) -> ErrorQueue:
     return ErrorQueue(transport, name)
 
 
-def outbox_backlog(transport: Transport) -> OutboxBacklog:
-    """The outbox backlog of the transport's database (``SchemaOutdated``: no outbox table)."""
+def outbox_backlog(transport: Transport) -> tuple[OutboxBacklog, int]:
+    """The outbox backlog and how many of its records a failed send deferred (reads only).
+
+    ``SchemaOutdated``: the database has no outbox table. Only what the table holds: a record a
+    dispatcher skips in memory for want of a route is due there, counted in the backlog alone
+    (a dispatcher that has the route sends it at once).
+    """
     outbox = Outbox(transport)
     try:
-        return outbox.backlog()
+        return outbox.backlog(), outbox.waiting_for_retry()
     finally:
         outbox.close()
