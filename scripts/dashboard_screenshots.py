@@ -26,8 +26,16 @@ sys.path.insert(0, str(ROOT))
 
 import pydantic  # noqa: E402
 
-from sqlqueue_orm import Endpoint, OutgoingMessage, Transport, control, demo  # noqa: E402
+from sqlqueue_orm import (  # noqa: E402
+    Endpoint,
+    OutgoingMessage,
+    Transport,
+    UnitOfWork,
+    control,
+    demo,
+)
 from sqlqueue_orm.contrib.dashboard import create_app  # noqa: E402
+from sqlqueue_orm.sending import Outbox  # noqa: E402
 from testsupport import browser  # noqa: E402
 
 #: The pages photographed as they load: (file name under --out, path of the page).
@@ -96,6 +104,13 @@ def main() -> int:
                         transport.send("shipping", OutgoingMessage(Shipment(order=n)),
                                        delay=3600.0)
                         time.sleep(0.3)
+                    # the outbox page: records stored by units of work, not yet dispatched
+                    outbox = Outbox(transport)
+                    outbox.create_table()
+                    for n in range(6):
+                        with UnitOfWork(transport, mode="outbox", outbox=outbox,
+                                        dispatch_inline=False) as unit:
+                            unit.send("sales", OutgoingMessage(f"invoice {n}"))
                     # the control page: one endpoint paused, one resized, in the log
                     control.set_concurrency(transport, "sales", 8)
                     control.pause(transport, "sales")
