@@ -146,14 +146,17 @@ class AsyncTransport:
 
         The asyncio engine's connections belong to the event loop; an endpoint's health and
         control threads read and write through this one, on the dialect's synchronous driver
-        (``postgresql+asyncpg://`` is read as ``postgresql://``), so no call of theirs waits on
-        the event loop nor blocks it. Made on first use (it connects only when used), closed by
-        :meth:`close`.
+        (``postgresql+asyncpg://`` is read as ``postgresql://``, asyncpg's own URL arguments
+        as libpq's), so no call of theirs waits on the event loop nor blocks it. Made on first
+        use (it connects only when used), closed by :meth:`close`.
+
+        :raises ConfigurationError: no synchronous connection reaches this database (an
+            in-memory SQLite database), or its driver is not installed.
         """
         threads = self._for_threads
         if threads is None:
             url = self.engine.url
-            url = url.set(drivername=url.get_backend_name())
+            url = dialects.for_url(url.get_backend_name()).sync_engine_url(url)
             threads = Transport(url.render_as_string(hide_password=False), **self._options)
             self._for_threads = threads
         return threads

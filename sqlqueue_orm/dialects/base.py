@@ -380,6 +380,16 @@ class DialectSupport:
         """The file descriptor of *dbapi_connection*'s socket (None: not known, or closed)."""
         return None
 
+    def sync_engine_url(self, url: sa.URL) -> sa.URL:
+        """*url* of an asyncio engine, for a synchronous engine of the same database.
+
+        The URL's dialect without its driver (:meth:`engine_url` then names :attr:`driver`);
+        the query as it is, where both drivers read the same arguments.
+
+        :raises ConfigurationError: a second connection would not reach the same database.
+        """
+        return url.set(drivername=url.get_backend_name())
+
     def async_engine_url(self, url: sa.URL) -> sa.URL:
         """*url* with this dialect's name and, when it names none, its :attr:`async_driver`."""
         return self._with_driver(url, self.async_driver)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from sqlqueue_orm.dialects import base, control, flow, statements
 
 if TYPE_CHECKING:
+    import sqlalchemy as sa
     from sqlalchemy.engine import Dialect
 
 #: PostgreSQL's identifier limit in bytes (NAMEDATALEN - 1); longer names are cut silently.
@@ -256,6 +257,24 @@ _ACTIVE = 1
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PostgresqlSupport(base.DialectSupport):
     """PostgreSQL: everything in the fields, and its own catalog query."""
+
+    def sync_engine_url(self, url: sa.URL) -> sa.URL:
+        """*url* for psycopg; an asyncpg URL's own arguments translated for libpq.
+
+        asyncpg's ``ssl`` (a TLS mode) is libpq's ``sslmode``; SQLAlchemy's asyncpg dialect's
+        ``prepared_statement_cache_size`` is dropped (psycopg prepares statements by itself).
+        libpq refuses a connection with either, and asyncpg takes no other argument from the
+        URL that libpq lacks (its numbers must be ``connect_args``, not URL text).
+        """
+        synchronous = super().sync_engine_url(url)
+        if url.get_driver_name() != "asyncpg":
+            return synchronous
+        query = dict(synchronous.query)
+        query.pop("prepared_statement_cache_size", None)
+        ssl = query.pop("ssl", None)
+        if ssl is not None:
+            query.setdefault("sslmode", ssl)
+        return synchronous.set(query=query)
 
     def reserved_name(self, table: str, schema: str | None) -> str | None:
         """PostgreSQL's catalog: schemas ``pg_*`` and ``information_schema``, and ``pg_*`` tables.

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import sqlite3
+import urllib.parse
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -21,6 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import characteristics
 
+from sqlqueue_orm import exceptions
 from sqlqueue_orm.dialects import base, control, statements
 
 if TYPE_CHECKING:
@@ -345,6 +347,20 @@ class SqliteSupport(base.DialectSupport):
         dialect: Any = engine.sync_engine.dialect
         dialect.do_begin = _do_begin_on_cursor
         return engine
+
+    def sync_engine_url(self, url: sa.URL) -> sa.URL:
+        """*url* for pysqlite; refused for an in-memory database.
+
+        An in-memory database is its connection's own: a second connection opened from the
+        same URL gets a new, empty one, whose writes nobody reads (a refusal, not that).
+        """
+        if url.database in (None, "", ":memory:"):
+            named = urllib.parse.unquote(url.render_as_string())  # ":memory:", not "%3Amemory%3A"
+            raise exceptions.ConfigurationError(
+                f"{named!r} is an in-memory SQLite database, which only its "
+                "own connection sees: a second connection cannot reach it (use a file database)"
+            )
+        return super().sync_engine_url(url)
 
     def reserved_name(self, table: str, schema: str | None) -> str | None:
         """SQLite keeps every table whose name begins with ``sqlite_`` (any case) for itself."""

@@ -119,7 +119,9 @@ def test_an_async_endpoint_is_paused_resumed_and_resized_by_the_operator(databas
             await transport.send_many(name, [OutgoingMessage(f"p{n}") for n in range(6)])
             await asyncio.sleep(1.0)
             assert handled == []
-            assert count(database.engine, name) == 6
+            # on a thread: on SQLite the read waits for the write lock, which the endpoint's
+            # delayed mover may hold while it awaits the event loop this would block
+            assert await asyncio.to_thread(count, database.engine, name) == 6
 
             await asyncio.to_thread(control.resume, operator, name)
             await eventually(lambda: len(handled), lambda done: done == 6, "handled after resume")
