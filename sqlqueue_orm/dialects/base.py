@@ -380,6 +380,14 @@ class DialectSupport:
         """The file descriptor of *dbapi_connection*'s socket (None: not known, or closed)."""
         return None
 
+    def require_shared(self, url: sa.URL) -> None:
+        """Raise unless every connection opened from *url* reaches the same database.
+
+        An endpoint's threads and tasks each use connections of their own.
+
+        :raises ConfigurationError: a second connection would not reach the same database.
+        """
+
     def sync_engine_url(self, url: sa.URL) -> sa.URL:
         """*url* of an asyncio engine, for a synchronous engine of the same database.
 

@@ -349,10 +349,15 @@ class SqliteSupport(base.DialectSupport):
         return engine
 
     def sync_engine_url(self, url: sa.URL) -> sa.URL:
-        """*url* for pysqlite; refused for an in-memory database.
+        """*url* for pysqlite; refused for an in-memory database (:meth:`require_shared`)."""
+        self.require_shared(url)
+        return super().sync_engine_url(url)
 
-        An in-memory database is its connection's own: a second connection opened from the
-        same URL gets a new, empty one, whose writes nobody reads (a refusal, not that).
+    def require_shared(self, url: sa.URL) -> None:
+        """Refuse an in-memory database, its connection's own.
+
+        A second connection opened from the same URL gets a new, empty one, whose writes nobody
+        reads (a refusal, not that).
         """
         if url.database in (None, "", ":memory:"):
             named = urllib.parse.unquote(url.render_as_string())  # ":memory:", not "%3Amemory%3A"
@@ -360,7 +365,6 @@ class SqliteSupport(base.DialectSupport):
                 f"{named!r} is an in-memory SQLite database, which only its "
                 "own connection sees: a second connection cannot reach it (use a file database)"
             )
-        return super().sync_engine_url(url)
 
     def reserved_name(self, table: str, schema: str | None) -> str | None:
         """SQLite keeps every table whose name begins with ``sqlite_`` (any case) for itself."""

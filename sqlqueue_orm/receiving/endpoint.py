@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Connection, Engine
 
-from sqlqueue_orm import addressing, exceptions, headers
+from sqlqueue_orm import addressing, dialects, exceptions, headers
 from sqlqueue_orm.pubsub import publishing
 from sqlqueue_orm.receiving import (
     control,
@@ -398,7 +398,12 @@ class Endpoint(Closing):
         input queue's, then the instance-specific queue's when the settings name an instance.
         The :class:`~sqlqueue_orm.aio.AsyncEndpoint` starts through it too (in SQLAlchemy's
         asyncio bridge), so both run one receive, one installer and one set of modes.
+
+        :raises ConfigurationError: a mode the databases cannot honour, or a database only one
+            connection reaches (in-memory SQLite).
         """
+        engine = self.transport.engine
+        dialects.for_dialect(engine).require_shared(engine.url)  # its threads' connections
         self._handling.settings = self.settings
         mode = self._mode_for(None)
         instance = self.instance_address
