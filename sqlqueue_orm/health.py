@@ -17,13 +17,12 @@ any writer (:func:`prune`), each every ten minutes.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime as dt
 import functools
 import logging
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -327,14 +326,13 @@ class TableUpkeep:
         self._pruned = float("-inf")
         self._failing = False
 
-    @contextlib.contextmanager
-    def writing(self, engine: Engine) -> Iterator[None]:
-        """Around one round of writes to *engine*'s tables (made first): an error is logged."""
+    def run(self, engine: Engine, write: Callable[[], object]) -> None:
+        """One round: make *engine*'s tables if not yet, then *write*; an error is logged."""
         try:
             if not self._tables_ready:
                 create_tables(engine)
                 self._tables_ready = True
-            yield
+            write()
         except Exception as error:
             if not self._failing:  # once per outage, not once per round
                 self.logger.warning("%s: %s", self.failing, error)

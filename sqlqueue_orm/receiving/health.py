@@ -133,22 +133,24 @@ class HealthWriter:
                 self._connections.close()  # the endpoint closes a shared one
 
     def _write(self, *, final: bool) -> None:
+        self._upkeep.run(self.transport.engine, lambda: self._beat(final))
+
+    def _beat(self, final: bool) -> None:
         engine = self.transport.engine
-        with self._upkeep.writing(engine):
-            now = time.monotonic()
-            if final or now - self._last_sample >= self.metrics_interval:
-                self._sample()
-                self._last_sample = now
-            if not final:
-                self._upkeep.prune(engine)
-            # the thread's beats run alone in autocommit on the connection it keeps; the last
-            # one, on the stopping thread, in a transaction on one of the pool's
-            health.beat(
-                engine,
-                self._heartbeat(now),
-                state=health.STOPPED if final else health.RUNNING,
-                alone=None if final else self._connections,
-            )
+        now = time.monotonic()
+        if final or now - self._last_sample >= self.metrics_interval:
+            self._sample()
+            self._last_sample = now
+        if not final:
+            self._upkeep.prune(engine)
+        # the thread's beats run alone in autocommit on the connection it keeps; the last
+        # one, on the stopping thread, in a transaction on one of the pool's
+        health.beat(
+            engine,
+            self._heartbeat(now),
+            state=health.STOPPED if final else health.RUNNING,
+            alone=None if final else self._connections,
+        )
 
     def _heartbeat(self, now: float) -> health.Heartbeat:
         processed = sum(pump.stats.handled for pump in self.pumps)

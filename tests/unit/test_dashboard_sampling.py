@@ -66,3 +66,21 @@ def test_chart_and_hex_view():
     )
     assert "oldest message&#x27;s age over the last 24 h" in day and "highest 2.5" in day
     assert rendering.hex_view(b"AB\x00") == "00000000  41 42 00" + " " * 41 + "|AB.|"
+
+
+def test_a_database_not_there_at_first_is_logged_once_and_sampled_once_it_is(tmp_path, caplog):
+    """The tables cannot be made yet (no folder for the file): logged, not raised, and the
+    sampling that follows works once the database can be reached."""
+    folder = tmp_path / "later"
+    transport = Transport(f"sqlite:///{folder / 'queue.db'}")
+    sampler = sampling.DepthSampler(transport, lambda: [("orders", 0)])
+    sampler.sample_once()
+    sampler.sample_once()
+    folder.mkdir()
+    sampler.sample_once()
+    messages = [record.getMessage() for record in caplog.records]
+    assert len([text for text in messages if "cannot sample" in text]) == 1
+    assert len([text for text in messages if "works again" in text]) == 1
+    [sample] = health.read_queue_metrics(transport.engine, ["orders"])["orders"].samples
+    assert sample.depth == 0
+    transport.close()

@@ -78,15 +78,17 @@ class DepthSampler:
 
     def sample_once(self) -> None:
         """Read every queue now and write the samples (a failure is logged, not raised)."""
+        self._upkeep.run(self.transport.engine, self._sample)
+
+    def _sample(self) -> None:
         engine = self.transport.engine
-        with self._upkeep.writing(engine):
-            now = time.time()
-            samples = []
-            for queue, depth in self.read_depths():
-                oldest = health.oldest_age(self.transport, queue) if depth > 0 else None
-                samples.append((queue, health.QueueSample(now, depth, oldest, 0, 0)))
-            health.write_samples(engine, self.instance_id, samples)
-            self._upkeep.prune(engine)
+        now = time.time()
+        samples = []
+        for queue, depth in self.read_depths():
+            oldest = health.oldest_age(self.transport, queue) if depth > 0 else None
+            samples.append((queue, health.QueueSample(now, depth, oldest, 0, 0)))
+        health.write_samples(engine, self.instance_id, samples)
+        self._upkeep.prune(engine)
 
     def start(self) -> None:
         """Start the sampling thread (again a no-op while it runs)."""
