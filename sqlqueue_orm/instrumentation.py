@@ -37,13 +37,7 @@ OUTCOMES = ("handled", "failed", "retried", "expired", "poison")
 
 @runtime_checkable
 class Instrumentation(Protocol):
-    """The hooks the core calls (see the module docstring for the ``proceed`` contract).
-
-    Each hook's body is the do-nothing default (call ``proceed``, observe nothing), which a
-    class inherits when it subclasses this protocol explicitly, as :class:`NoInstrumentation`
-    does; a class that only matches it structurally writes every hook itself. The observers
-    end in ``return None`` because mypy takes a body of a docstring alone for an abstract hook.
-    """
+    """The hooks the core calls (see the module docstring for the ``proceed`` contract)."""
 
     def send(
         self,
@@ -54,46 +48,84 @@ class Instrumentation(Protocol):
         """Around one send of *messages* to *queue* (or their storing in the outbox).
 
         Call ``proceed`` with the messages to send (copies with trace headers added, or the
-        same ones); return what it returns, the message ids. Default: send them unchanged.
+        same ones); return what it returns, the message ids.
         """
-        return proceed(messages)
+        ...
 
     def receive(
         self, queue: str, proceed: Callable[[], list[IncomingMessage]]
     ) -> list[IncomingMessage]:
         """Around one receive from *queue*; return the messages ``proceed`` took."""
-        return proceed()
+        ...
 
     def handle(self, queue: str, message: IncomingMessage, proceed: Callable[[], None]) -> None:
         """Around the handlers' run on *message* of the endpoint *queue* (each attempt)."""
-        proceed()
+        ...
 
     def outcome(self, queue: str, outcome: str) -> None:
         """What became of a message the endpoint *queue* received (one of :data:`OUTCOMES`)."""
-        return None
+        ...
 
     def peeked(self, queue: str, count: int) -> None:
         """A peek estimated *count* messages in *queue* (its depth)."""
-        return None
+        ...
 
     def dispatch(self, outbox: str, proceed: Callable[[], T]) -> T:
         """Around one outbox dispatch batch of the outbox table *outbox*."""
-        return proceed()
+        ...
 
     def dispatched(self, outbox: str, records: int, messages: int, backlog: int) -> None:
         """A dispatch batch sent *messages* of *records*; *backlog* records are left to do."""
-        return None
+        ...
 
     def move_delayed(self, queue: str, proceed: Callable[[], int]) -> int:
         """Around one move of due delayed messages into *queue*; return how many moved."""
+        ...
+
+
+class NoInstrumentation:
+    """Every hook does nothing but call ``proceed`` (a base for partial implementations)."""
+
+    # Each hook repeats the signature of Instrumentation's on purpose: this class is the
+    # protocol's do-nothing implementation, checked against it by mypy. It does not inherit
+    # the protocol: a Protocol base would end a subclass's cooperative ``__init__`` chain
+    # before the subclass's other bases.
+
+    def send(
+        self,
+        queue: str,
+        messages: Sequence[OutgoingMessage],
+        proceed: Callable[[Sequence[OutgoingMessage]], list[str]],
+    ) -> list[str]:
+        """Send *messages* unchanged."""
+        return proceed(messages)
+
+    def receive(
+        self, queue: str, proceed: Callable[[], list[IncomingMessage]]
+    ) -> list[IncomingMessage]:
+        """Receive."""
         return proceed()
 
+    def handle(self, queue: str, message: IncomingMessage, proceed: Callable[[], None]) -> None:
+        """Run the handlers."""
+        proceed()
 
-class NoInstrumentation(Instrumentation):
-    """Every hook does nothing but call ``proceed`` (a base for partial implementations).
+    def outcome(self, queue: str, outcome: str) -> None:
+        """Nothing."""
 
-    It inherits the protocol's default hooks; a subclass overrides the ones that matter to it.
-    """
+    def peeked(self, queue: str, count: int) -> None:
+        """Nothing."""
+
+    def dispatch(self, outbox: str, proceed: Callable[[], T]) -> T:
+        """Dispatch."""
+        return proceed()
+
+    def dispatched(self, outbox: str, records: int, messages: int, backlog: int) -> None:
+        """Nothing."""
+
+    def move_delayed(self, queue: str, proceed: Callable[[], int]) -> int:
+        """Move."""
+        return proceed()
 
 
 class _Global:

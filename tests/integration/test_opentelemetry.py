@@ -439,3 +439,36 @@ def test_a_delayed_message_keeps_its_trace_through_the_delayed_table(database, t
     assert process.parent.span_id == send.context.span_id
     assert move.attributes["messaging.batch.message_count"] == 1
     assert telemetry.total("sqlqueue.delayed.moved", **{"nservicebus.queue": "later"}) == 1
+
+
+class _Named:
+    """A base of the user's own, with a cooperative constructor."""
+
+    def __init__(self, name: str, **rest: Any) -> None:
+        super().__init__(**rest)
+        self.name = name
+
+
+class _CountingSends(instrumentation.NoInstrumentation, _Named):
+    """Only the send hook of its own; the rest are NoInstrumentation's."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name=name)
+        self.sends = 0
+
+    def send(self, queue: str, messages: Any, proceed: Any) -> list[str]:
+        self.sends += 1
+        return proceed(messages)  # type: ignore[no-any-return]
+
+
+def test_a_partial_instrumentation_built_on_no_instrumentation_keeps_its_other_bases(database):
+    """A subclass of NoInstrumentation mixed with a base of its own: the cooperative
+    constructor reaches that base, and the hooks it leaves out do nothing but proceed."""
+    counting = _CountingSends("audit")
+    assert counting.name == "audit"
+    transport = database.transport(instrumentation=counting)
+    transport.create_queue("partial")
+    transport.send("partial", OutgoingMessage(b"one"))
+    [message] = transport.receive("partial")
+    assert message.body == b"one" and "traceparent" not in message.headers
+    assert counting.sends == 1
