@@ -217,7 +217,7 @@ class ThreadConnections:
                 if not committed:
                     fairy.commit()
                 if kept:
-                    self._count_use()
+                    self._count_use(fairy)
                 return
             close_cursor = True
             original = error.__cause__ or error
@@ -256,13 +256,16 @@ class ThreadConnections:
                 fairy.close()
 
 
-    def _count_use(self) -> None:
+    def _count_use(self, fairy: Any) -> None:
         """Count a unit of work of this thread's kept connection; after KEEP_MOST, give it back.
 
         The next statement takes another from the pool, whose checks (``pool_pre_ping``,
-        ``pool_recycle``) then see it.
+        ``pool_recycle``) then see it. A :meth:`close` on another thread may have let go of
+        the connection since the work committed: then there is nothing to count.
         """
-        held: HeldConnection = self._local.held
+        held: HeldConnection | None = getattr(self._local, "held", None)
+        if held is None or held.connection is not fairy:
+            return
         if held.used():
             self._local.held = None
             try:
