@@ -15,10 +15,21 @@ import sys
 import time
 
 from sqlqueue_orm import Transport
-from sqlqueue_orm.receiving import Endpoint, HandlerContext
+from sqlqueue_orm.receiving import Endpoint, EndpointSettings, HandlerContext
 
 #: The interval the tests wait on: stale after three missed beats.
 BEAT = 0.2
+
+#: An endpoint of the in-process health tests: it beats and samples every BEAT, two handlers
+#: at once, no retries.
+BEATING = EndpointSettings(
+    peek_delay=0.1,
+    concurrency=2,
+    immediate_retries=0,
+    delayed_retries=0,
+    heartbeat_interval=BEAT,
+    metrics_interval=BEAT,
+)
 
 
 def beating(transport: Transport) -> Endpoint:

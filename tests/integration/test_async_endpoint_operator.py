@@ -22,7 +22,7 @@ from typing import TypeVar
 from sqlqueue_orm import OutgoingMessage, Transport, control, db, health
 from sqlqueue_orm.aio import AsyncEndpoint, AsyncHandlerContext, AsyncTransport
 from tests.endpoint_app import Job
-from tests.health_app import BEAT
+from tests.health_app import BEATING
 from tests.integration.test_asyncio import each_driver
 from testsupport.outbox_app import count
 
@@ -47,16 +47,7 @@ async def eventually(read: Callable[[], T], done: Callable[[T], bool], what: str
 def test_an_async_endpoint_beats_with_its_counts_and_a_clean_stop_says_stopped(database):
     async def body(transport: AsyncTransport) -> None:
         name = named("beats")
-        endpoint = AsyncEndpoint(
-            name,
-            transport,
-            peek_delay=0.1,
-            concurrency=2,
-            immediate_retries=0,
-            delayed_retries=0,
-            heartbeat_interval=BEAT,
-            metrics_interval=BEAT,
-        )
+        endpoint = AsyncEndpoint(name, transport, settings=BEATING)
 
         @endpoint.handle(Job)
         async def handle(job: Job, context: AsyncHandlerContext) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from sqlqueue_orm import Transport
 from sqlqueue_orm.recoverability.error_queue import ErrorQueue
 from sqlqueue_orm.recoverability.groups import FailureGroups
 from tests.integration.test_dashboard_browser import By, click, driver  # noqa: F401
@@ -28,13 +29,18 @@ from sqlqueue_orm.contrib.dashboard import create_app
 REFRESH = 10.0
 
 
-def test_a_confirmation_page_refuses_an_unknown_action_naming_those_it_takes(database):
+def _one_failure(database: Any) -> tuple[Transport, ErrorQueue, str, str]:
+    """A transport with queues ``error`` and ``inbox`` and one failed message ``m1``: the
+    transport, the error queue, the message's row id and its failure group's id."""
     transport = database.transport()
     transport.create_queues(["error", "inbox"])
     fail(transport, "m1")
     errors = ErrorQueue(transport, "error")
-    row_id = errors.list()[0].id
-    group = FailureGroups(errors).list()[0].id
+    return transport, errors, errors.list()[0].id, FailureGroups(errors).list()[0].id
+
+
+def test_a_confirmation_page_refuses_an_unknown_action_naming_those_it_takes(database):
+    transport, errors, row_id, group = _one_failure(database)
     taken = {
         f"/errors/confirm?action=move&id={row_id}": "retry, delete or retry_all",
         f"/errors/groups/confirm?action=move&group={group}": "retry or delete",
@@ -50,12 +56,7 @@ def test_a_confirmation_page_refuses_an_unknown_action_naming_those_it_takes(dat
 
 
 def test_no_confirmation_page_reloads_itself(database, driver):  # noqa: F811
-    transport = database.transport()
-    transport.create_queues(["error", "inbox"])
-    fail(transport, "m1")
-    errors = ErrorQueue(transport, "error")
-    row_id = errors.list()[0].id
-    group = FailureGroups(errors).list()[0].id
+    transport, _errors, row_id, group = _one_failure(database)
     app = create_app(transport, allow_changes=True, refresh_interval=REFRESH)
     with browser.served(app) as base:
         pages = {
@@ -92,11 +93,7 @@ def test_no_confirmation_page_reloads_itself(database, driver):  # noqa: F811
 
 
 def test_an_answer_to_a_confirmed_change_never_reloads_itself(database, driver):  # noqa: F811
-    transport = database.transport()
-    transport.create_queues(["error", "inbox"])
-    fail(transport, "m1")
-    errors = ErrorQueue(transport, "error")
-    group = FailureGroups(errors).list()[0].id
+    transport, errors, _row_id, group = _one_failure(database)
     app = create_app(transport, allow_changes=True, refresh_interval=1)
     posts: list[str] = []
 

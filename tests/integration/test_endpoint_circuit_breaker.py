@@ -38,6 +38,25 @@ def cut(admin: sa.Engine, name: str, allow: bool) -> None:
             )
 
 
+def _quick_endpoint(transport: Transport, critical: list[str], max_backoff: float) -> Endpoint:
+    """Endpoint "jobs" retrying within *max_backoff* s; its critical errors go to *critical*
+    after 1 s of outage."""
+    settings = EndpointSettings(
+        concurrency=2,
+        transaction_mode=TransactionMode.TRANSACTION_SCOPE,
+        peek_delay=0.1,
+        critical_error_after=1.0,
+        initial_backoff=0.05,
+        max_backoff=max_backoff,
+    )
+    return Endpoint(
+        "jobs",
+        transport,
+        settings=settings,
+        on_critical_error=lambda description, error: critical.append(description),
+    )
+
+
 @only("postgresql")
 def test_the_pump_survives_an_outage_and_handles_each_message_once(database, postgres_admin):
     transport = database.transport()
@@ -45,20 +64,7 @@ def test_the_pump_survives_an_outage_and_handles_each_message_once(database, pos
     transport.create_queue("jobs")
     sent = send_jobs(transport, "jobs", COUNT)
     critical: list[str] = []
-    settings = EndpointSettings(
-        concurrency=2,
-        transaction_mode=TransactionMode.TRANSACTION_SCOPE,
-        peek_delay=0.1,
-        critical_error_after=1.0,
-        initial_backoff=0.05,
-        max_backoff=0.5,
-    )
-    endpoint = Endpoint(
-        "jobs",
-        transport,
-        settings=settings,
-        on_critical_error=lambda description, error: critical.append(description),
-    )
+    endpoint = _quick_endpoint(transport, critical, max_backoff=0.5)
     name = str(database.engine.url.database)
     outage_done = threading.Event()
 
@@ -141,20 +147,7 @@ def test_each_outage_raises_the_critical_error_once(database, request):
     transport.create_queue("jobs")
     sent = send_jobs(transport, "jobs", 40)
     critical: list[str] = []
-    settings = EndpointSettings(
-        concurrency=2,
-        transaction_mode=TransactionMode.TRANSACTION_SCOPE,
-        peek_delay=0.1,
-        critical_error_after=1.0,
-        initial_backoff=0.05,
-        max_backoff=0.3,
-    )
-    endpoint = Endpoint(
-        "jobs",
-        transport,
-        settings=settings,
-        on_critical_error=lambda description, error: critical.append(description),
-    )
+    endpoint = _quick_endpoint(transport, critical, max_backoff=0.3)
     outage = Outage(database, request)
 
     @endpoint.handle(Job)

@@ -23,7 +23,7 @@ from sqlqueue_orm.queuing import sql
 from sqlqueue_orm.receiving import Endpoint, HandlerContext
 from tests.conftest import only
 from tests.endpoint_app import Job
-from tests.health_app import BEAT
+from tests.health_app import BEAT, BEATING
 from testsupport.outbox_app import REPO
 
 T = TypeVar("T")
@@ -68,16 +68,7 @@ def test_the_beat_reports_the_concurrency_a_live_resize_set(database):
 @only("sqlite", "postgresql")
 def test_a_running_endpoint_beats_with_its_counts_and_a_clean_stop_says_stopped(database):
     transport = database.transport()
-    endpoint = Endpoint(
-        "health-orders",
-        transport,
-        peek_delay=0.1,
-        concurrency=2,
-        immediate_retries=0,
-        delayed_retries=0,
-        heartbeat_interval=BEAT,
-        metrics_interval=BEAT,
-    )
+    endpoint = Endpoint("health-orders", transport, settings=BEATING)
 
     def handle(job: Job, context: HandlerContext) -> None:
         if job.fail:
