@@ -292,6 +292,11 @@ INDEX_CATALOG = (
 )
 
 
+def _in_memory(url: sa.URL) -> bool:
+    """Whether *url* names an in-memory database (no file), its connection's own."""
+    return url.database in (None, "", ":memory:")
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SqliteSupport(base.DialectSupport):
     """SQLite: WAL mode and ``BEGIN IMMEDIATE`` set up on every engine."""
@@ -320,8 +325,7 @@ class SqliteSupport(base.DialectSupport):
         connect_args["isolation_level"] = None
         url = url.difference_update_query(["timeout"])
         engine = sa.create_engine(url, **kwargs)
-        in_memory = url.database in (None, "", ":memory:")
-        _setup(engine, in_memory, sqlite_synchronous, url.database or ":memory:", timeout)
+        _setup(engine, _in_memory(url), sqlite_synchronous, url.database or ":memory:", timeout)
         return engine
 
     def create_async_engine(
@@ -341,8 +345,7 @@ class SqliteSupport(base.DialectSupport):
         connect_args["isolation_level"] = None  # BEGIN is ours, as in create_engine
         url = url.difference_update_query(["timeout"])
         engine = create_async_engine(url, **kwargs)
-        in_memory = url.database in (None, "", ":memory:")
-        _setup(engine.sync_engine, in_memory, sqlite_synchronous, url.database or ":memory:",
+        _setup(engine.sync_engine, _in_memory(url), sqlite_synchronous, url.database or ":memory:",
                timeout, patience=timeout)  # no WaitingConnection: SQLite waits the whole time
         dialect: Any = engine.sync_engine.dialect
         dialect.do_begin = _do_begin_on_cursor
@@ -359,7 +362,7 @@ class SqliteSupport(base.DialectSupport):
         A second connection opened from the same URL gets a new, empty one, whose writes nobody
         reads (a refusal, not that).
         """
-        if url.database in (None, "", ":memory:"):
+        if _in_memory(url):
             named = urllib.parse.unquote(url.render_as_string())  # ":memory:", not "%3Amemory%3A"
             raise exceptions.ConfigurationError(
                 f"{named!r} is an in-memory SQLite database, which only its "
